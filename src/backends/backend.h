@@ -1,0 +1,75 @@
+// The internal backend interface: how the runtime loads a model version and runs it.
+//
+// As in Triton's backend API, state is split in two levels:
+//   - BackendModel: loaded once per model version (weights, parsed files), shared read-only by
+//     every instance of that version;
+//   - BackendInstance: one per instance of the instance_group, owning what one execution
+//     needs (scratch space, later a stream). An instance runs one execution at a time.
+// The runtime validates every request against the model config before Execute, so a backend
+// may rely on input names, types and shapes; it must still never crash on data it dislikes and
+// return an error Status instead.
+//
+// Thread safety: BackendModel methods may be called from any thread; one BackendInstance is
+// used by one thread at a time.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/model_config.pb.h"
+#include "core/infer_request.h"
+#include "core/status.h"
+
+namespace vramd::backends {
+
+struct ModelContext {
+  std::string name;
+  int64_t version = 0;
+  std::filesystem::path model_dir;    // <repository>/<model>
+  std::filesystem::path version_dir;  // <repository>/<model>/<version>
+  const config::ModelConfig* config = nullptr;  // outlives the BackendModel
+};
+
+enum class DeviceKind { kCpu, kGpu };
+
+struct InstanceContext {
+  std::string name;  // "<group name>_<index>", as Triton names instances
+  int index = 0;     // across all groups of the model
+  DeviceKind kind = DeviceKind::kCpu;
+  int device_id = -1;  // GPU ordinal for kGpu
+};
+
+class BackendInstance {
+ public:
+  virtual ~BackendInstance() = default;
+  // Runs `request` (inputs validated; with max_batch_size > 0 the first dimension is the
+  // batch) and appends every output of the model to `outputs`. The runtime drops the outputs
+  // the client did not ask for.
+  virtual Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) = 0;
+};
+
+class BackendModel {
+ public:
+  virtual ~BackendModel() = default;
+  virtual Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Loads a version; a config the backend cannot serve is an InvalidArgument naming the field.
+  virtual Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) = 0;
+};
+
+// The backend a config asks for: `backend`, else derived from `platform` (Triton's platform
+// names map to backend names). NotFound names the backend and lists those available.
+Result<Backend*> FindBackend(const config::ModelConfig& config);
+
+// Names of every backend FindBackend can return.
+std::vector<std::string> AvailableBackends();
+
+}  // namespace vramd::backends

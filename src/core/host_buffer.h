@@ -1,0 +1,44 @@
+// HostBuffer: bytes in host memory with shared ownership, so a tensor can point into the
+// request body it came from (no copy) and an output can alias an input (identity).
+//
+// A buffer is written only by the code that created it with Allocate, before it is shared;
+// after that it is read-only. Thread safety: const methods are safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace vramd {
+
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+
+  // `size` uninitialized bytes owned by the new buffer.
+  static HostBuffer Allocate(size_t size);
+  static HostBuffer CopyOf(const void* data, size_t size);
+  static HostBuffer FromString(std::string bytes);
+  // A view of `size` bytes at `data`, kept alive by `owner`.
+  static HostBuffer View(std::shared_ptr<const void> owner, const std::byte* data, size_t size);
+
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
+
+  // REQUIRES: created by Allocate and not yet shared with a reader.
+  std::byte* mutable_data() { return const_cast<std::byte*>(data_); }
+
+  // REQUIRES: offset + size <= this->size().
+  HostBuffer Slice(size_t offset, size_t size) const;
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace vramd

@@ -1,0 +1,43 @@
+// InferRequest and InferResponse: what a front end hands the runtime and gets back,
+// independent of the protocol (HTTP JSON, binary, gRPC) they came in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace vramd {
+
+struct RequestedOutput {
+  std::string name;
+  // Return this output in the binary tensor extension's form rather than as JSON data.
+  bool binary = false;
+};
+
+struct InferRequest {
+  std::string id;  // echoed in the response; may be empty
+  std::string model_name;
+  // 0 means "whichever version the model's policy serves", as an empty version in the URL.
+  int64_t model_version = 0;
+  std::vector<Tensor> inputs;
+  // Empty means every output of the model, each returned as `binary_data_output` says.
+  std::vector<RequestedOutput> outputs;
+  bool binary_data_output = false;
+
+  const Tensor* FindInput(std::string_view name) const {
+    for (const auto& t : inputs)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+};
+
+struct InferResponse {
+  std::string id;
+  std::string model_name;
+  int64_t model_version = 0;
+  std::vector<Tensor> outputs;
+};
+
+}  // namespace vramd

@@ -1,0 +1,43 @@
+// Tensor: a named, typed, shaped block of host bytes, the unit requests and responses carry.
+//
+// Data is row-major and little-endian. A BYTES tensor holds each element as a 4-byte
+// little-endian length followed by that many bytes (Triton's serialized form), so binary
+// transfers need no conversion.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/data_type.h"
+#include "core/host_buffer.h"
+#include "core/status.h"
+
+namespace vramd {
+
+using Shape = std::vector<int64_t>;
+
+struct Tensor {
+  std::string name;
+  DataType datatype = DataType::kInvalid;
+  Shape shape;
+  HostBuffer data;
+};
+
+// Elements of `shape`; -1 if a dimension is negative.
+int64_t ElementCount(const Shape& shape);
+
+// "[2,3]"
+std::string ShapeToString(const Shape& shape);
+
+// Appends one serialized BYTES element to `out`.
+void AppendBytesElement(std::string* out, std::string_view element);
+
+// Splits serialized BYTES data into its elements. Fails, naming `tensor_name`, if the data is
+// truncated, or if `expected_count` >= 0 and the element count differs.
+Result<std::vector<std::string_view>> SplitBytesElements(std::string_view data,
+                                                         std::string_view tensor_name,
+                                                         int64_t expected_count);
+
+}  // namespace vramd
