@@ -1,0 +1,164 @@
+#include "runtime/model_manager.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
+#include "config/model_config_parser.h"
+#include "repository/model_repository.h"
+
+namespace vramd::runtime {
+namespace fs = std::filesystem;
+
+std::string_view ModelStateName(ModelState state) {
+  return state == ModelState::kReady ? "READY" : "UNAVAILABLE";
+}
+
+ModelManager::ModelEntry ModelManager::LoadModel(const fs::path& model_dir,
+                                                 const std::string& name) {
+  ModelEntry entry;
+  auto parsed = config::LoadModelConfigFile(model_dir / "config.pbtxt");
+  if (!parsed.ok()) {
+    entry.reason = parsed.status().message();
+    return entry;
+  }
+  if (!parsed->unsupported_fields.empty()) {
+    spdlog::warn("model '{}': {} ignores fields it does not support: {}", name,
+                 (model_dir / "config.pbtxt").string(), fmt::join(parsed->unsupported_fields, ", "));
+  }
+  auto config = std::make_shared<config::ModelConfig>(std::move(parsed->config));
+  Status valid = config::ValidateAndNormalize(config.get(), name);
+  if (!valid.ok()) {
+    entry.reason = fmt::format("{}: {}", (model_dir / "config.pbtxt").string(), valid.message());
+    return entry;
+  }
+  entry.config = config;
+
+  std::vector<int64_t> versions =
+      repository::SelectVersions(config->version_policy(), repository::ListVersions(model_dir));
+  if (versions.empty()) {
+    entry.reason = fmt::format("model '{}' has no version folder that its version_policy selects "
+                               "in '{}'", name, model_dir.string());
+    return entry;
+  }
+  for (int64_t v : versions) {
+    auto loaded = LoadedModel::Load(config, model_dir, v);
+    if (loaded.ok()) {
+      entry.ready.emplace(v, std::move(loaded).value());
+    } else {
+      entry.failed.emplace(v, loaded.status().message());
+    }
+  }
+  return entry;
+}
+
+Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& options) {
+  VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(options.repositories));
+  std::unique_ptr<ModelManager> manager(new ModelManager());
+  for (const auto& dir : dirs) {
+    ModelEntry entry;
+    if (!dir.status.ok()) {
+      entry.reason = dir.status.message();
+    } else {
+      entry = LoadModel(dir.path, dir.name);
+    }
+    if (!entry.reason.empty()) {
+      spdlog::error("failed to load model '{}': {}", dir.name, entry.reason);
+      if (options.exit_on_error) {
+        return Status::InvalidArgument(fmt::format("failed to load model '{}': {}", dir.name, entry.reason));
+      }
+    }
+    for (const auto& [v, reason] : entry.failed) {
+      spdlog::error("failed to load model '{}' version {}: {}", dir.name, v, reason);
+      if (options.exit_on_error) return Status::InvalidArgument(reason);
+    }
+    for (const auto& [v, model] : entry.ready) {
+      spdlog::info("loaded model '{}' version {} ({} instance(s), backend '{}')", dir.name, v,
+                   model->instance_count(),
+                   model->config().backend().empty() ? model->config().platform()
+                                                     : model->config().backend());
+    }
+    std::unique_lock lock(manager->mu_);
+    manager->models_.emplace(dir.name, std::move(entry));
+  }
+  return manager;
+}
+
+Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
+                                                        int64_t version) const {
+  std::shared_lock lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
+  }
+  const ModelEntry& entry = it->second;
+  if (version == 0) {
+    if (entry.ready.empty()) {
+      return Status::Unavailable(fmt::format("model '{}' has no ready version{}", name,
+                                             entry.reason.empty() ? "" : ": " + entry.reason));
+    }
+    return entry.ready.rbegin()->second;
+  }
+  auto v = entry.ready.find(version);
+  if (v != entry.ready.end()) return v->second;
+  auto f = entry.failed.find(version);
+  if (f != entry.failed.end()) {
+    return Status::Unavailable(
+        fmt::format("model '{}' version {} is not ready: {}", name, version, f->second));
+  }
+  return Status::NotFound(
+      fmt::format("Request for unknown model: '{}' version {} is not found", name, version));
+}
+
+Result<std::shared_ptr<const config::ModelConfig>> ModelManager::FindConfig(
+    std::string_view name) const {
+  std::shared_lock lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
+  }
+  if (!it->second.config) {
+    return Status::Unavailable(
+        fmt::format("model '{}' has no usable config: {}", name, it->second.reason));
+  }
+  return it->second.config;
+}
+
+Result<std::vector<int64_t>> ModelManager::ReadyVersions(std::string_view name) const {
+  std::shared_lock lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
+  }
+  std::vector<int64_t> versions;
+  for (const auto& [v, m] : it->second.ready) versions.push_back(v);
+  return versions;
+}
+
+std::vector<ModelIndexEntry> ModelManager::Index() const {
+  std::shared_lock lock(mu_);
+  std::vector<ModelIndexEntry> index;
+  for (const auto& [name, entry] : models_) {
+    if (!entry.reason.empty()) {
+      index.push_back({name, 0, ModelState::kUnavailable, entry.reason});
+      continue;
+    }
+    // Versions in ascending order, ready and failed interleaved.
+    std::map<int64_t, ModelIndexEntry> rows;
+    for (const auto& [v, m] : entry.ready) rows[v] = {name, v, ModelState::kReady, ""};
+    for (const auto& [v, why] : entry.failed) rows[v] = {name, v, ModelState::kUnavailable, why};
+    for (auto& [v, row] : rows) index.push_back(std::move(row));
+  }
+  return index;
+}
+
+bool ModelManager::AllModelsReady() const {
+  std::shared_lock lock(mu_);
+  for (const auto& [name, entry] : models_) {
+    if (!entry.reason.empty() || !entry.failed.empty() || entry.ready.empty()) return false;
+  }
+  return true;
+}
+
+}  // namespace vramd::runtime

@@ -1,0 +1,133 @@
+#include "backends/identity/identity_backend.h"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vramd::backends {
+namespace {
+
+static_assert(static_cast<int>(config::TYPE_STRING) == static_cast<int>(DataType::kBytes) &&
+                  static_cast<int>(config::TYPE_BF16) == static_cast<int>(DataType::kBf16),
+              "config::DataType must keep vramd::DataType's (Triton's) numbering");
+
+// One output and the input it returns.
+struct Route {
+  std::string input;
+  std::string output;
+  DataType datatype = DataType::kInvalid;
+};
+
+// Model-level state: the routes, fixed at load and shared read-only by every instance.
+using Routes = std::vector<Route>;
+
+constexpr std::string_view kInputPrefix = "INPUT";
+constexpr std::string_view kOutputPrefix = "OUTPUT";
+
+// The input index OUTPUT<suffix> maps to by name, or -1.
+int NamedInput(const config::ModelConfig& config, const std::string& output_name) {
+  if (output_name.rfind(kOutputPrefix, 0) != 0) return -1;
+  const std::string want = std::string(kInputPrefix) + output_name.substr(kOutputPrefix.size());
+  for (int i = 0; i < config.input_size(); ++i)
+    if (config.input(i).name() == want) return i;
+  return -1;
+}
+
+// For each output, the index of the input it returns.
+std::vector<int> MapOutputs(const config::ModelConfig& config) {
+  std::vector<int> by_name;
+  for (const auto& out : config.output()) {
+    const int i = NamedInput(config, out.name());
+    if (i < 0) break;
+    by_name.push_back(i);
+  }
+  if (static_cast<int>(by_name.size()) == config.output_size()) return by_name;
+  std::vector<int> by_position;
+  for (int i = 0; i < config.output_size(); ++i) by_position.push_back(i);
+  return by_position;
+}
+
+Result<Routes> PlanRoutes(const ModelContext& ctx) {
+  const config::ModelConfig& config = *ctx.config;
+  if (config.input_size() == 0 || config.input_size() != config.output_size()) {
+    return Status::InvalidArgument(fmt::format(
+        "model '{}': the identity backend needs one output per input and at least one: config "
+        "has {} input(s) and {} output(s)",
+        ctx.name, config.input_size(), config.output_size()));
+  }
+  const std::vector<int> inputs = MapOutputs(config);
+  std::vector<bool> used(config.input_size(), false);
+  Routes routes;
+  for (int o = 0; o < config.output_size(); ++o) {
+    const auto& out = config.output(o);
+    const auto& in = config.input(inputs[o]);
+    if (used[inputs[o]]) {
+      return Status::InvalidArgument(
+          fmt::format("model '{}': output[{}] '{}' would return input '{}' a second time", ctx.name,
+                      o, out.name(), in.name()));
+    }
+    used[inputs[o]] = true;
+    if (out.data_type() != in.data_type()) {
+      return Status::InvalidArgument(fmt::format(
+          "model '{}': output[{}].data_type of '{}' is {} but its input '{}' is {}; the identity "
+          "backend returns inputs unchanged",
+          ctx.name, o, out.name(), config::DataType_Name(out.data_type()), in.name(),
+          config::DataType_Name(in.data_type())));
+    }
+    routes.push_back(
+        {in.name(), out.name(), static_cast<DataType>(static_cast<int>(out.data_type()))});
+  }
+  return routes;
+}
+
+class IdentityInstance final : public BackendInstance {
+ public:
+  IdentityInstance(std::shared_ptr<const Routes> routes, std::string name)
+      : routes_(std::move(routes)), name_(std::move(name)) {}
+
+  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+    for (const Route& r : *routes_) {
+      const Tensor* in = request.FindInput(r.input);
+      if (in == nullptr) continue;  // an optional input that was not sent
+      if (in->datatype != r.datatype) {
+        return Status::InvalidArgument(fmt::format(
+            "identity instance '{}': input '{}' is {}, output '{}' is {}", name_, r.input,
+            DataTypeWireName(in->datatype), r.output, DataTypeWireName(r.datatype)));
+      }
+      outputs->push_back(Tensor{r.output, r.datatype, in->shape, in->data});
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const std::shared_ptr<const Routes> routes_;
+  const std::string name_;
+};
+
+class IdentityModel final : public BackendModel {
+ public:
+  explicit IdentityModel(Routes routes)
+      : routes_(std::make_shared<const Routes>(std::move(routes))) {}
+
+  Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) override {
+    return std::unique_ptr<BackendInstance>(std::make_unique<IdentityInstance>(routes_, ctx.name));
+  }
+
+ private:
+  // Shared with the instances, so an instance stays valid even if it outlives the model.
+  const std::shared_ptr<const Routes> routes_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BackendModel>> IdentityBackend::LoadModel(const ModelContext& ctx) {
+  if (ctx.config == nullptr) {
+    return Status::Internal(fmt::format("model '{}': LoadModel called without a config", ctx.name));
+  }
+  VRAMD_ASSIGN_OR_RETURN(Routes routes, PlanRoutes(ctx));
+  return std::unique_ptr<BackendModel>(std::make_unique<IdentityModel>(std::move(routes)));
+}
+
+}  // namespace vramd::backends

@@ -6,6 +6,26 @@
 // binary_data_size takes that many bytes from the binary part, in the order inputs appear.
 // Response: JSON, with the outputs the request asked for in binary form appended after it.
 //
+// JSON data, both directions:
+//   - "data" is an array, flat or nested to any shape (at most 64 levels); it is flattened in
+//     row-major order and must hold exactly as many elements as the shape.
+//   - BOOL: true/false. Integer types: JSON integers in the type's range (1.0 and 1e2 are not
+//     integers). FP16/BF16/FP32/FP64: any JSON number, rounded to nearest even (FP16/BF16
+//     straight from the parsed double). A finite number that overflows the type (1e39 for
+//     FP32, 65520 for FP16) is an error rather than infinity; underflow to 0 is accepted.
+//   - BYTES: JSON strings, stored serialized (core/tensor.h). Input strings are not checked
+//     for UTF-8.
+//   - Infinity and NaN: JSON has no spelling for them. Input cannot express them (null and
+//     "NaN" are rejected; send binary data). Output writes them as null, so the body stays
+//     valid JSON; ask for binary output to get them exactly.
+//   - Floats are written in the shortest form that reads back to the same value of the
+//     tensor's type (FP32 as a float, so 0.1f is "0.1"; FP16/BF16 via float), with ".0"
+//     added to integral values ("2.0"); integers in full.
+//   - Output strings (BYTES elements, names, id, error messages) are escaped so the body is
+//     valid JSON whatever the bytes: valid UTF-8 passes through, control characters use JSON
+//     escapes, and each byte that is not part of a valid UTF-8 sequence becomes \u00XX. A JSON
+//     reader then sees code point U+00XX for that byte: exact bytes need binary output.
+//
 // Functions here are pure: no I/O, safe from any thread.
 #pragma once
 
@@ -13,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/infer_request.h"
 #include "core/status.h"
@@ -20,11 +41,17 @@
 namespace vramd::http {
 
 // Parses an infer request body. `json_length` is Inference-Header-Content-Length when the
-// header was sent (REQUIRES: it is not 0; a raw binary body is ParseRawBinaryRequest's).
-// Binary tensor data is not copied: input buffers are views into `body`.
+// header was sent (REQUIRES: it is not 0; a raw binary body is ParseRawBinaryRequest's; a 0
+// is answered with InvalidArgument). Binary tensor data is not copied: input buffers are
+// views into `body`, which they keep alive.
 // Every malformed body is an InvalidArgument whose message names the field or tensor at fault:
 // invalid JSON, missing or mistyped fields, unknown datatype, data that does not fit the shape
-// or type, binary sizes that do not add up to the body, duplicate names.
+// or type (naming the element index), binary sizes that do not add up to the body (giving
+// both numbers), a binary_data_size that does not match shape and datatype, malformed BYTES
+// binary data, duplicate input or output names. Shared-memory parameters
+// (shared_memory_region, ...) and the classification output parameter are Unsupported.
+// Unknown keys and request-level parameters other than binary_data_output are ignored.
+// Each RequestedOutput.binary is its parameter binary_data if given, else binary_data_output.
 // model_name and model_version of the result are left for the caller (they come from the URL).
 Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
                                        std::optional<size_t> json_length);
@@ -35,15 +62,18 @@ struct EncodedBody {
   std::optional<size_t> json_length;
 };
 
-// Encodes a response: {model_name, model_version (as a string), id (if the request had one),
-// outputs: [{name, datatype, shape, data | parameters.binary_data_size}]}. An output goes in
-// binary form if the request listed it with parameter binary_data true, or did not list it and
-// set binary_data_output. Every data type has a JSON form: numbers, true/false for BOOL,
-// strings for BYTES (non-UTF-8 bytes escaped as \u00XX per byte), FP16/BF16 converted to
-// numbers.
+// Encodes a response: {model_name, model_version (as a string), id (if the response, or else
+// the request, has one), outputs: [{name, datatype, shape, data | parameters.binary_data_size}]},
+// outputs in the response's order. An output goes in binary form if the request listed it
+// with parameter binary_data true, or did not list it and set binary_data_output; binary
+// outputs' bytes follow the JSON in output order, and json_length is set whenever there is at
+// least one. Every data type has a JSON form (see the top of this file).
+// REQUIRES: each output's data fits its shape and datatype (the runtime checks backend
+// outputs). If not, the JSON data stops at the end of the buffer (a malformed BYTES output is
+// written as []), so the body is still valid JSON.
 EncodedBody EncodeInferResponse(const InferResponse& response, const InferRequest& request);
 
-// {"error": "<message>"}
+// {"error": "<message>"}, escaped as above.
 std::string EncodeError(std::string_view message);
 
 }  // namespace vramd::http

@@ -1,0 +1,350 @@
+#include "server/http/kserve_routes.h"
+
+#include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <charconv>
+#include <string_view>
+#include <vector>
+
+#include "config/model_config_json.h"
+#include "core/data_type.h"
+#include "server/http/infer_codec.h"
+
+namespace vramd::http {
+namespace {
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+HttpResponse Json(unsigned status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse Error(unsigned status, std::string_view message) {
+  return Json(status, EncodeError(message));
+}
+
+HttpResponse Error(const Status& status) {
+  return Error(HttpStatusFor(status.code()), status.message());
+}
+
+HttpResponse Empty(unsigned status) { return Json(status, ""); }
+
+void WriteString(JsonWriter& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      int v = 0;
+      auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+      if (ec == std::errc() && p == s.data() + i + 3) {
+        out.push_back(static_cast<char>(v));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+std::vector<std::string_view> SplitPath(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  std::vector<std::string_view> parts;
+  size_t pos = 0;
+  while (pos < target.size()) {
+    size_t next = target.find('/', pos);
+    if (next == std::string_view::npos) next = target.size();
+    if (next > pos) parts.push_back(target.substr(pos, next - pos));
+    pos = next + 1;
+  }
+  return parts;
+}
+
+Result<int64_t> ParseVersion(std::string_view text) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v <= 0) {
+    return Status::InvalidArgument(
+        fmt::format("invalid model version '{}': expected a positive integer", text));
+  }
+  return v;
+}
+
+// The shape a client sends for a config tensor: dims, after a -1 batch dimension if batching.
+void WriteClientShape(JsonWriter& w, const config::ModelConfig& config,
+                      const google::protobuf::RepeatedField<int64_t>& dims) {
+  w.StartArray();
+  if (config.max_batch_size() > 0) w.Int64(-1);
+  for (int64_t d : dims) w.Int64(d);
+  w.EndArray();
+}
+
+// A body that is one raw tensor (Inference-Header-Content-Length: 0): allowed for models with
+// a single input, treated as batch 1; a single -1 dimension is inferred from the byte size.
+Result<InferRequest> ParseRawBinaryRequest(const config::ModelConfig& config,
+                                           std::shared_ptr<const std::string> body) {
+  if (config.input_size() != 1) {
+    return Status::InvalidArgument(fmt::format(
+        "a raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly "
+        "one input; model '{}' has {}",
+        config.name(), config.input_size()));
+  }
+  const auto& input = config.input(0);
+  const auto type = static_cast<DataType>(input.data_type());
+  Tensor t;
+  t.name = input.name();
+  t.datatype = type;
+  if (config.max_batch_size() > 0) t.shape.push_back(1);
+  int unknown = -1;
+  int64_t known = 1;
+  for (int64_t d : input.dims()) {
+    if (d < 0) {
+      if (unknown >= 0 || DataTypeByteSize(type) == 0) {
+        return Status::InvalidArgument(fmt::format(
+            "input '{}': a raw binary request cannot infer the shape of dims [{}] for {}",
+            input.name(), fmt::join(input.dims(), ","), DataTypeWireName(type)));
+      }
+      unknown = static_cast<int>(t.shape.size());
+      t.shape.push_back(0);
+    } else {
+      known *= d;
+      t.shape.push_back(d);
+    }
+  }
+  if (unknown >= 0) {
+    size_t per = DataTypeByteSize(type) * static_cast<size_t>(known);
+    if (per == 0 || body->size() % per != 0) {
+      return Status::InvalidArgument(fmt::format(
+          "input '{}': raw binary body of {} bytes is not a whole number of {}-byte rows",
+          input.name(), body->size(), per));
+    }
+    t.shape[unknown] = static_cast<int64_t>(body->size() / per);
+  }
+  auto* data = reinterpret_cast<const std::byte*>(body->data());
+  size_t size = body->size();
+  t.data = HostBuffer::View(std::move(body), data, size);
+  InferRequest request;
+  request.inputs.push_back(std::move(t));
+  request.binary_data_output = true;
+  return request;
+}
+
+}  // namespace
+
+unsigned HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kUnsupported: return 501;
+    case StatusCode::kInternal: return 500;
+    default: return 400;
+  }
+}
+
+KServeRoutes::KServeRoutes(const runtime::ModelManager* manager, ServerInfo info)
+    : manager_(manager), info_(std::move(info)) {}
+
+void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
+  respond(Route(request));
+}
+
+HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
+  const auto parts = SplitPath(request.target);
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  auto method_not_allowed = [&] {
+    return Error(405, fmt::format("method {} is not allowed on '{}'", request.method,
+                                  request.target));
+  };
+  if (parts.empty() || parts[0] != "v2") {
+    return Error(404, fmt::format("no endpoint at '{}'", request.target));
+  }
+  if (parts.size() == 1) return get ? ServerMetadata() : method_not_allowed();
+  if (parts[1] == "health" && parts.size() == 3) {
+    if (!get) return method_not_allowed();
+    if (parts[2] == "live") return Empty(200);
+    if (parts[2] == "ready") return Empty(manager_->AllModelsReady() ? 200 : 400);
+  }
+  if (parts[1] == "repository" && parts.size() == 3 && parts[2] == "index") {
+    return post ? RepositoryIndex(request) : method_not_allowed();
+  }
+  if (parts[1] == "models" && parts.size() >= 3) {
+    const std::string model = PercentDecode(parts[2]);
+    size_t next = 3;
+    int64_t version = 0;
+    if (parts.size() >= 5 && parts[3] == "versions") {
+      auto v = ParseVersion(parts[4]);
+      if (!v.ok()) return Error(v.status());
+      version = *v;
+      next = 5;
+    }
+    if (parts.size() == next) return get ? ModelMetadata(model, version) : method_not_allowed();
+    if (parts.size() == next + 1) {
+      std::string_view action = parts[next];
+      if (action == "ready") return get ? ModelReady(model, version) : method_not_allowed();
+      if (action == "config") return get ? ModelConfig(model, version) : method_not_allowed();
+      if (action == "infer") return post ? Infer(request, model, version) : method_not_allowed();
+    }
+  }
+  return Error(404, fmt::format("no endpoint at '{}'", request.target));
+}
+
+HttpResponse KServeRoutes::ServerMetadata() const {
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, info_.name);
+  w.Key("version");
+  WriteString(w, info_.version);
+  w.Key("extensions");
+  w.StartArray();
+  for (const char* e : {"binary_tensor_data", "model_configuration", "model_repository"}) {
+    w.String(e);
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(200, sb.GetString());
+}
+
+HttpResponse KServeRoutes::ModelMetadata(const std::string& model, int64_t version) const {
+  auto found = manager_->Find(model, version);
+  if (!found.ok()) return Error(found.status());
+  const config::ModelConfig& config = (*found)->config();
+  auto versions = manager_->ReadyVersions(model);
+
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, config.name());
+  w.Key("versions");
+  w.StartArray();
+  if (version != 0) {
+    WriteString(w, std::to_string(version));
+  } else if (versions.ok()) {
+    for (int64_t v : *versions) WriteString(w, std::to_string(v));
+  }
+  w.EndArray();
+  w.Key("platform");
+  WriteString(w, config.platform().empty() ? config.backend() : config.platform());
+  auto write_tensors = [&](const char* key, const auto& tensors) {
+    w.Key(key);
+    w.StartArray();
+    for (const auto& t : tensors) {
+      w.StartObject();
+      w.Key("name");
+      WriteString(w, t.name());
+      w.Key("datatype");
+      WriteString(w, DataTypeWireName(static_cast<DataType>(t.data_type())));
+      w.Key("shape");
+      WriteClientShape(w, config, t.dims());
+      w.EndObject();
+    }
+    w.EndArray();
+  };
+  write_tensors("inputs", config.input());
+  write_tensors("outputs", config.output());
+  w.EndObject();
+  return Json(200, sb.GetString());
+}
+
+HttpResponse KServeRoutes::ModelReady(const std::string& model, int64_t version) const {
+  auto found = manager_->Find(model, version);
+  if (found.ok()) return Empty(200);
+  if (found.status().code() == StatusCode::kNotFound) return Error(found.status());
+  return Empty(400);
+}
+
+HttpResponse KServeRoutes::ModelConfig(const std::string& model, int64_t version) const {
+  if (version != 0) {
+    auto found = manager_->Find(model, version);
+    if (!found.ok()) return Error(found.status());
+    return Json(200, config::ModelConfigToJson((*found)->config()));
+  }
+  auto config = manager_->FindConfig(model);
+  if (!config.ok()) return Error(config.status());
+  return Json(200, config::ModelConfigToJson(**config));
+}
+
+HttpResponse KServeRoutes::Infer(const HttpRequest& http, const std::string& model,
+                                 int64_t version) const {
+  auto found = manager_->Find(model, version);
+  if (!found.ok()) return Error(found.status());
+  const auto& loaded = *found;
+
+  Result<InferRequest> parsed = Status::InvalidArgument("unset");
+  if (http.inference_header_length) {
+    const std::string& text = *http.inference_header_length;
+    size_t length = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
+    if (ec != std::errc() || p != text.data() + text.size()) {
+      return Error(400, fmt::format("Inference-Header-Content-Length '{}' is not a byte count",
+                                    text));
+    }
+    parsed = length == 0 ? ParseRawBinaryRequest(loaded->config(), http.body)
+                         : ParseInferRequest(http.body, length);
+  } else {
+    parsed = ParseInferRequest(http.body, std::nullopt);
+  }
+  if (!parsed.ok()) return Error(parsed.status());
+  InferRequest& request = *parsed;
+  request.model_name = model;
+  request.model_version = loaded->version();
+
+  auto response = loaded->Infer(request);
+  if (!response.ok()) return Error(response.status());
+  EncodedBody encoded = EncodeInferResponse(*response, request);
+  HttpResponse r = Json(200, std::move(encoded.body));
+  r.inference_header_length = encoded.json_length;
+  if (encoded.json_length) r.content_type = "application/octet-stream";
+  return r;
+}
+
+HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
+  bool ready_only = false;
+  if (request.body && !request.body->empty()) {
+    rapidjson::Document doc;
+    doc.Parse(request.body->data(), request.body->size());
+    if (doc.HasParseError() || !doc.IsObject()) {
+      return Error(400, "repository index request body must be a JSON object");
+    }
+    auto it = doc.FindMember("ready");
+    if (it != doc.MemberEnd()) {
+      if (!it->value.IsBool()) return Error(400, "repository index: 'ready' must be a boolean");
+      ready_only = it->value.GetBool();
+    }
+  }
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartArray();
+  for (const auto& entry : manager_->Index()) {
+    if (ready_only && entry.state != runtime::ModelState::kReady) continue;
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, entry.name);
+    if (entry.version != 0) {
+      w.Key("version");
+      WriteString(w, std::to_string(entry.version));
+    }
+    w.Key("state");
+    WriteString(w, runtime::ModelStateName(entry.state));
+    w.Key("reason");
+    WriteString(w, entry.reason);
+    w.EndObject();
+  }
+  w.EndArray();
+  return Json(200, sb.GetString());
+}
+
+}  // namespace vramd::http

@@ -1,0 +1,34 @@
+// The built-in "identity" backend: every output is one of the inputs, unchanged.
+//
+// Mapping (decided at load, from the config alone):
+//   - by name, as Triton's identity backend: when every output is named "OUTPUT<suffix>" and
+//     an input "INPUT<suffix>" exists for each, OUTPUTn returns INPUTn;
+//   - otherwise by position: output i returns input i.
+// The config must have as many outputs as inputs, no two outputs may return the same input, and
+// each output must have its input's data type; anything else fails LoadModel with an
+// InvalidArgument naming the field. Any data type and shape is served.
+//
+// Execute returns, for each output whose input was sent, a tensor with the output's name and
+// config data type, the input's shape, and the input's HostBuffer itself (shared, not copied).
+// An output whose (optional) input was not sent is left out.
+//
+// Thread safety: IdentityBackend and its models are immutable after LoadModel; safe from any
+// thread.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "backends/backend.h"
+
+namespace vramd::backends {
+
+class IdentityBackend final : public Backend {
+ public:
+  static constexpr std::string_view kName = "identity";
+
+  std::string_view name() const override { return kName; }
+  Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
+};
+
+}  // namespace vramd::backends

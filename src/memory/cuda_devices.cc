@@ -1,0 +1,51 @@
+#include "memory/cuda_devices.h"
+
+#include <fmt/format.h>
+
+#if VRAMD_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace vramd::memory {
+
+#if VRAMD_WITH_CUDA
+
+int CudaDeviceCount() {
+  int count = 0;
+  // cudaGetDeviceCount fails without a driver or GPU; that means "no devices", not an error.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::string CudaDescription() {
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("CUDA runtime {}.{}: no usable device ({})", runtime / 1000,
+                       (runtime % 1000) / 10, cudaGetErrorString(err));
+  }
+  std::string s = fmt::format("CUDA runtime {}.{}: {} device(s)", runtime / 1000,
+                              (runtime % 1000) / 10, count);
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
+      s += fmt::format("; cuda:{} {} ({} MiB)", i, prop.name, prop.totalGlobalMem >> 20);
+    }
+  }
+  return s;
+}
+
+#else
+
+int CudaDeviceCount() { return 0; }
+std::string CudaDescription() { return "built without CUDA: CPU only"; }
+
+#endif
+
+}  // namespace vramd::memory

@@ -1,0 +1,50 @@
+// The KServe v2 HTTP/REST endpoints and Triton's extensions that vramd serves, on top of the
+// ModelManager:
+//   GET  /v2/health/live, /v2/health/ready, /v2
+//   GET  /v2/models/{m}[/versions/{v}]            model metadata
+//   GET  /v2/models/{m}[/versions/{v}]/ready
+//   GET  /v2/models/{m}[/versions/{v}]/config     the config as JSON (model configuration ext.)
+//   POST /v2/models/{m}[/versions/{v}]/infer      JSON and binary tensor data
+//   POST /v2/repository/index                     (model repository extension, read only)
+// Errors are {"error": "..."} with Triton's status codes (see HttpStatusFor).
+//
+// Thread safety: Handle may be called concurrently.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "runtime/model_manager.h"
+#include "server/http/http_server.h"
+
+namespace vramd::http {
+
+// Triton's mapping: NotFound 404, Unavailable 503, Unsupported 501, Internal 500, others 400.
+unsigned HttpStatusFor(StatusCode code);
+
+class KServeRoutes {
+ public:
+  struct ServerInfo {
+    std::string name = "vramd";
+    std::string version;
+  };
+
+  // `manager` must outlive this object.
+  KServeRoutes(const runtime::ModelManager* manager, ServerInfo info);
+
+  void Handle(HttpRequest request, Responder respond) const;
+
+ private:
+  HttpResponse Route(const HttpRequest& request) const;
+  HttpResponse ServerMetadata() const;
+  HttpResponse ModelMetadata(const std::string& model, int64_t version) const;
+  HttpResponse ModelReady(const std::string& model, int64_t version) const;
+  HttpResponse ModelConfig(const std::string& model, int64_t version) const;
+  HttpResponse Infer(const HttpRequest& request, const std::string& model, int64_t version) const;
+  HttpResponse RepositoryIndex(const HttpRequest& request) const;
+
+  const runtime::ModelManager* manager_;
+  const ServerInfo info_;
+};
+
+}  // namespace vramd::http

@@ -1,0 +1,236 @@
+"""Shared end-to-end helpers: the vramd process wrapper and fixture-repository lookups.
+
+See conftest.py for the environment variables.
+"""
+
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import urllib.error
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from v2client import V2Client  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+SOURCE_DIR = pathlib.Path(os.environ.get("VRAMD_SOURCE_DIR", HERE.parent.parent)).resolve()
+VRAMD_BIN = pathlib.Path(os.environ.get("VRAMD_BIN", "/work/main/build/src/cli/vramd"))
+FIXTURE_REPO = SOURCE_DIR / "tests" / "fixtures" / "models"
+
+LISTEN_RE = re.compile(r"HTTP listening on (\[[^\]]+\]|[^\s:]+):(\d+)")
+# Signs that the process died or misbehaved in a way a clean exit code would not show.
+CRASH_MARKERS = [
+    "Segmentation fault",
+    "AddressSanitizer",
+    "LeakSanitizer",
+    "ThreadSanitizer",
+    "runtime error:",  # UBSan
+    "terminate called",
+    "Assertion `",
+    "stack smashing",
+    "double free",
+    "free(): invalid",
+]
+
+START_TIMEOUT_S = float(os.environ.get("VRAMD_E2E_START_TIMEOUT", "60"))
+STOP_TIMEOUT_S = 30.0
+
+
+class VramdProcess:
+    """One vramd process. Use start(); then .port, .client(), .stop()."""
+
+    def __init__(self, repos, log_dir, extra_args=(), name="vramd"):
+        self.repos = [str(r) for r in repos]
+        self.extra_args = list(extra_args)
+        self.log_dir = pathlib.Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.stderr_path = self.log_dir / (name + ".stderr.log")
+        self.stdout_path = self.log_dir / (name + ".stdout.log")
+        self.proc = None
+        self.host = "127.0.0.1"
+        self.port = None
+        self._clients = []
+
+    def argv(self):
+        argv = [str(VRAMD_BIN), "serve"]
+        for r in self.repos:
+            argv += ["--model-repository", r]
+        argv += ["--http-port", "0", "--http-address", "127.0.0.1"]
+        if os.environ.get("VRAMD_E2E_LOG_VERBOSE"):
+            argv += ["--log-verbose", os.environ["VRAMD_E2E_LOG_VERBOSE"]]
+        return argv + self.extra_args
+
+    def launch(self):
+        if not VRAMD_BIN.exists():
+            pytest.fail("vramd binary not found at %s (set VRAMD_BIN)" % VRAMD_BIN)
+        self._err = open(self.stderr_path, "wb")
+        self._out = open(self.stdout_path, "wb")
+        self.proc = subprocess.Popen(self.argv(), stdout=self._out, stderr=self._err,
+                                     stdin=subprocess.DEVNULL)
+        return self
+
+    def start(self, wait_ready=True, timeout=START_TIMEOUT_S):
+        self.launch()
+        self.wait_listening(timeout)
+        if wait_ready:
+            self.wait_ready(timeout)
+        return self
+
+    def log(self):
+        """Everything the server wrote so far (stderr then stdout)."""
+        text = ""
+        for p in (self.stderr_path, self.stdout_path):
+            try:
+                text += p.read_text(errors="replace")
+            except FileNotFoundError:
+                pass
+        return text
+
+    def stderr_text(self):
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def describe(self, tail=4000):
+        return "%s\n--- %s log tail ---\n%s" % (" ".join(self.argv()), self.name,
+                                                self.log()[-tail:])
+
+    def wait_listening(self, timeout=START_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = LISTEN_RE.search(self.stderr_text())
+            if m:
+                self.port = int(m.group(2))
+                assert self.port > 0, "server announced port 0"
+                return self.port
+            if self.proc.poll() is not None:
+                raise AssertionError("vramd exited with %s before listening\n%s"
+                                     % (self.proc.returncode, self.describe()))
+            time.sleep(0.05)
+        raise AssertionError("no 'HTTP listening on <addr>:<port>' line on stderr within %.0fs\n%s"
+                             % (timeout, self.describe()))
+
+    def wait_ready(self, timeout=START_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("vramd exited with %s before ready\n%s"
+                                     % (self.proc.returncode, self.describe()))
+            try:
+                with urllib.request.urlopen(
+                        "http://%s:%d/v2/health/ready" % (self.host, self.port),
+                        timeout=5) as r:
+                    if r.status == 200:
+                        return
+                    last = r.status
+            except urllib.error.HTTPError as e:
+                last = "%d %r" % (e.code, e.read()[:200])
+            except OSError as e:
+                last = repr(e)
+            time.sleep(0.1)
+        raise AssertionError("/v2/health/ready not 200 within %.0fs (last: %s)\n%s"
+                             % (timeout, last, self.describe()))
+
+    def client(self, timeout=30.0):
+        c = V2Client(self.host, self.port, timeout=timeout)
+        self._clients.append(c)
+        return c
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout=STOP_TIMEOUT_S):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("vramd did not exit within %.0fs of the signal\n%s"
+                                 % (timeout, self.describe()))
+        finally:
+            self._close_files()
+
+    def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
+        """Signals the server, waits, and returns its exit code."""
+        for c in self._clients:
+            c.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.wait(timeout)
+
+    def kill(self):
+        """For cleanup after a failed test; never used to judge the server."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_files()
+
+    def _close_files(self):
+        for f in (getattr(self, "_err", None), getattr(self, "_out", None)):
+            if f is not None and not f.closed:
+                f.close()
+
+    def assert_no_crash_markers(self):
+        text = self.log()
+        found = [m for m in CRASH_MARKERS if m in text]
+        assert not found, "crash markers %s in the server log\n%s" % (found, self.describe())
+
+    def assert_clean_exit(self, code):
+        assert code is not None
+        assert code >= 0, "vramd was killed by signal %d\n%s" % (-code, self.describe())
+        assert code == 0, "vramd exited with %d (expected 0)\n%s" % (code, self.describe())
+        self.assert_no_crash_markers()
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading the fixture repository (without asking the server), to find models by their traits.
+
+
+def read_config(model_dir):
+    p = pathlib.Path(model_dir) / "config.pbtxt"
+    return p.read_text() if p.exists() else ""
+
+
+def model_dirs(repo=FIXTURE_REPO):
+    if not pathlib.Path(repo).is_dir():
+        return []
+    return sorted(p for p in pathlib.Path(repo).iterdir() if p.is_dir())
+
+
+def find_model(predicate, repo=FIXTURE_REPO):
+    """Name of the first fixture model whose config.pbtxt text satisfies `predicate`."""
+    for d in model_dirs(repo):
+        if predicate(d.name, read_config(d)):
+            return d.name
+    return None
+
+
+def batching_identity_name():
+    def pred(name, text):
+        return (re.search(r"max_batch_size\s*:\s*4\b", text) is not None
+                and "identity" in (name + text).lower() and "broken" not in name)
+    return find_model(pred)
+
+
+def optional_input_model_name():
+    return find_model(lambda name, text: re.search(r"optional\s*:\s*true", text) is not None
+                      and "broken" not in name)
+
+
+def require_model(name, what):
+    if name is None or not (FIXTURE_REPO / name).is_dir():
+        pytest.fail("fixture model for %s is missing from %s" % (what, FIXTURE_REPO))
+    return name
