@@ -55,18 +55,19 @@ Result<Backend*> FindBackend(const config::ModelConfig& config) {
       if (platform == config.platform()) wanted = backend;
     }
     if (wanted.empty()) {
-      return Status::NotFound(fmt::format(
-          "model '{}': unknown platform '{}' (available backends: {})", config.name(),
-          config.platform(), AvailableList()));
+      return Status::NotFound(
+          fmt::format("model '{}': unknown platform '{}' (available backends: {})", config.name(),
+                      config.platform(), AvailableList()));
     }
     origin = fmt::format(" (from platform '{}')", config.platform());
   }
   for (Backend* b : BuiltinBackends()) {
     if (b->name() == wanted) return b;
   }
-  return Status::NotFound(fmt::format("model '{}': backend '{}'{} is not available (available "
-                                      "backends: {})",
-                                      config.name(), wanted, origin, AvailableList()));
+  return Status::NotFound(
+      fmt::format("model '{}': backend '{}'{} is not available (available "
+                  "backends: {})",
+                  config.name(), wanted, origin, AvailableList()));
 }
 
 }  // namespace vramd::backends

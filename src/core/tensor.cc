@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace vramd {
@@ -22,7 +23,10 @@ Result<std::vector<std::string_view>> SplitBytesElements(std::string_view data,
                                                          std::string_view tensor_name,
                                                          int64_t expected_count) {
   std::vector<std::string_view> elements;
-  if (expected_count > 0) elements.reserve(static_cast<size_t>(expected_count));
+  // The count comes from a client's shape: never reserve more than the data could hold.
+  if (expected_count > 0) {
+    elements.reserve(std::min(static_cast<size_t>(expected_count), data.size() / 4));
+  }
   size_t pos = 0;
   while (pos < data.size()) {
     if (data.size() - pos < 4) {

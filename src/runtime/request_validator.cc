@@ -68,10 +68,9 @@ const config::ModelInput* FindConfigInput(const config::ModelConfig& config,
 Status CheckDatatype(const config::ModelInput& in, const Tensor& t) {
   const DataType expected = CoreType(in.data_type());
   if (t.datatype == expected) return Status::Ok();
-  return Status::InvalidArgument(fmt::format("input '{}': expected datatype {} (config {}), got {}",
-                                             t.name, DataTypeWireName(expected),
-                                             DataTypeConfigName(expected),
-                                             DataTypeWireName(t.datatype)));
+  return Status::InvalidArgument(fmt::format(
+      "input '{}': expected datatype {} (config {}), got {}", t.name, DataTypeWireName(expected),
+      DataTypeConfigName(expected), DataTypeWireName(t.datatype)));
 }
 
 // The shape check. `batch_size` receives the leading dimension when max_batch_size > 0.
@@ -83,8 +82,8 @@ Status CheckShape(const config::ModelInput& in, const Tensor& t, int32_t max_bat
     std::string with_batch =
         batching ? fmt::format(" with max_batch_size {}", max_batch_size) : std::string();
     return Status::InvalidArgument(fmt::format("input '{}': shape {} does not match dims {}{}: {}",
-                                               t.name, ShapeToString(t.shape),
-                                               ShapeToString(dims), with_batch, detail));
+                                               t.name, ShapeToString(t.shape), ShapeToString(dims),
+                                               with_batch, detail));
   };
 
   const size_t offset = batching ? 1 : 0;
@@ -96,13 +95,13 @@ Status CheckShape(const config::ModelInput& in, const Tensor& t, int32_t max_bat
   if (batching) {
     const int64_t batch = t.shape[0];
     if (batch < 1) {
-      return Status::InvalidArgument(fmt::format(
-          "input '{}': batch size {} is below 1 (shape {}, max_batch_size {})", t.name, batch,
-          ShapeToString(t.shape), max_batch_size));
+      return Status::InvalidArgument(
+          fmt::format("input '{}': batch size {} is below 1 (shape {}, max_batch_size {})", t.name,
+                      batch, ShapeToString(t.shape), max_batch_size));
     }
     if (batch > max_batch_size) {
-      return Status::InvalidArgument(fmt::format("input '{}': batch size {} exceeds max_batch_size {}",
-                                                 t.name, batch, max_batch_size));
+      return Status::InvalidArgument(fmt::format(
+          "input '{}': batch size {} exceeds max_batch_size {}", t.name, batch, max_batch_size));
     }
     *batch_size = batch;
   }
@@ -110,7 +109,8 @@ Status CheckShape(const config::ModelInput& in, const Tensor& t, int32_t max_bat
     const size_t at = i + offset;
     const int64_t got = t.shape[at];
     if (dims[i] < 0) {
-      if (got < 0) return mismatch(fmt::format("dimension {} is {}, expected a size >= 0", at, got));
+      if (got < 0)
+        return mismatch(fmt::format("dimension {} is {}, expected a size >= 0", at, got));
     } else if (got != dims[i]) {
       return mismatch(fmt::format("dimension {} is {}, expected {}", at, got, dims[i]));
     }
@@ -126,13 +126,13 @@ Status CheckByteSize(const Tensor& t) {
     // Each element takes at least its 4-byte length prefix; checking this first also keeps a
     // huge declared shape from sizing anything before the data is read.
     if (static_cast<uint64_t>(count) > got / 4) {
-      return Status::InvalidArgument(fmt::format(
-          "input '{}': shape {} has {} BYTES element(s), needing at least {} bytes of "
-          "length prefixes, got {} bytes",
-          t.name, ShapeToString(t.shape), count,
-          count > std::numeric_limits<int64_t>::max() / 4 ? std::string("2^63")
-                                                           : std::to_string(count * 4),
-          got));
+      return Status::InvalidArgument(
+          fmt::format("input '{}': shape {} has {} BYTES element(s), needing at least {} bytes of "
+                      "length prefixes, got {} bytes",
+                      t.name, ShapeToString(t.shape), count,
+                      count > std::numeric_limits<int64_t>::max() / 4 ? std::string("2^63")
+                                                                      : std::to_string(count * 4),
+                      got));
     }
     auto elements = SplitBytesElements(t.data.view(), t.name, count);
     return elements.ok() ? Status::Ok() : elements.status();

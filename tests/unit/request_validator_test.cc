@@ -1,7 +1,7 @@
 #include "runtime/request_validator.h"
 
-#include <google/protobuf/text_format.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -24,10 +24,26 @@ config::ModelConfig AddSubConfig() {
     name: "add_sub"
     backend: "add_sub"
     max_batch_size: 8
-    input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }
-    input { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
-    output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }
-    output { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+    input {
+      name: "INPUT0"
+      data_type: TYPE_FP32
+      dims: [ 16 ]
+    }
+    input {
+      name: "INPUT1"
+      data_type: TYPE_FP32
+      dims: [ 16 ]
+    }
+    output {
+      name: "OUTPUT0"
+      data_type: TYPE_FP32
+      dims: [ 16 ]
+    }
+    output {
+      name: "OUTPUT1"
+      data_type: TYPE_FP32
+      dims: [ 16 ]
+    }
   )pb");
 }
 
@@ -85,9 +101,22 @@ TEST(RequestValidatorTest, RejectsMissingRequiredInput) {
 TEST(RequestValidatorTest, AllowsMissingOptionalInput) {
   config::ModelConfig c = ParseConfig(R"pb(
     name: "opt"
-    input { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
-    input { name: "INPUT1" data_type: TYPE_FP32 dims: [ -1 ] optional: true }
-    output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
+    input {
+      name: "INPUT0"
+      data_type: TYPE_FP32
+      dims: [ -1 ]
+    }
+    input {
+      name: "INPUT1"
+      data_type: TYPE_FP32
+      dims: [ -1 ]
+      optional: true
+    }
+    output {
+      name: "OUTPUT0"
+      data_type: TYPE_FP32
+      dims: [ -1 ]
+    }
   )pb");
   InferRequest r;
   r.inputs.push_back(Fixed("INPUT0", DataType::kFp32, {3}));
@@ -140,16 +169,25 @@ TEST(RequestValidatorTest, NonBatchingModelHasNoBatchDimension) {
   c.set_max_batch_size(0);
   EXPECT_TRUE(ValidateInferRequest(c, AddSubRequest({16})).ok());
   Status s = ValidateInferRequest(c, AddSubRequest({1, 16}));
-  ExpectInvalid(s, "input 'INPUT0': shape [1,16] does not match dims [16]: expected 1 dimension(s), "
-                   "got 2");
+  ExpectInvalid(s,
+                "input 'INPUT0': shape [1,16] does not match dims [16]: expected 1 dimension(s), "
+                "got 2");
   EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("max_batch_size")));
 }
 
 TEST(RequestValidatorTest, VariableDimTakesAnySizeButNotNegative) {
   config::ModelConfig c = ParseConfig(R"pb(
     name: "identity_fp32"
-    input { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1, 2 ] }
-    output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1, 2 ] }
+    input {
+      name: "INPUT0"
+      data_type: TYPE_FP32
+      dims: [ -1, 2 ]
+    }
+    output {
+      name: "OUTPUT0"
+      data_type: TYPE_FP32
+      dims: [ -1, 2 ]
+    }
   )pb");
   for (int64_t n : {0, 1, 1000}) {
     InferRequest r;
@@ -165,8 +203,17 @@ TEST(RequestValidatorTest, ReshapeDoesNotChangeWhatTheClientSends) {
   config::ModelConfig c = ParseConfig(R"pb(
     name: "reshaped"
     max_batch_size: 4
-    input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 6 ] reshape { shape: [ 2, 3 ] } }
-    output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 6 ] }
+    input {
+      name: "INPUT0"
+      data_type: TYPE_FP32
+      dims: [ 6 ]
+      reshape { shape: [ 2, 3 ] }
+    }
+    output {
+      name: "OUTPUT0"
+      data_type: TYPE_FP32
+      dims: [ 6 ]
+    }
   )pb");
   InferRequest ok;
   ok.inputs.push_back(Fixed("INPUT0", DataType::kFp32, {2, 6}));
@@ -190,8 +237,16 @@ TEST(RequestValidatorTest, RejectsByteSizeThatDoesNotMatchShape) {
 TEST(RequestValidatorTest, RejectsShapeWhoseByteSizeOverflows) {
   config::ModelConfig c = ParseConfig(R"pb(
     name: "big"
-    input { name: "INPUT0" data_type: TYPE_FP64 dims: [ -1, -1 ] }
-    output { name: "OUTPUT0" data_type: TYPE_FP64 dims: [ -1, -1 ] }
+    input {
+      name: "INPUT0"
+      data_type: TYPE_FP64
+      dims: [ -1, -1 ]
+    }
+    output {
+      name: "OUTPUT0"
+      data_type: TYPE_FP64
+      dims: [ -1, -1 ]
+    }
   )pb");
   InferRequest r;
   r.inputs.push_back(
@@ -202,8 +257,16 @@ TEST(RequestValidatorTest, RejectsShapeWhoseByteSizeOverflows) {
 config::ModelConfig BytesConfig() {
   return ParseConfig(R"pb(
     name: "identity_bytes"
-    input { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] }
-    output { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] }
+    input {
+      name: "INPUT0"
+      data_type: TYPE_STRING
+      dims: [ -1 ]
+    }
+    output {
+      name: "OUTPUT0"
+      data_type: TYPE_STRING
+      dims: [ -1 ]
+    }
   )pb");
 }
 

@@ -36,16 +36,16 @@ bool SameDims(const google::protobuf::RepeatedField<int64_t>& a,
 Result<Plan> PlanModel(const ModelContext& ctx) {
   const config::ModelConfig& config = *ctx.config;
   auto invalid = [&](const std::string& detail) {
-    return Status::InvalidArgument(
-        fmt::format("model '{}': the add_sub backend cannot serve this config: {}", ctx.name,
-                    detail));
+    return Status::InvalidArgument(fmt::format(
+        "model '{}': the add_sub backend cannot serve this config: {}", ctx.name, detail));
   };
   if (config.input_size() != 2) {
     return invalid(fmt::format("input: expected exactly 2 inputs (INPUT0, INPUT1), got {}",
                                config.input_size()));
   }
-  const bool names_ok = (config.input(0).name() == "INPUT0" && config.input(1).name() == "INPUT1") ||
-                        (config.input(0).name() == "INPUT1" && config.input(1).name() == "INPUT0");
+  const bool names_ok =
+      (config.input(0).name() == "INPUT0" && config.input(1).name() == "INPUT1") ||
+      (config.input(0).name() == "INPUT1" && config.input(1).name() == "INPUT0");
   if (!names_ok) {
     return invalid(fmt::format("input: expected names INPUT0 and INPUT1, got '{}' and '{}'",
                                config.input(0).name(), config.input(1).name()));
@@ -59,7 +59,8 @@ Result<Plan> PlanModel(const ModelContext& ctx) {
     const auto& in = config.input(i);
     if (in.data_type() != type) {
       return invalid(fmt::format("input[{}].data_type: expected {} like input[0], got {}", i,
-                                 config::DataType_Name(type), config::DataType_Name(in.data_type())));
+                                 config::DataType_Name(type),
+                                 config::DataType_Name(in.data_type())));
     }
     if (in.optional()) {
       return invalid(fmt::format("input[{}].optional: '{}' is required by add_sub", i, in.name()));
@@ -84,8 +85,8 @@ Result<Plan> PlanModel(const ModelContext& ctx) {
     } else if (out.name() == "OUTPUT1") {
       op = Op::kSub;
     } else {
-      return invalid(fmt::format("output[{}].name: expected OUTPUT0 or OUTPUT1, got '{}'", i,
-                                 out.name()));
+      return invalid(
+          fmt::format("output[{}].name: expected OUTPUT0 or OUTPUT1, got '{}'", i, out.name()));
     }
     for (const auto& prev : plan.outputs) {
       if (prev.name == out.name()) {
@@ -129,15 +130,14 @@ class AddSubInstance final : public BackendInstance {
     const Tensor* a = request.FindInput("INPUT0");
     const Tensor* b = request.FindInput("INPUT1");
     if (a == nullptr || b == nullptr) {
-      return Status::InvalidArgument(
-          fmt::format("add_sub instance '{}': missing input '{}'", name_,
-                      a == nullptr ? "INPUT0" : "INPUT1"));
+      return Status::InvalidArgument(fmt::format("add_sub instance '{}': missing input '{}'", name_,
+                                                 a == nullptr ? "INPUT0" : "INPUT1"));
     }
     for (const Tensor* t : {a, b}) {
       if (t->datatype != plan_->datatype) {
-        return Status::InvalidArgument(fmt::format("add_sub instance '{}': input '{}' is {}, expected {}",
-                                                   name_, t->name, DataTypeWireName(t->datatype),
-                                                   DataTypeWireName(plan_->datatype)));
+        return Status::InvalidArgument(
+            fmt::format("add_sub instance '{}': input '{}' is {}, expected {}", name_, t->name,
+                        DataTypeWireName(t->datatype), DataTypeWireName(plan_->datatype)));
       }
     }
     if (a->shape != b->shape) {
