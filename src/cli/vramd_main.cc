@@ -23,6 +23,7 @@ struct ServeOptions {
   int64_t http_max_input_size = int64_t{64} << 20;
   int log_verbose = 0;
   bool exit_on_error = false;
+  bool strict_readiness = true;
   int exit_timeout_secs = 30;
 };
 
@@ -59,7 +60,8 @@ int Serve(const ServeOptions& options) {
     return 1;
   }
 
-  vramd::http::KServeRoutes routes(manager->get(), {"vramd", VRAMD_VERSION});
+  vramd::http::KServeRoutes routes(manager->get(),
+                                     {"vramd", VRAMD_VERSION, options.strict_readiness});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -114,6 +116,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_flag("--exit-on-error", options.exit_on_error,
                   "Exit if any model fails to load (default: serve the others)");
+  serve->add_flag("--strict-readiness,!--no-strict-readiness", options.strict_readiness,
+                  "/v2/health/ready needs every model ready (default); else only a live server")
+      ->capture_default_str();
   serve->add_option("--exit-timeout-secs", options.exit_timeout_secs,
                     "On SIGINT/SIGTERM, how long in-flight requests may take to finish")
       ->check(CLI::NonNegativeNumber)

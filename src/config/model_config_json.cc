@@ -207,9 +207,9 @@ Status CheckJsonObject(const rapidjson::Value& object, const pb::Descriptor* d,
     std::string path = prefix + f->name();
     if (f->is_map() && value.IsObject()) {
       for (auto e = value.MemberBegin(); e != value.MemberEnd(); ++e) {
-        VRAMD_RETURN_IF_ERROR(CheckJsonValue(
-            e->value, f->message_type()->map_value(),
-            fmt::format("{}[\"{}\"]", path, std::string(e->name.GetString(), e->name.GetStringLength()))));
+        std::string map_key(e->name.GetString(), e->name.GetStringLength());
+        VRAMD_RETURN_IF_ERROR(CheckJsonValue(e->value, f->message_type()->map_value(),
+                                             fmt::format("{}[\"{}\"]", path, map_key)));
       }
     } else if (f->is_repeated() && value.IsArray()) {
       for (rapidjson::SizeType i = 0; i < value.Size(); ++i) {
@@ -235,15 +235,15 @@ Result<ModelConfig> ModelConfigFromJson(std::string_view json) {
   rapidjson::Document document;
   document.Parse(json.data(), json.size());
   if (document.HasParseError()) {
-    return Status::InvalidArgument(
-        fmt::format("model config JSON is not valid JSON at offset {}: {}",
-                    document.GetErrorOffset(), rapidjson::GetParseError_En(document.GetParseError())));
+    return Status::InvalidArgument(fmt::format(
+        "model config JSON is not valid JSON at offset {}: {}", document.GetErrorOffset(),
+        rapidjson::GetParseError_En(document.GetParseError())));
   }
   if (!document.IsObject()) {
     return Status::InvalidArgument("model config JSON must be an object");
   }
-  Status enums = CheckJsonObject(document, ModelConfig::descriptor(), "");
-  if (!enums.ok()) return enums.WithContext("model config JSON");
+  Status values = CheckJsonObject(document, ModelConfig::descriptor(), "");
+  if (!values.ok()) return values.WithContext("model config JSON");
 
   ModelConfig config;
   pb::util::JsonParseOptions options;
@@ -255,8 +255,8 @@ Result<ModelConfig> ModelConfigFromJson(std::string_view json) {
         fmt::format("model config JSON does not match ModelConfig: {}",
                     std::string(status.message().data(), status.message().size())));
   }
-  enums = CheckEnumValuesKnown(config);
-  if (!enums.ok()) return enums.WithContext("model config JSON");
+  values = CheckFieldValues(config);
+  if (!values.ok()) return values.WithContext("model config JSON");
   return config;
 }
 

@@ -5,148 +5,21 @@
 
 #include <climits>
 #include <fstream>
-#include <map>
 #include <set>
 #include <sstream>
 #include <system_error>
 #include <utility>
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 
 #include "config/reflection_util.h"
+#include "config/text_format_support.h"
 
 namespace vramd::config {
 namespace {
 
 namespace pb = google::protobuf;
-
-// What protobuf's text parser says when AllowUnknownField(true) skips a field:
-//   Message type "vramd.config.ModelConfig" has no field named "optimization".
-constexpr std::string_view kNoFieldNamed = "has no field named \"";
-
-// A (0-based line, 0-based column) position as protobuf's tokenizer counts it.
-using Position = std::pair<int, int>;
-
-// Collects the text parser's diagnostics. Errors become "<file>:<line>:<col>: <message>" with
-// 1-based numbers; warnings are kept with their 0-based position to be named afterwards.
-class DiagnosticCollector : public pb::io::ErrorCollector {
- public:
-  struct Warning {
-    Position position;
-    std::string message;
-  };
-
-  explicit DiagnosticCollector(std::string_view file_name) : file_name_(file_name) {}
-
-  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    errors_.push_back(fmt::format("{}:{}:{}: {}", file_name_, line + 1, column + 1, message));
-  }
-  void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    warnings_.push_back({{line, column}, message});
-  }
-
-  const std::vector<std::string>& errors() const { return errors_; }
-  const std::vector<Warning>& warnings() const { return warnings_; }
-
- private:
-  std::string file_name_;
-  std::vector<std::string> errors_;
-  std::vector<Warning> warnings_;
-};
-
-// Configures a tokenizer the way TextFormat's parser does, so positions agree with its reports.
-void ConfigureLikeTextFormat(pb::io::Tokenizer* tokenizer) {
-  tokenizer->set_allow_f_after_float(true);
-  tokenizer->set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
-  tokenizer->set_require_space_after_number(false);
-  tokenizer->set_allow_multiline_strings(true);
-}
-
-// For each wanted position, the dotted path of the known fields enclosing the token there, e.g.
-// "instance_group." for a field inside `instance_group [ { ... } ]`, "" at top level. The text
-// must already have parsed; skipped (unknown) messages never contain a wanted position because
-// the parser does not look inside them.
-std::map<Position, std::string> EnclosingPaths(std::string_view text,
-                                               const std::set<Position>& wanted) {
-  struct Scope {
-    std::string name;
-    bool is_list;  // `name [ ... ]`: its `{` elements are messages named `name`
-  };
-  std::map<Position, std::string> paths;
-  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
-  struct Quiet : pb::io::ErrorCollector {
-    void AddError(int, pb::io::ColumnNumber, const std::string&) override {}
-  } quiet;
-  pb::io::Tokenizer tokenizer(&input, &quiet);
-  ConfigureLikeTextFormat(&tokenizer);
-
-  std::vector<Scope> stack;
-  std::string pending;  // the field name just read, while `:` or an opening bracket may follow
-  while (tokenizer.Next()) {
-    const pb::io::Tokenizer::Token& token = tokenizer.current();
-    if (token.type == pb::io::Tokenizer::TYPE_IDENTIFIER) {
-      if (wanted.count({token.line, token.column}) != 0) {
-        std::string path;
-        for (const Scope& scope : stack) {
-          if (!scope.is_list) path += scope.name + ".";
-        }
-        paths[{token.line, token.column}] = path;
-      }
-      pending = token.text;
-      continue;
-    }
-    const std::string& symbol = token.text;
-    if (token.type != pb::io::Tokenizer::TYPE_SYMBOL) {
-      pending.clear();
-    } else if (symbol == ":") {
-      // keep `pending`: `name: { ... }` and `name: [ ... ]` are both valid
-    } else if (symbol == "[") {
-      stack.push_back({pending, true});
-      pending.clear();
-    } else if (symbol == "{" || symbol == "<") {
-      std::string name = pending;
-      if (name.empty() && !stack.empty() && stack.back().is_list) name = stack.back().name;
-      stack.push_back({name, false});
-      pending.clear();
-    } else if (symbol == "}" || symbol == ">" || symbol == "]") {
-      if (!stack.empty()) stack.pop_back();
-      pending.clear();
-    } else {
-      pending.clear();
-    }
-  }
-  return paths;
-}
-
-// Turns the parser's warnings into ParsedModelConfig::unsupported_fields entries:
-// "<path.>field (line N)", N 1-based; other warnings are kept as "<message> (line N)".
-std::vector<std::string> DescribeSkippedFields(
-    std::string_view text, const std::vector<DiagnosticCollector::Warning>& warnings) {
-  std::set<Position> wanted;
-  for (const auto& warning : warnings) wanted.insert(warning.position);
-  std::map<Position, std::string> paths = EnclosingPaths(text, wanted);
-
-  std::vector<std::string> entries;
-  for (const auto& warning : warnings) {
-    int line = warning.position.first + 1;
-    size_t start = warning.message.find(kNoFieldNamed);
-    size_t end = start == std::string::npos
-                     ? std::string::npos
-                     : warning.message.find('"', start + kNoFieldNamed.size());
-    if (end == std::string::npos) {
-      entries.push_back(fmt::format("{} (line {})", warning.message, line));
-      continue;
-    }
-    start += kNoFieldNamed.size();
-    std::string field = warning.message.substr(start, end - start);
-    auto path = paths.find(warning.position);
-    std::string prefix = path == paths.end() ? "" : path->second;
-    entries.push_back(fmt::format("{}{} (line {})", prefix, field, line));
-  }
-  return entries;
-}
 
 std::string TensorLabel(std::string_view kind, int index, const std::string& name) {
   return name.empty() ? fmt::format("{}[{}]", kind, index) : fmt::format("{} '{}'", kind, name);
@@ -186,7 +59,9 @@ Status CheckReshape(const std::string& where, const pb::RepeatedField<int64_t>& 
                     const ModelTensorReshape& reshape) {
   VRAMD_RETURN_IF_ERROR(CheckDims(where, "reshape.shape", reshape.shape()));
   if (FixedSegments(dims) == FixedSegments(reshape.shape())) return Status::Ok();
-  auto join = [](const pb::RepeatedField<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); };
+  auto join = [](const pb::RepeatedField<int64_t>& v) {
+    return fmt::format("[{}]", fmt::join(v, ","));
+  };
   return Status::InvalidArgument(fmt::format(
       "{}: reshape.shape {} does not have the same elements as dims {}", where,
       join(reshape.shape()), join(dims)));
@@ -225,20 +100,25 @@ Result<ParsedModelConfig> ParseModelConfigText(std::string_view text, std::strin
                                                text.size()));
   }
   ParsedModelConfig parsed;
-  DiagnosticCollector diagnostics(file_name);
+  text_format::DiagnosticCollector diagnostics;
   pb::TextFormat::Parser parser;
   parser.AllowUnknownField(true);
   parser.RecordErrorsTo(&diagnostics);
-  pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  const std::string rewritten = text_format::AddColonsBeforeLists(text);
+  pb::io::ArrayInputStream input(rewritten.data(), static_cast<int>(rewritten.size()));
   if (!parser.Parse(&input, &parsed.config)) {
     if (diagnostics.errors().empty()) {
       return Status::InvalidArgument(fmt::format("{}: cannot parse the model config", file_name));
     }
-    return Status::InvalidArgument(fmt::format("{}", fmt::join(diagnostics.errors(), "; ")));
+    std::vector<std::string> errors;
+    for (const text_format::Diagnostic& error : diagnostics.errors()) {
+      errors.push_back(text_format::FormatError(rewritten, file_name, error));
+    }
+    return Status::InvalidArgument(fmt::format("{}", fmt::join(errors, "; ")));
   }
-  Status enums = CheckEnumValuesKnown(parsed.config);
-  if (!enums.ok()) return enums.WithContext(file_name);
-  parsed.unsupported_fields = DescribeSkippedFields(text, diagnostics.warnings());
+  Status values = CheckFieldValues(parsed.config);
+  if (!values.ok()) return values.WithContext(file_name);
+  parsed.unsupported_fields = text_format::DescribeSkippedFields(rewritten, diagnostics.warnings());
   return parsed;
 }
 
@@ -290,8 +170,8 @@ Status ValidateAndNormalize(ModelConfig* config, std::string_view model_dir_name
       }
     }
   }
-  Status enums = CheckEnumValuesKnown(*config);
-  if (!enums.ok()) return enums.WithContext(model);
+  Status values = CheckFieldValues(*config);
+  if (!values.ok()) return values.WithContext(model);
 
   // Valid: fill Triton's defaults.
   if (config->name().empty()) config->set_name(std::string(model_dir_name));

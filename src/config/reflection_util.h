@@ -15,11 +15,13 @@ namespace vramd::config {
 // are, integer keys in decimal, bool keys "true"/"false". This is also their JSON form.
 std::string MapKeyString(const google::protobuf::Message& map_entry);
 
-// Walks `message` (sub-messages, repeated fields and map values included) and fails with
-// InvalidArgument naming the first enum field whose value is not one the enum declares, e.g.
-// "input[0].data_type: 99 is not a value of vramd.config.DataType". Proto3 enums are open, so
-// both text format (`data_type: 99`) and JSON accept numbers the .proto does not list; vramd
-// treats them as errors.
-Status CheckEnumValuesKnown(const google::protobuf::Message& message);
+// Walks `message` (sub-messages, repeated fields and maps included) and fails with
+// InvalidArgument naming the first field whose value vramd cannot use:
+//  - an enum number the enum does not declare: "input[0].data_type: 99 is not a value of
+//    vramd.config.DataType". Proto3 enums are open, so text format (`data_type: 99`) and JSON
+//    accept numbers the .proto does not list.
+//  - a string (or string map key) that is not valid UTF-8: "name: not valid UTF-8". The text
+//    format accepts `name: "\xff"`; such a config could not be answered as JSON.
+Status CheckFieldValues(const google::protobuf::Message& message);
 
 }  // namespace vramd::config

@@ -10,7 +10,8 @@ namespace vramd::runtime {
 // OK when `request` fits `config`; otherwise an InvalidArgument whose message names the tensor,
 // what the config expects and what came. Checks: every input is known, sent once, and every
 // non-optional input is present; datatypes match; the shape matches dims (a -1 dim takes any
-// size) and, with max_batch_size > 0, has a leading batch dimension in [1, max_batch_size];
+// size) and, with max_batch_size > 0, has a leading batch dimension in [1, max_batch_size],
+// the same for every input;
 // byte sizes equal elements x type size (BYTES: well-formed and the right element count);
 // requested outputs exist and are not repeated.
 Status ValidateInferRequest(const config::ModelConfig& config, const InferRequest& request);

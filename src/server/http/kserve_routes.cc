@@ -173,7 +173,9 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
   if (parts[1] == "health" && parts.size() == 3) {
     if (!get) return method_not_allowed();
     if (parts[2] == "live") return Empty(200);
-    if (parts[2] == "ready") return Empty(manager_->AllModelsReady() ? 200 : 400);
+    if (parts[2] == "ready") {
+      return Empty(!info_.strict_readiness || manager_->AllModelsReady() ? 200 : 400);
+    }
   }
   if (parts[1] == "repository" && parts.size() == 3 && parts[2] == "index") {
     return post ? RepositoryIndex(request) : method_not_allowed();

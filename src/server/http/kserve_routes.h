@@ -1,6 +1,6 @@
 // The KServe v2 HTTP/REST endpoints and Triton's extensions that vramd serves, on top of the
 // ModelManager:
-//   GET  /v2/health/live, /v2/health/ready, /v2
+//   GET  /v2/health/live, /v2/health/ready (see ServerInfo::strict_readiness), /v2
 //   GET  /v2/models/{m}[/versions/{v}]            model metadata
 //   GET  /v2/models/{m}[/versions/{v}]/ready
 //   GET  /v2/models/{m}[/versions/{v}]/config     the config as JSON (model configuration ext.)
@@ -27,6 +27,9 @@ class KServeRoutes {
   struct ServerInfo {
     std::string name = "vramd";
     std::string version;
+    // Triton's --strict-readiness: /v2/health/ready needs every model ready; otherwise only
+    // that the server is up.
+    bool strict_readiness = true;
   };
 
   // `manager` must outlive this object.
