@@ -54,9 +54,11 @@ struct ParseScratch {
   std::string json;
 };
 
+// Allocated on a thread's first parse, so threads that never parse do not carry it.
 ParseScratch& ThreadScratch() {
-  thread_local ParseScratch scratch;
-  return scratch;
+  thread_local std::unique_ptr<ParseScratch> scratch =
+      std::make_unique_for_overwrite<ParseScratch>();
+  return *scratch;
 }
 
 Status Invalid(std::string message) { return Status::InvalidArgument(std::move(message)); }
@@ -84,12 +86,15 @@ std::string NumberText(const JsonValue& v) {
 
 bool IsIntegerType(DataType type) {
   switch (type) {
-    case DataType::kUint8: case DataType::kUint16: case DataType::kUint32:
-    case DataType::kUint64: case DataType::kInt8: case DataType::kInt16:
-    case DataType::kInt32: case DataType::kInt64:
-      return true;
-    default:
-      return false;
+    case DataType::kUint8:
+    case DataType::kUint16:
+    case DataType::kUint32:
+    case DataType::kUint64:
+    case DataType::kInt8:
+    case DataType::kInt16:
+    case DataType::kInt32:
+    case DataType::kInt64: return true;
+    default: return false;
   }
 }
 
@@ -241,7 +246,8 @@ Status FillBytes(const JsonValue& data, Tensor* tensor) {
   };
   if (!VisitLeaves(data, measure)) {
     if (bad->IsString()) {
-      return Invalid(fmt::format("input '{}': element {} is longer than 4 GiB", tensor->name, index));
+      return Invalid(
+          fmt::format("input '{}': element {} is longer than 4 GiB", tensor->name, index));
     }
     return ElementError(tensor->name, index, *bad, DataType::kBytes);
   }
@@ -264,8 +270,8 @@ Status ParseJsonData(const JsonValue& data, Tensor* tensor) {
   }
   uint64_t given = 0;
   if (!CountLeaves(data, 1, &given)) {
-    return Invalid(fmt::format("input '{}': 'data' nests arrays deeper than {} levels", name,
-                               kMaxDataDepth));
+    return Invalid(
+        fmt::format("input '{}': 'data' nests arrays deeper than {} levels", name, kMaxDataDepth));
   }
   const int64_t expected = ElementCount(tensor->shape);
   if (given != static_cast<uint64_t>(expected)) {
@@ -296,9 +302,7 @@ Status ParseJsonData(const JsonValue& data, Tensor* tensor) {
 
 // ---- request structure ---------------------------------------------------------------------
 
-bool IsSharedMemoryParameter(std::string_view key) {
-  return key.substr(0, 14) == "shared_memory_";
-}
+bool IsSharedMemoryParameter(std::string_view key) { return key.substr(0, 14) == "shared_memory_"; }
 
 Status SharedMemoryUnsupported(std::string_view what, std::string_view name, std::string_view key) {
   return Status::Unsupported(fmt::format(
@@ -314,9 +318,9 @@ Status ParseRequestParameters(const JsonValue& params, InferRequest* request) {
   for (const auto& m : params.GetObject()) {
     if (Str(m.name) == "binary_data_output") {
       if (!m.value.IsBool()) {
-        return Invalid(fmt::format(
-            "request parameter 'binary_data_output' must be true or false, got {}",
-            KindOf(m.value)));
+        return Invalid(
+            fmt::format("request parameter 'binary_data_output' must be true or false, got {}",
+                        KindOf(m.value)));
       }
       request->binary_data_output = m.value.GetBool();
     }
@@ -335,8 +339,8 @@ Status ParseInputParameters(const JsonValue& params, const std::string& name,
     if (key == "binary_data_size") {
       if (!m.value.IsUint64()) {
         return Invalid(fmt::format(
-            "input '{}': parameter 'binary_data_size' must be a non-negative integer, got {}",
-            name, m.value.IsNumber() ? NumberText(m.value) : KindOf(m.value)));
+            "input '{}': parameter 'binary_data_size' must be a non-negative integer, got {}", name,
+            m.value.IsNumber() ? NumberText(m.value) : KindOf(m.value)));
       }
       *binary_size = m.value.GetUint64();
     } else if (IsSharedMemoryParameter(key)) {
@@ -371,11 +375,16 @@ Status ParseInput(const JsonValue& v, size_t position, Tensor* tensor,
   const JsonValue* data = nullptr;
   for (const auto& m : v.GetObject()) {
     const std::string_view key = Str(m.name);
-    if (key == "name") name = &m.value;
-    else if (key == "shape") shape = &m.value;
-    else if (key == "datatype") datatype = &m.value;
-    else if (key == "parameters") params = &m.value;
-    else if (key == "data") data = &m.value;
+    if (key == "name")
+      name = &m.value;
+    else if (key == "shape")
+      shape = &m.value;
+    else if (key == "datatype")
+      datatype = &m.value;
+    else if (key == "parameters")
+      params = &m.value;
+    else if (key == "data")
+      data = &m.value;
   }
 
   if (name == nullptr) return Invalid(fmt::format("inputs[{}] has no 'name'", position));
@@ -396,9 +405,9 @@ Status ParseInput(const JsonValue& v, size_t position, Tensor* tensor,
   tensor->shape.reserve(shape->Size());
   for (const JsonValue& dim : shape->GetArray()) {
     if (!dim.IsInt64() || dim.GetInt64() < 0) {
-      return Invalid(fmt::format(
-          "input '{}': shape[{}] must be a non-negative integer, got {}", n, tensor->shape.size(),
-          dim.IsNumber() ? NumberText(dim) : KindOf(dim)));
+      return Invalid(fmt::format("input '{}': shape[{}] must be a non-negative integer, got {}", n,
+                                 tensor->shape.size(),
+                                 dim.IsNumber() ? NumberText(dim) : KindOf(dim)));
     }
     tensor->shape.push_back(dim.GetInt64());
   }
@@ -454,8 +463,10 @@ Status ParseOutputs(const JsonValue& outputs, InferRequest* request) {
     const JsonValue* params = nullptr;
     for (const auto& m : o.GetObject()) {
       const std::string_view key = Str(m.name);
-      if (key == "name") name = &m.value;
-      else if (key == "parameters") params = &m.value;
+      if (key == "name")
+        name = &m.value;
+      else if (key == "parameters")
+        params = &m.value;
     }
     if (name == nullptr) return Invalid(fmt::format("outputs[{}] has no 'name'", position));
     if (!name->IsString() || name->GetStringLength() == 0) {
@@ -471,9 +482,9 @@ Status ParseOutputs(const JsonValue& outputs, InferRequest* request) {
         const std::string_view key = Str(m.name);
         if (key == "binary_data") {
           if (!m.value.IsBool()) {
-            return Invalid(fmt::format(
-                "output '{}': parameter 'binary_data' must be true or false, got {}",
-                requested.name, KindOf(m.value)));
+            return Invalid(
+                fmt::format("output '{}': parameter 'binary_data' must be true or false, got {}",
+                            requested.name, KindOf(m.value)));
           }
           requested.binary = m.value.GetBool();
         } else if (key == "classification") {
@@ -540,7 +551,8 @@ Status AttachBinaryData(const std::vector<BinaryInput>& binary,
     tensor.data = HostBuffer::View(body, base + offset, size);
     offset += size;
     if (tensor.datatype == DataType::kBytes) {
-      auto elements = SplitBytesElements(tensor.data.view(), tensor.name, ElementCount(tensor.shape));
+      auto elements =
+          SplitBytesElements(tensor.data.view(), tensor.name, ElementCount(tensor.shape));
       if (!elements.ok()) return elements.status();
     }
   }
@@ -731,12 +743,12 @@ void AppendJsonData(std::string* out, const Tensor& tensor) {
     case DataType::kInt32: AppendIntegers<int32_t>(out, d, count); break;
     case DataType::kInt64: AppendIntegers<int64_t>(out, d, count); break;
     case DataType::kFp16:
-      AppendElements<uint16_t>(out, d, count,
-                               [](std::string* o, uint16_t h) { AppendFloating(o, HalfToFloat(h)); });
+      AppendElements<uint16_t>(
+          out, d, count, [](std::string* o, uint16_t h) { AppendFloating(o, HalfToFloat(h)); });
       break;
     case DataType::kBf16:
-      AppendElements<uint16_t>(out, d, count,
-                               [](std::string* o, uint16_t b) { AppendFloating(o, Bf16ToFloat(b)); });
+      AppendElements<uint16_t>(
+          out, d, count, [](std::string* o, uint16_t b) { AppendFloating(o, Bf16ToFloat(b)); });
       break;
     case DataType::kFp32:
       AppendElements<float>(out, d, count, [](std::string* o, float f) { AppendFloating(o, f); });
@@ -745,8 +757,7 @@ void AppendJsonData(std::string* out, const Tensor& tensor) {
       AppendElements<double>(out, d, count, [](std::string* o, double f) { AppendFloating(o, f); });
       break;
     case DataType::kBytes:
-    case DataType::kInvalid:
-      break;
+    case DataType::kInvalid: break;
   }
   out->push_back(']');
 }
@@ -788,8 +799,10 @@ bool UnderflowsToZero(std::string_view text) {
   if (i < text.size() && text[i] == '.') {
     for (++i; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
       if (nonzero) continue;
-      if (text[i] == '0') --magnitude;
-      else nonzero = true;
+      if (text[i] == '0')
+        --magnitude;
+      else
+        nonzero = true;
     }
   }
   if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
@@ -881,8 +894,8 @@ bool MayNestDeeperThan(std::string_view text, size_t limit) {
 
 // Parses scratch->json (a copy of body[0, json_length)) in place, then the request.
 Result<InferRequest> ParseInSitu(ParseScratch* scratch,
-                                 const std::shared_ptr<const std::string>& body,
-                                 size_t json_length, bool header_sent) {
+                                 const std::shared_ptr<const std::string>& body, size_t json_length,
+                                 bool header_sent) {
   std::string& json = scratch->json;
   const bool deep = MayNestDeeperThan(json, kMaxRecursiveBrackets);
   Pool value_pool(scratch->value_pool, sizeof(scratch->value_pool));
@@ -905,8 +918,8 @@ Result<InferRequest> ParseInSitu(ParseScratch* scratch,
           "failed to parse the request JSON at offset {}: number {}{} does not fit a double",
           parsed.Offset(), number.substr(0, 40), number.size() > 40 ? "..." : ""));
     }
-    return Invalid(fmt::format("failed to parse the request JSON at offset {}: {}",
-                               parsed.Offset(), rapidjson::GetParseError_En(parsed.Code())));
+    return Invalid(fmt::format("failed to parse the request JSON at offset {}: {}", parsed.Offset(),
+                               rapidjson::GetParseError_En(parsed.Code())));
   }
   return ParseDocument(doc, body, json_length, header_sent);
 }
