@@ -183,8 +183,10 @@ Status ValidateAndNormalize(ModelConfig* config, std::string_view model_dir_name
     group->set_kind(ModelInstanceGroup::KIND_AUTO);
     group->set_count(1);
   }
-  for (ModelInstanceGroup& group : *config->mutable_instance_group()) {
-    if (group.count() == 0) group.set_count(1);
+  for (int i = 0; i < config->instance_group_size(); ++i) {
+    ModelInstanceGroup* group = config->mutable_instance_group(i);
+    if (group->count() == 0) group->set_count(1);
+    if (group->name().empty()) group->set_name(fmt::format("{}_{}", config->name(), i));
   }
   return Status::Ok();
 }

@@ -47,7 +47,8 @@ Result<ParsedModelConfig> LoadModelConfigFile(const std::filesystem::path& path)
 // are non-empty and unique; data types are set; dims are -1 or positive; reshape element counts
 // match; max_batch_size >= 0; instance counts >= 0; dynamic batching sizes fit max_batch_size.
 // Then fills defaults the way Triton does: name from the directory, version_policy latest {1},
-// one instance_group of count 1 and KIND_AUTO when none is given, count 1 where it is 0.
+// one instance_group of count 1 and KIND_AUTO when none is given, count 1 where it is 0, and
+// group names "<model>_<index>" where empty.
 // Errors are InvalidArgument, "model '<model_dir_name>': <field or tensor>: <what is wrong>", and
 // leave *config unchanged. Enum values and UTF-8 are checked again (the config may come from
 // JSON or code).

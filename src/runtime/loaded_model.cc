@@ -10,7 +10,8 @@
 namespace vramd::runtime {
 namespace {
 
-// Resolves KIND_AUTO and checks GPU groups against the devices present. Built-in backends are
+// REQUIRES: config normalized (group names and counts set). Resolves KIND_AUTO and checks GPU
+// groups against the devices present. Built-in backends are
 // CPU backends, so KIND_AUTO means CPU until a backend says it can use a GPU.
 Result<std::vector<backends::InstanceContext>> PlanInstances(const config::ModelConfig& config) {
   std::vector<backends::InstanceContext> plan;
@@ -18,9 +19,8 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
   int index = 0;
   for (int g = 0; g < config.instance_group_size(); ++g) {
     const auto& group = config.instance_group(g);
-    std::string group_name = group.name().empty() ? fmt::format("{}_{}", config.name(), g)
-                                                  : group.name();
-    const int count = group.count() > 0 ? group.count() : 1;
+    const std::string& group_name = group.name();
+    const int count = group.count();
     switch (group.kind()) {
       case config::ModelInstanceGroup::KIND_CPU:
       case config::ModelInstanceGroup::KIND_AUTO:
@@ -77,8 +77,8 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   const std::string where = fmt::format("model '{}' version {}", config->name(), version);
   std::shared_ptr<LoadedModel> model(new LoadedModel(config, version));
 
-  auto backend = backends::FindBackend(*config);
-  if (!backend.ok()) return backend.status().WithContext(where);
+  auto backend = backends::FindBackend(*config);  // its errors name the model already
+  if (!backend.ok()) return backend.status();
   auto plan = PlanInstances(*config);
   if (!plan.ok()) return plan.status().WithContext(where);
 

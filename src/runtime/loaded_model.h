@@ -24,7 +24,8 @@ class LoadedModel {
  public:
   // Loads version `version` of the model in `model_dir` with `config` (validated and
   // normalized): finds its backend, loads the model, creates every instance. Any failure
-  // releases what was created and names the model and version.
+  // releases what was created and names the model (and the version,
+  // unless the model's backend itself is missing).
   static Result<std::shared_ptr<LoadedModel>> Load(std::shared_ptr<const config::ModelConfig> config,
                                                    const std::filesystem::path& model_dir,
                                                    int64_t version);

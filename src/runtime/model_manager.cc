@@ -70,7 +70,7 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
       }
     }
     for (const auto& [v, reason] : entry.failed) {
-      spdlog::error("failed to load model '{}' version {}: {}", dir.name, v, reason);
+      spdlog::error("failed to load: {}", reason);  // the reason names model and version
       if (options.exit_on_error) return Status::InvalidArgument(reason);
     }
     for (const auto& [v, model] : entry.ready) {
