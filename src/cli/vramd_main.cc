@@ -1,6 +1,7 @@
 // vramd: the inference server's command line. `vramd serve` takes Triton's flag names where
 // the meaning is the same.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -45,6 +46,8 @@ int WaitForStopSignal(const sigset_t& set) {
 }
 
 int Serve(const ServeOptions& options) {
+  // Logs go to stderr, keeping stdout free for anything a wrapper wants to print.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("vramd"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(options.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
   const sigset_t stop_signals = BlockStopSignals();

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from e2e_helpers import FIXTURE_REPO, VramdProcess  # noqa: E402
+from e2e_helpers import FIXTURE_REPO, VramdProcess, loadable_fixture_models  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +33,8 @@ def fixture_repo():
 def server(fixture_repo, tmp_path_factory):
     """The shared server on the fixtures repository."""
     s = VramdProcess([fixture_repo], tmp_path_factory.mktemp("vramd-main"),
-                     extra_args=["--http-thread-count", "4"], name="main")
+                     extra_args=["--http-thread-count", "4"], name="main",
+                     ready_models=loadable_fixture_models(fixture_repo))
     try:
         s.start()
     except BaseException:
@@ -55,8 +56,10 @@ def start_server(tmp_path_factory):
     Servers still running at session end are stopped and must exit cleanly."""
     started = []
 
-    def _start(repos, extra_args=(), wait_ready=True, name="extra", launch_only=False):
-        s = VramdProcess(repos, tmp_path_factory.mktemp(name), extra_args, name=name)
+    def _start(repos, extra_args=(), wait_ready=True, name="extra", launch_only=False,
+               ready_models=None):
+        s = VramdProcess(repos, tmp_path_factory.mktemp(name), extra_args, name=name,
+                         ready_models=ready_models)
         started.append(s)
         if launch_only:
             return s.launch()

@@ -34,9 +34,12 @@ def test_health_live(client):
     assert r.status == 200
 
 
-def test_health_ready(client):
+def test_health_ready_is_strict(client):
+    # Triton's strict readiness (ModelManager::AllModelsReady): the fixture repository holds
+    # broken_syntax, which failed to load, so the server as a whole is not ready. A repository
+    # without broken models answers 200 (test_lifecycle.py).
     r = client.get("/v2/health/ready")
-    assert r.status == 200
+    assert r.status == 400, r
 
 
 def test_server_metadata(client):
@@ -248,6 +251,11 @@ def test_repository_index(client):
     assert {"add_sub", "identity_fp32", "versioned"} <= names
     ready = [e for e in index if e["name"] == "add_sub"]
     assert ready and all(e["state"] == "READY" for e in ready), ready
+    assert {e.get("version") for e in index if e["name"] == "versioned"} == {"1", "3"}
+    # A model that failed to load is listed, not READY, with the reason (as Triton does).
+    broken = [e for e in index if e["name"] == "broken_syntax"]
+    assert broken, index
+    assert all(e["state"] != "READY" and "config.pbtxt" in e["reason"] for e in broken), broken
     r = client.post("/v2/repository/index", json.dumps({"ready": True}).encode(),
                     {"Content-Type": "application/json"})
     index = assert_json_response(r)
@@ -294,7 +302,7 @@ def test_keep_alive_many_requests_one_connection(client):
     for i in range(300):
         kind = i % 4
         if kind == 0:
-            assert client.get("/v2/health/ready").status == 200
+            assert client.get("/v2/health/live").status == 200
         elif kind == 1:
             assert client.get("/v2/models/add_sub").json()["name"] == "add_sub"
         elif kind == 2:

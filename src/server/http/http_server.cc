@@ -70,7 +70,8 @@ class Session : public std::enable_shared_from_this<Session> {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
   }
 
-  // Closes the connection unless a request is being served; that one closes after its answer.
+  // Closes the connection unless a request is in flight (its header read); that one is read,
+  // answered, and then the connection closes.
   void CloseIfIdle() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
       if (!self->busy_) self->Close();
@@ -90,6 +91,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnHeader(beast::error_code ec) {
     if (ec) return OnReadError(ec);
+    // From here the request is in flight: shutdown waits for its body and its answer.
+    busy_ = true;
     auto& req = parser_->get();
     auto length = parser_->content_length();
     if (length && *length > server_->options().max_body_bytes) {
@@ -137,7 +140,6 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return OnReadError(ec);
     auto req = parser_->release();
     parser_.reset();
-    busy_ = true;
     keep_alive_ = req.keep_alive();
     version_ = req.version();
 
@@ -196,7 +198,7 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl* server_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
-  bool busy_ = false;  // a request has been read and not yet answered
+  bool busy_ = false;  // a request's header has been read and it is not yet answered
   bool keep_alive_ = true;
   unsigned version_ = 11;
 };

@@ -5,8 +5,8 @@
 //
 // Limits: a body larger than Options::max_body_bytes is answered 413 and the connection
 // closed; an unparsable request is answered 400 and the connection closed.
-// Shutdown: stop accepting, close idle connections, let requests already read be answered
-// (up to Options::drain_timeout), then stop the threads.
+// Shutdown: stop accepting, close idle connections, let requests in flight (whose header has
+// arrived) be read and answered (up to Options::drain_timeout), then stop the threads.
 //
 // Thread safety: Start and Shutdown from one controlling thread; the Handler is called
 // concurrently from the pool's threads.
