@@ -96,7 +96,7 @@ TEST(ConfigJsonTest, PrintsNormalizedConfigLikeTriton) {
             "\"optional\":false}],"
             "\"output\":[{\"name\":\"OUT\",\"data_type\":\"TYPE_INT32\",\"dims\":[16],"
             "\"label_filename\":\"\",\"is_shape_tensor\":false}],"
-            "\"instance_group\":[{\"name\":\"\",\"kind\":\"KIND_AUTO\",\"count\":1,\"gpus\":[]}],"
+            "\"instance_group\":[{\"name\":\"simple_0\",\"kind\":\"KIND_AUTO\",\"count\":1,\"gpus\":[]}],"
             "\"default_model_filename\":\"\","
             "\"dynamic_batching\":{\"preferred_batch_size\":[],\"max_queue_delay_microseconds\":0,"
             "\"preserve_ordering\":false,\"priority_levels\":0,\"default_priority_level\":0,"

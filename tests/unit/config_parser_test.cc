@@ -119,6 +119,7 @@ TEST_F(TritonConfigsTest, SimpleHasTwoInt32InputsAndOutputs) {
   ASSERT_EQ(config.instance_group_size(), 1);
   EXPECT_EQ(config.instance_group(0).kind(), ModelInstanceGroup::KIND_AUTO);
   EXPECT_EQ(config.instance_group(0).count(), 1);
+  EXPECT_EQ(config.instance_group(0).name(), config.name() + "_0");
 }
 
 TEST_F(TritonConfigsTest, DensenetKeepsFormatReshapeAndLabels) {
