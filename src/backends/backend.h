@@ -5,6 +5,8 @@
 //     every instance of that version;
 //   - BackendInstance: one per instance of the instance_group, owning what one execution
 //     needs (scratch space, later a stream). An instance runs one execution at a time.
+// Device memory comes from ModelContext::allocator, so the ledger knows who holds it. Instances
+// are destroyed before their model; whatever an owner still holds when it ends is a leak.
 // The runtime validates every request against the model config before Execute, so a backend
 // may rely on input names, types and shapes; it must still never crash on data it dislikes and
 // return an error Status instead.
@@ -22,6 +24,8 @@
 #include "config/model_config.pb.h"
 #include "core/infer_request.h"
 #include "core/status.h"
+#include "memory/allocator.h"
+#include "memory/ledger.h"
 
 namespace vramd::backends {
 
@@ -31,6 +35,11 @@ struct ModelContext {
   std::filesystem::path model_dir;    // <repository>/<model>
   std::filesystem::path version_dir;  // <repository>/<model>/<version>
   const config::ModelConfig* config = nullptr;  // outlives the BackendModel
+  // Where the backend takes memory from (outlives the BackendModel), and the version's ledger
+  // owner. LoadModel runs with that owner as the thread's OwnerScope, so allocations without
+  // an explicit owner are charged to the version.
+  memory::Allocator* allocator = nullptr;
+  memory::OwnerId owner = memory::kNoOwner;
 };
 
 enum class DeviceKind { kCpu, kGpu };
@@ -40,6 +49,9 @@ struct InstanceContext {
   int index = 0;     // across all groups of the model
   DeviceKind kind = DeviceKind::kCpu;
   int device_id = -1;  // GPU ordinal for kGpu
+  // The instance's ledger owner: CreateInstance runs under it, and Execute under the owner of
+  // the request being run (a child of this one).
+  memory::OwnerId owner = memory::kNoOwner;
 };
 
 class BackendInstance {
@@ -69,7 +81,11 @@ class Backend {
 // names map to backend names). NotFound names the backend and lists those available.
 Result<Backend*> FindBackend(const config::ModelConfig& config);
 
-// Names of every backend FindBackend can return.
+// Names of every backend FindBackend can return, sorted.
 std::vector<std::string> AvailableBackends();
+
+// Makes `backend` available to FindBackend under its name (not owned: it must outlive every
+// model loaded with it). AlreadyExists when the name is taken.
+Status RegisterBackend(Backend* backend);
 
 }  // namespace vramd::backends

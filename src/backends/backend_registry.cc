@@ -5,7 +5,9 @@
 // arrive (DESIGN.md, decision 5) they join this table.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -34,12 +36,42 @@ std::array<Backend*, 2> BuiltinBackends() {
 
 std::string AvailableList() { return fmt::format("{}", fmt::join(AvailableBackends(), ", ")); }
 
+// Backends registered at run time (tests today; shared-library backends later).
+std::mutex& RegisteredMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<Backend*>& Registered() {  // guarded by RegisteredMutex()
+  static std::vector<Backend*> backends;
+  return backends;
+}
+
+std::vector<Backend*> AllBackends() {
+  auto builtin = BuiltinBackends();
+  std::vector<Backend*> all(builtin.begin(), builtin.end());
+  std::lock_guard lock(RegisteredMutex());
+  all.insert(all.end(), Registered().begin(), Registered().end());
+  return all;
+}
+
 }  // namespace
 
 std::vector<std::string> AvailableBackends() {
   std::vector<std::string> names;
-  for (Backend* b : BuiltinBackends()) names.emplace_back(b->name());
+  for (Backend* b : AllBackends()) names.emplace_back(b->name());
+  std::sort(names.begin(), names.end());
   return names;
+}
+
+Status RegisterBackend(Backend* backend) {
+  for (Backend* b : AllBackends()) {
+    if (b->name() == backend->name()) {
+      return Status::AlreadyExists(fmt::format("backend '{}' is already registered", b->name()));
+    }
+  }
+  std::lock_guard lock(RegisteredMutex());
+  Registered().push_back(backend);
+  return Status::Ok();
 }
 
 Result<Backend*> FindBackend(const config::ModelConfig& config) {
@@ -61,7 +93,7 @@ Result<Backend*> FindBackend(const config::ModelConfig& config) {
     }
     origin = fmt::format(" (from platform '{}')", config.platform());
   }
-  for (Backend* b : BuiltinBackends()) {
+  for (Backend* b : AllBackends()) {
     if (b->name() == wanted) return b;
   }
   return Status::NotFound(

@@ -1,18 +1,28 @@
 // vramd: the inference server's command line. `vramd serve` takes Triton's flag names where
 // the meaning is the same.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "memory/allocator.h"
 #include "memory/cuda_devices.h"
+#include "memory/growth_detector.h"
+#include "memory/ledger.h"
+#include "memory/memory_report.h"
+#include "memory/nvml.h"
 #include "runtime/model_manager.h"
 #include "server/http/http_server.h"
 #include "server/http/kserve_routes.h"
+#include "server/metrics/metrics_routes.h"
 
 namespace {
 
@@ -25,6 +35,11 @@ struct ServeOptions {
   int log_verbose = 0;
   bool exit_on_error = false;
   bool strict_readiness = true;
+  bool memory_trace = false;
+  bool allow_metrics = true;
+  std::string metrics_address;  // empty: the HTTP address
+  int metrics_port = 8002;
+  int memory_growth_requests = 16;
   int exit_timeout_secs = 30;
 };
 
@@ -54,17 +69,45 @@ int Serve(const ServeOptions& options) {
 
   spdlog::info("vramd {} starting; {}", VRAMD_VERSION, vramd::memory::CudaDescription());
 
+  // The memory system outlives everything that allocates: it is declared before the models.
+  vramd::memory::Ledger ledger({.trace = options.memory_trace});
+  ledger.SetLeakCallback([](const vramd::memory::LeakReport& leak) {
+    spdlog::warn("memory leak: {} closed holding {} bytes in {} allocation(s){}", leak.owner_path,
+                 leak.bytes, leak.count,
+                 leak.allocations.empty() || leak.allocations[0].backtrace.empty()
+                     ? ""
+                     : fmt::format("; largest allocated at {}",
+                                   fmt::join(leak.allocations[0].backtrace, " <- ")));
+  });
+  vramd::memory::Allocator allocator(&ledger);
+  std::optional<vramd::memory::GrowthDetector> growth;
+  if (options.memory_growth_requests > 0) growth.emplace(options.memory_growth_requests);
+
+  // NVML is optional: without it (no driver, no GPU) the report says why and all else works.
+  // The CUDA context baseline is measured now, before any model allocates, on every visible
+  // GPU (creating its context, which the server would create on first use anyway).
+  auto nvml = vramd::memory::Nvml::Load();
+  if (!nvml.ok()) spdlog::info("memory report without NVML: {}", nvml.status().message());
+  const vramd::memory::Nvml* nvml_ptr = nvml.ok() ? nvml->get() : nullptr;
+  vramd::memory::MemoryReportOptions report_options;
+  report_options.pid = static_cast<uint32_t>(getpid());
+  if (!nvml.ok()) report_options.nvml_unavailable_reason = nvml.status().message();
+  vramd::memory::LiveMemoryReportSource memory_report(
+      &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
+      report_options);
+
   vramd::runtime::ModelManager::Options manager_options;
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
   manager_options.exit_on_error = options.exit_on_error;
+  manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr};
   auto manager = vramd::runtime::ModelManager::Create(manager_options);
   if (!manager.ok()) {
     spdlog::error("{}", manager.status().message());
     return 1;
   }
 
-  vramd::http::KServeRoutes routes(manager->get(),
-                                     {"vramd", VRAMD_VERSION, options.strict_readiness});
+  vramd::http::KServeRoutes routes(manager->get(), &memory_report,
+                                   {"vramd", VRAMD_VERSION, options.strict_readiness});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -81,10 +124,41 @@ int Serve(const ServeOptions& options) {
   }
   spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
 
+  std::unique_ptr<vramd::http::HttpServer> metrics_server;
+  if (options.allow_metrics) {
+    vramd::http::HttpServer::Options metrics_options;
+    metrics_options.address =
+        options.metrics_address.empty() ? options.http_address : options.metrics_address;
+    metrics_options.port = static_cast<uint16_t>(options.metrics_port);
+    metrics_options.threads = 1;
+    metrics_options.max_body_bytes = 64 << 10;
+    auto started = vramd::http::HttpServer::Start(
+        metrics_options,
+        [&memory_report](vramd::http::HttpRequest request, vramd::http::Responder respond) {
+          std::string_view path(request.target);
+          path = path.substr(0, path.find('?'));
+          if (request.method == "GET" && path == "/metrics") {
+            return respond(vramd::metrics::MetricsResponse(memory_report));
+          }
+          vramd::http::HttpResponse not_found;
+          not_found.status = 404;
+          not_found.body = R"({"error":"the metrics port serves GET /metrics"})";
+          respond(std::move(not_found));
+        });
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().message());
+      (*server)->Shutdown();
+      return 1;
+    }
+    metrics_server = std::move(started).value();
+    spdlog::info("metrics listening on {}:{}", metrics_options.address, metrics_server->port());
+  }
+
   int sig = WaitForStopSignal(stop_signals);
   spdlog::info("received {}: finishing in-flight requests, then exiting",
                sig == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Shutdown();
+  if (metrics_server) metrics_server->Shutdown();
   spdlog::info("vramd stopped");
   return 0;
 }
@@ -121,6 +195,21 @@ int main(int argc, char** argv) {
                   "Exit if any model fails to load (default: serve the others)");
   serve->add_flag("--strict-readiness,!--no-strict-readiness", options.strict_readiness,
                   "/v2/health/ready needs every model ready (default); else only a live server")
+      ->capture_default_str();
+  serve->add_flag("--allow-metrics,!--no-allow-metrics", options.allow_metrics,
+                  "Serve Prometheus metrics on the metrics port")
+      ->capture_default_str();
+  serve->add_option("--metrics-address", options.metrics_address,
+                    "Address for metrics (default: the HTTP address)");
+  serve->add_option("--metrics-port", options.metrics_port, "Port for GET /metrics; 0 picks one")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  serve->add_flag("--memory-trace", options.memory_trace,
+                  "Record a native backtrace with every allocation, shown in leak reports");
+  serve->add_option("--memory-growth-requests", options.memory_growth_requests,
+                    "Flag an instance whose live memory rises over this many consecutive "
+                    "requests (0 = off)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   serve->add_option("--exit-timeout-secs", options.exit_timeout_secs,
                     "On SIGINT/SIGTERM, how long in-flight requests may take to finish")

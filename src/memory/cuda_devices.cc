@@ -41,10 +41,42 @@ std::string CudaDescription() {
   return s;
 }
 
+Result<std::string> CudaPciBusId(int ordinal) {
+  char bus_id[32] = {};
+  cudaError_t err = cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Unavailable(
+        fmt::format("cuda:{}: no PCI bus id ({})", ordinal, cudaGetErrorString(err)));
+  }
+  return std::string(bus_id);
+}
+
+Status CudaInitContext(int ordinal) {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess) {
+    cudaGetLastError();
+    previous = -1;
+  }
+  cudaError_t err = cudaSetDevice(ordinal);
+  if (err == cudaSuccess) err = cudaFree(nullptr);  // forces the primary context into being
+  if (previous >= 0 && previous != ordinal) cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Unavailable(
+        fmt::format("cuda:{}: cannot create a CUDA context ({})", ordinal, cudaGetErrorString(err)));
+  }
+  return Status::Ok();
+}
+
 #else
 
 int CudaDeviceCount() { return 0; }
 std::string CudaDescription() { return "built without CUDA: CPU only"; }
+Result<std::string> CudaPciBusId(int ordinal) {
+  return Status::Unavailable("built without CUDA");
+}
+Status CudaInitContext(int ordinal) { return Status::Unavailable("built without CUDA"); }
 
 #endif
 

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "core/status.h"
+
 namespace vramd::memory {
 
 // Number of CUDA devices visible to this process; 0 without CUDA, driver or GPU.
@@ -11,5 +13,15 @@ int CudaDeviceCount();
 
 // A one-line description for the start-up log: the runtime version and devices, or why none.
 std::string CudaDescription();
+
+// The PCI bus id of CUDA device `ordinal`, "dddd:bb:dd.f" as NVML's GetHandleByPciBusId takes
+// it. Unavailable without CUDA or for a device that does not exist.
+Result<std::string> CudaPciBusId(int ordinal);
+
+// Makes sure the primary CUDA context of `ordinal` exists (cudaFree(nullptr) on that device),
+// leaving the calling thread's current device as it was. The context costs device memory
+// (hundreds of MiB on a large GPU) that no pool sees; see MeasureContextBaselines in
+// memory/nvml.h. Unavailable without CUDA or when the context cannot be made.
+Status CudaInitContext(int ordinal);
 
 }  // namespace vramd::memory

@@ -63,19 +63,29 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
 
 }  // namespace
 
-LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version)
-    : config_(std::move(config)), version_(version) {}
+LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
+                         const MemoryContext& memory, memory::OwnerId model_owner)
+    : config_(std::move(config)),
+      version_(version),
+      memory_(memory),
+      owner_(memory.ledger, model_owner, memory::OwnerKind::kVersion, std::to_string(version)) {}
 
 LoadedModel::~LoadedModel() {
   instances_.clear();  // before backend_model_, whose state they may use
-  backend_model_.reset();
+  {
+    memory::OwnerScope scope(owner_.id());  // the backend frees what it holds as the version
+    backend_model_.reset();
+  }
+  owner_.Close();
 }
 
 Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     std::shared_ptr<const config::ModelConfig> config, const std::filesystem::path& model_dir,
-    int64_t version) {
+    int64_t version, const MemoryContext& memory, memory::OwnerId model_owner) {
   const std::string where = fmt::format("model '{}' version {}", config->name(), version);
-  std::shared_ptr<LoadedModel> model(new LoadedModel(config, version));
+  // On any failure below, destroying `model` releases what was created and closes its owners,
+  // so a failed load leaves its owner at zero or files a leak naming it.
+  std::shared_ptr<LoadedModel> model(new LoadedModel(config, version, memory, model_owner));
 
   auto backend = backends::FindBackend(*config);  // its errors name the model already
   if (!backend.ok()) return backend.status();
@@ -88,18 +98,28 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   ctx.model_dir = model_dir;
   ctx.version_dir = model_dir / std::to_string(version);
   ctx.config = config.get();
-  auto backend_model = (*backend)->LoadModel(ctx);
-  if (!backend_model.ok()) return backend_model.status().WithContext(where);
-  model->backend_model_ = std::move(backend_model).value();
+  ctx.allocator = memory.allocator;
+  ctx.owner = model->owner_.id();
+  {
+    memory::OwnerScope scope(ctx.owner);
+    auto backend_model = (*backend)->LoadModel(ctx);
+    if (!backend_model.ok()) return backend_model.status().WithContext(where);
+    model->backend_model_ = std::move(backend_model).value();
+  }
 
-  for (const auto& instance_ctx : *plan) {
+  model->instances_.reserve(plan->size());
+  for (auto& instance_ctx : *plan) {
+    memory::ScopedOwner owner(memory.ledger, ctx.owner, memory::OwnerKind::kInstance,
+                              instance_ctx.name);
+    instance_ctx.owner = owner.id();
+    memory::OwnerScope scope(owner.id());
     auto instance = model->backend_model_->CreateInstance(instance_ctx);
     if (!instance.ok()) {
       return instance.status().WithContext(
           fmt::format("{}: instance '{}'", where, instance_ctx.name));
     }
     model->free_instances_.push_back(model->instances_.size());
-    model->instances_.push_back(std::move(instance).value());
+    model->instances_.emplace_back(std::move(owner), std::move(instance).value());
   }
   return model;
 }
@@ -120,24 +140,33 @@ void LoadedModel::Release(size_t index) {
   instance_freed_.notify_one();
 }
 
-Result<InferResponse> LoadedModel::Infer(const InferRequest& request) {
+Result<InferOutcome> LoadedModel::Infer(const InferRequest& request) {
   VRAMD_RETURN_IF_ERROR(ValidateInferRequest(*config_, request));
 
+  InferOutcome outcome;
   std::vector<Tensor> outputs;
-  size_t instance = Acquire();
-  Status status = instances_[instance]->Execute(request, &outputs);
-  Release(instance);
+  size_t index = Acquire();
+  Instance& instance = instances_[index];
+  outcome.request_owner = RequestOwner(
+      memory_, instance.owner.id(),
+      request.id.empty() ? fmt::format("#{}", ++request_sequence_) : request.id);
+  Status status;
+  {
+    memory::OwnerScope scope(outcome.request_owner.id());
+    status = instance.backend->Execute(request, &outputs);
+  }
+  Release(index);
   if (!status.ok()) {
     return status.WithContext(fmt::format("model '{}' version {}", name(), version_));
   }
 
-  InferResponse response;
+  InferResponse& response = outcome.response;
   response.id = request.id;
   response.model_name = name();
   response.model_version = version_;
   if (request.outputs.empty()) {
     response.outputs = std::move(outputs);
-    return response;
+    return outcome;
   }
   response.outputs.reserve(request.outputs.size());
   for (const auto& wanted : request.outputs) {
@@ -150,7 +179,7 @@ Result<InferResponse> LoadedModel::Infer(const InferRequest& request) {
     }
     response.outputs.push_back(std::move(*it));
   }
-  return response;
+  return outcome;
 }
 
 }  // namespace vramd::runtime

@@ -16,7 +16,7 @@ std::string_view ModelStateName(ModelState state) {
 }
 
 ModelManager::ModelEntry ModelManager::LoadModel(const fs::path& model_dir,
-                                                 const std::string& name) {
+                                                 const std::string& name) const {
   ModelEntry entry;
   auto parsed = config::LoadModelConfigFile(model_dir / "config.pbtxt");
   if (!parsed.ok()) {
@@ -42,8 +42,10 @@ ModelManager::ModelEntry ModelManager::LoadModel(const fs::path& model_dir,
                                "in '{}'", name, model_dir.string());
     return entry;
   }
+  entry.owner = memory::ScopedOwner(memory_.ledger, memory_.ledger->root(),
+                                    memory::OwnerKind::kModel, name);
   for (int64_t v : versions) {
-    auto loaded = LoadedModel::Load(config, model_dir, v);
+    auto loaded = LoadedModel::Load(config, model_dir, v, memory_, entry.owner.id());
     if (loaded.ok()) {
       entry.ready.emplace(v, std::move(loaded).value());
     } else {
@@ -54,14 +56,17 @@ ModelManager::ModelEntry ModelManager::LoadModel(const fs::path& model_dir,
 }
 
 Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& options) {
+  if (options.memory.ledger == nullptr || options.memory.allocator == nullptr) {
+    return Status::Internal("ModelManager needs a ledger and an allocator");
+  }
   VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(options.repositories));
-  std::unique_ptr<ModelManager> manager(new ModelManager());
+  std::unique_ptr<ModelManager> manager(new ModelManager(options.memory));
   for (const auto& dir : dirs) {
     ModelEntry entry;
     if (!dir.status.ok()) {
       entry.reason = dir.status.message();
     } else {
-      entry = LoadModel(dir.path, dir.name);
+      entry = manager->LoadModel(dir.path, dir.name);
     }
     if (!entry.reason.empty()) {
       spdlog::error("failed to load model '{}': {}", dir.name, entry.reason);

@@ -18,6 +18,7 @@
 #include "config/model_config.pb.h"
 #include "core/status.h"
 #include "runtime/loaded_model.h"
+#include "runtime/memory_context.h"
 
 namespace vramd::runtime {
 
@@ -39,6 +40,8 @@ class ModelManager {
     std::vector<std::filesystem::path> repositories;
     // Stop at the first model that fails to load and return its error from Create.
     bool exit_on_error = false;
+    // Required: where models' memory is accounted. Must outlive the manager.
+    MemoryContext memory;
   };
 
   // Scans the repositories and loads every model's selected versions. A broken model is
@@ -65,14 +68,17 @@ class ModelManager {
 
  private:
   struct ModelEntry {
+    memory::ScopedOwner owner;  // the model's ledger owner; closed after its versions unload
     std::shared_ptr<const config::ModelConfig> config;  // null when the config is unusable
     std::map<int64_t, std::shared_ptr<LoadedModel>> ready;
     std::map<int64_t, std::string> failed;  // version -> reason
     std::string reason;  // why the model as a whole is unavailable; empty otherwise
   };
 
-  ModelManager() = default;
-  static ModelEntry LoadModel(const std::filesystem::path& model_dir, const std::string& name);
+  explicit ModelManager(const MemoryContext& memory) : memory_(memory) {}
+  ModelEntry LoadModel(const std::filesystem::path& model_dir, const std::string& name) const;
+
+  const MemoryContext memory_;
 
   mutable std::shared_mutex mu_;
   std::map<std::string, ModelEntry, std::less<>> models_;  // guarded by mu_

@@ -68,7 +68,8 @@ class VramdProcess:
         argv = [str(VRAMD_BIN), "serve"]
         for r in self.repos:
             argv += ["--model-repository", r]
-        argv += ["--http-port", str(self.requested_port), "--http-address", "127.0.0.1"]
+        argv += ["--http-port", str(self.requested_port), "--http-address", "127.0.0.1",
+                 "--metrics-port", "0"]
         if os.environ.get("VRAMD_E2E_LOG_VERBOSE"):
             argv += ["--log-verbose", os.environ["VRAMD_E2E_LOG_VERBOSE"]]
         return argv + self.extra_args

@@ -35,6 +35,19 @@ class ScratchRepo {
   fs::path root_;
 };
 
+// A ledger and an allocator for the models a test loads.
+struct Memory {
+  memory::Ledger ledger;
+  memory::Allocator allocator{&ledger};
+  runtime::ModelManager::Options Options(std::vector<fs::path> repos, bool exit_on_error) {
+    runtime::ModelManager::Options o;
+    o.repositories = std::move(repos);
+    o.exit_on_error = exit_on_error;
+    o.memory = {&ledger, &allocator, nullptr};
+    return o;
+  }
+};
+
 const char* kIdentityConfig = R"(
 backend: "identity"
 max_batch_size: 0
@@ -98,7 +111,8 @@ TEST(ModelManagerTest, BrokenModelIsReportedAndOthersServe) {
   repo.AddModel("no_versions", kIdentityConfig, {});
   repo.AddModel("no_backend", "backend: \"tensorflow_magic\"\n", {"1"});
 
-  auto manager = runtime::ModelManager::Create({{repo.root()}, false});
+  Memory memory;
+  auto manager = runtime::ModelManager::Create(memory.Options({repo.root()}, false));
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
   EXPECT_FALSE((*manager)->AllModelsReady());
 
@@ -127,7 +141,8 @@ TEST(ModelManagerTest, ExitOnErrorFailsCreate) {
   ScratchRepo repo;
   repo.AddModel("good", kIdentityConfig, {"1"});
   repo.AddModel("broken", "max_batch_size: oops\n", {"1"});
-  auto manager = runtime::ModelManager::Create({{repo.root()}, true});
+  Memory memory;
+  auto manager = runtime::ModelManager::Create(memory.Options({repo.root()}, true));
   ASSERT_FALSE(manager.ok());
   EXPECT_NE(manager.status().message().find("broken"), std::string::npos);
 }
@@ -142,7 +157,8 @@ input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] },
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] },
          { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 2 ] } ]
 )", {"1"});
-  auto manager = runtime::ModelManager::Create({{repo.root()}, false});
+  Memory memory;
+  auto manager = runtime::ModelManager::Create(memory.Options({repo.root()}, false));
   ASSERT_TRUE(manager.ok());
   auto model = (*manager)->Find("add_sub", 0);
   ASSERT_TRUE(model.ok());
@@ -155,8 +171,9 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] },
   request.id = "r1";
   request.inputs = {tensor("INPUT0", {5, 7}), tensor("INPUT1", {2, 10})};
   request.outputs = {{"OUTPUT1", false}};
-  auto response = (*model)->Infer(request);
-  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  auto outcome = (*model)->Infer(request);
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  const InferResponse* response = &outcome->response;
   EXPECT_EQ(response->id, "r1");
   EXPECT_EQ(response->model_version, 1);
   ASSERT_EQ(response->outputs.size(), 1u);

@@ -12,6 +12,7 @@
 #include "config/model_config_json.h"
 #include "core/data_type.h"
 #include "server/http/infer_codec.h"
+#include "server/http/memory_routes.h"
 
 namespace vramd::http {
 namespace {
@@ -151,8 +152,9 @@ unsigned HttpStatusFor(StatusCode code) {
   }
 }
 
-KServeRoutes::KServeRoutes(const runtime::ModelManager* manager, ServerInfo info)
-    : manager_(manager), info_(std::move(info)) {}
+KServeRoutes::KServeRoutes(const runtime::ModelManager* manager,
+                           const memory::MemoryReportSource* memory_report, ServerInfo info)
+    : manager_(manager), memory_report_(memory_report), info_(std::move(info)) {}
 
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
   respond(Route(request));
@@ -176,6 +178,9 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
     if (parts[2] == "ready") {
       return Empty(!info_.strict_readiness || manager_->AllModelsReady() ? 200 : 400);
     }
+  }
+  if (parts[1] == "memory" && parts.size() == 2) {
+    return get ? MemoryReportResponse(*memory_report_) : method_not_allowed();
   }
   if (parts[1] == "repository" && parts.size() == 3 && parts[2] == "index") {
     return post ? RepositoryIndex(request) : method_not_allowed();
@@ -304,9 +309,11 @@ HttpResponse KServeRoutes::Infer(const HttpRequest& http, const std::string& mod
   request.model_name = model;
   request.model_version = loaded->version();
 
-  auto response = loaded->Infer(request);
-  if (!response.ok()) return Error(response.status());
-  EncodedBody encoded = EncodeInferResponse(*response, request);
+  // The outcome holds the request's ledger owner: it closes (checking for leaks) when `outcome`
+  // goes out of scope, after the response has been encoded and its tensors released.
+  auto outcome = loaded->Infer(request);
+  if (!outcome.ok()) return Error(outcome.status());
+  EncodedBody encoded = EncodeInferResponse(outcome->response, request);
   HttpResponse r = Json(200, std::move(encoded.body));
   r.inference_header_length = encoded.json_length;
   if (encoded.json_length) r.content_type = "application/octet-stream";

@@ -6,6 +6,7 @@
 //   GET  /v2/models/{m}[/versions/{v}]/config     the config as JSON (model configuration ext.)
 //   POST /v2/models/{m}[/versions/{v}]/infer      JSON and binary tensor data
 //   POST /v2/repository/index                     (model repository extension, read only)
+//   GET  /v2/memory                               vramd's memory report (docs/memory.md)
 // Errors are {"error": "..."} with Triton's status codes (see HttpStatusFor).
 //
 // Thread safety: Handle may be called concurrently.
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "memory/memory_report.h"
 #include "runtime/model_manager.h"
 #include "server/http/http_server.h"
 
@@ -32,8 +34,9 @@ class KServeRoutes {
     bool strict_readiness = true;
   };
 
-  // `manager` must outlive this object.
-  KServeRoutes(const runtime::ModelManager* manager, ServerInfo info);
+  // `manager` and `memory_report` must outlive this object.
+  KServeRoutes(const runtime::ModelManager* manager, const memory::MemoryReportSource* memory_report,
+               ServerInfo info);
 
   void Handle(HttpRequest request, Responder respond) const;
 
@@ -47,6 +50,7 @@ class KServeRoutes {
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
 
   const runtime::ModelManager* manager_;
+  const memory::MemoryReportSource* memory_report_;
   const ServerInfo info_;
 };
 

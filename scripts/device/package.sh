@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds vramd here (Release, with CUDA) for the GPU machine and gathers what must travel into
+# device-dist/ (git-ignored; name it in the device tool's `carry`):
+#   device-dist/bin/   vramd, vramctl, the GPU tests and the benchmarks
+#   device-dist/lib/   the shared libraries they need that are not part of glibc
+# Then, on the device: scripts/device/run.sh (see there).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ -x /usr/local/cuda/bin/nvcc ] || { echo "package.sh: /usr/local/cuda is needed to build for the GPU" >&2; exit 1; }
+VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh
+
+rm -rf device-dist
+mkdir -p device-dist/bin device-dist/lib
+binaries=(build-device/src/cli/vramd build-device/src/cli/vramctl)
+for f in build-device/tests/gpu_*_test build-device/bench/*_bench; do
+  [ -x "$f" ] && binaries+=("$f")
+done
+cp "${binaries[@]}" device-dist/bin/
+# Every library a binary needs except glibc's own (those must come from the machine itself).
+for b in "${binaries[@]}"; do
+  ldd "$b" | awk '/=> \//{print $3}'
+done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' \
+  | while read -r lib; do cp -L "$lib" device-dist/lib/; done
+echo "device-dist: $(ls device-dist/bin | wc -l) binaries, $(ls device-dist/lib | wc -l) libraries, $(du -sh device-dist | cut -f1)"

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (through the device tool), from the repository root, with
+# device-dist/ carried: every GPU test and GPU benchmark, results under $OUT.
+#   device tool: run  command="bash scripts/device/run.sh"  carry=["device-dist"]
+# Writes $OUT/summary.txt (figures and pass/fail lines), gpu_tests.log, benchmarks.log, one
+# <bench>.json per benchmark and server.log: at most 8 files come back, so keep it to these.
+# Later issues add their steps here.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/vramd-device-out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/device-dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+BIN=device-dist/bin
+summary="$OUT/summary.txt"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+say "# vramd device run $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
+
+status=0
+# 1. GPU tests (GoogleTest). Each prints "FIGURE <name> <value> <unit>" lines for the record.
+for t in "$BIN"/gpu_*_test; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  if "$t" --gtest_color=no > "$OUT/tmp.log" 2>&1; then say "PASS $name"; else say "FAIL $name"; status=1; fi
+  cat "$OUT/tmp.log" >> "$OUT/gpu_tests.log"; rm -f "$OUT/tmp.log"
+done
+grep -h '^FIGURE ' "$OUT/gpu_tests.log" 2>/dev/null | tee -a "$summary"
+
+# 2. Benchmarks (Google Benchmark), one JSON file each, with a short table in the summary.
+for b in "$BIN"/*_bench; do
+  [ -x "$b" ] || continue
+  name=$(basename "$b")
+  "$b" --benchmark_min_time=0.2 --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
+    > "$OUT/tmp.txt" 2>&1 || { say "FAIL $name"; status=1; }
+  cat "$OUT/tmp.txt" >> "$OUT/benchmarks.log"
+  grep -E '^BM_' "$OUT/tmp.txt" | sed "s/^/$name: /" | tee -a "$summary"; rm -f "$OUT/tmp.txt"
+done
+
+# 3. The server on the GPU: start it, read /v2/memory through vramctl, stop it.
+"$BIN"/vramd serve --model-repository examples/models --http-port 18000 --metrics-port 18002 \
+  > "$OUT/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 50); do curl -sf localhost:18000/v2/health/live >/dev/null 2>&1 && break; sleep 0.2; done
+"$BIN"/vramctl memory --url http://localhost:18000 >> "$OUT/server.log" 2>&1 && say "PASS vramctl memory" || { say "FAIL vramctl memory"; status=1; }
+curl -s localhost:18002/metrics | grep -E '^vramd_|^nv_' | head -40 >> "$OUT/server.log"
+kill -TERM "$pid"; wait "$pid"; say "server exit code $?"
+say "# done, status $status"
+exit $status

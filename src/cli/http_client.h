@@ -1,0 +1,38 @@
+// A small synchronous HTTP/1.1 client (Boost.Beast) for vramctl: one GET, one connection, a
+// deadline on each step. Plain http:// only.
+//
+// Thread safety: HttpGet may be called from any thread; each call has its own connection.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace vramd::cli {
+
+struct Url {
+  std::string host;
+  std::string port = "80";
+  std::string path;  // without a trailing '/', "" for the root
+};
+
+// Parses "http://host[:port][/path]" (a bare "host[:port]" means http). InvalidArgument for
+// any other scheme or an empty host.
+Result<Url> ParseUrl(std::string_view url);
+
+struct HttpGetResponse {
+  unsigned status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+// GETs `target` (path and query) from `url`'s host. Unavailable, naming the address, the step
+// (resolve, connect, send, receive) and the system's reason, when the server cannot be reached
+// or does not answer within `timeout` per step. Any HTTP status is a successful result.
+Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace vramd::cli

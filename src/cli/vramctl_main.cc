@@ -1,0 +1,79 @@
+// vramctl: asks a running vramd about itself. `vramctl memory` prints the memory report
+// (GET /v2/memory) as a tree: devices, pools, owners, leaks.
+//
+// Exit status: 0 on success; 1 when vramd answers with an error or something unreadable;
+// 2 when vramd cannot be reached.
+#include <CLI/CLI.hpp>
+#include <rapidjson/document.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cli/http_client.h"
+#include "server/metrics/memory_report_text.h"
+
+namespace {
+
+// The message of a {"error": "..."} body, else the body itself, shortened.
+std::string ErrorMessage(const std::string& body) {
+  rapidjson::Document doc;
+  doc.Parse(body.data(), body.size());
+  if (!doc.HasParseError() && doc.IsObject() && doc.HasMember("error") && doc["error"].IsString()) {
+    return doc["error"].GetString();
+  }
+  return body.size() > 200 ? body.substr(0, 200) + "..." : body;
+}
+
+int Memory(const std::string& url_text, bool raw_json, int timeout_ms) {
+  auto url = vramd::cli::ParseUrl(url_text);
+  if (!url.ok()) {
+    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  const std::string target = url->path + "/v2/memory";
+  auto response = vramd::cli::HttpGet(*url, target, std::chrono::milliseconds(timeout_ms));
+  if (!response.ok()) {
+    std::fprintf(stderr, "vramctl: cannot reach vramd at %s: %s\n", url_text.c_str(),
+                 response.status().message().c_str());
+    return 2;
+  }
+  if (response->status != 200) {
+    std::fprintf(stderr, "vramctl: vramd at %s answered %u for %s: %s\n", url_text.c_str(),
+                 response->status, target.c_str(), ErrorMessage(response->body).c_str());
+    return 1;
+  }
+  if (raw_json) {
+    std::printf("%s\n", response->body.c_str());
+    return 0;
+  }
+  auto text = vramd::metrics::RenderMemoryReportText(response->body);
+  if (!text.ok()) {
+    std::fprintf(stderr, "vramctl: %s answered %s with %s\n", url_text.c_str(), target.c_str(),
+                 text.status().message().c_str());
+    return 1;
+  }
+  std::fputs(text->c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"vramctl: inspect a running vramd"};
+  app.require_subcommand(1);
+
+  std::string url = "http://localhost:8000";
+  bool raw_json = false;
+  int timeout_ms = 10000;
+  CLI::App* memory = app.add_subcommand(
+      "memory", "Print the memory report: devices, pools, the owner tree and leaks");
+  memory->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
+  memory->add_flag("--json", raw_json, "Print the report as the server's JSON");
+  memory->add_option("--timeout-ms", timeout_ms, "Deadline for each network step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  if (memory->parsed()) return Memory(url, raw_json, timeout_ms);
+  return 0;
+}

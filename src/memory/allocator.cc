@@ -1,0 +1,97 @@
+#include "memory/allocator.h"
+
+#include <fmt/format.h>
+
+namespace vramd::memory {
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    allocator_ = std::exchange(other.allocator_, nullptr);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+void Buffer::Reset() {
+  if (ptr_ != nullptr) allocator_->Free(device_, ptr_);
+  allocator_ = nullptr;
+  ptr_ = nullptr;
+  size_ = 0;
+}
+
+Allocator::Allocator(Ledger* ledger) : ledger_(ledger) {}
+
+Allocator::~Allocator() = default;
+
+Result<CachingPool*> Allocator::Pool(Device device) {
+  std::lock_guard lock(mu_);
+  auto key = std::make_pair(static_cast<int>(device.type), device.index);
+  auto it = pools_.find(key);
+  if (it != pools_.end()) return it->second.get();
+  std::unique_ptr<SegmentSource> source;
+  if (device.is_cuda()) {
+    VRAMD_ASSIGN_OR_RETURN(source, MakeCudaSegmentSource(device.index));
+  } else {
+    source = MakeHostSegmentSource();
+  }
+  auto pool = std::make_unique<CachingPool>(std::move(source));
+  CachingPool* raw = pool.get();
+  pools_.emplace(key, std::move(pool));
+  return raw;
+}
+
+Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream, OwnerId owner) {
+  VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(device));
+  VRAMD_ASSIGN_OR_RETURN(void* ptr, pool->Allocate(size, stream));
+  ledger_->RecordAllocation(ptr, size, device, owner);
+  return ptr;
+}
+
+Result<Buffer> Allocator::Allocate(Device device, size_t size, StreamId stream, OwnerId owner) {
+  VRAMD_ASSIGN_OR_RETURN(void* ptr, AllocateRaw(device, size, stream, owner));
+  Buffer b;
+  b.allocator_ = this;
+  b.ptr_ = ptr;
+  b.size_ = size;
+  b.device_ = device;
+  return b;
+}
+
+void Allocator::Free(Device device, void* ptr) {
+  if (ptr == nullptr) return;
+  ledger_->RecordFree(ptr);
+  auto pool = Pool(device);
+  if (pool.ok()) (*pool)->Free(ptr);
+}
+
+size_t Allocator::Trim(Device device) {
+  auto pool = Pool(device);
+  return pool.ok() ? (*pool)->Trim() : 0;
+}
+
+size_t Allocator::TrimAll() {
+  std::vector<CachingPool*> pools;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [key, pool] : pools_) pools.push_back(pool.get());
+  }
+  size_t released = 0;
+  for (CachingPool* p : pools) released += p->Trim();
+  return released;
+}
+
+std::vector<PoolStats> Allocator::PoolStatistics() const {
+  std::vector<CachingPool*> pools;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [key, pool] : pools_) pools.push_back(pool.get());
+  }
+  std::vector<PoolStats> stats;
+  for (CachingPool* p : pools) stats.push_back(p->Stats());
+  return stats;
+}
+
+}  // namespace vramd::memory

@@ -1,0 +1,83 @@
+// Allocator: the one way the server and its backends get memory that the ledger accounts for.
+// It joins a CachingPool per device (created on first use) with the Ledger: every allocation
+// is charged to an owner, every free is recorded, and Buffer frees itself (RAII).
+//
+// Thread safety: all methods are safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+#include "memory/caching_pool.h"
+#include "memory/device.h"
+#include "memory/ledger.h"
+
+namespace vramd::memory {
+
+class Allocator;
+
+// A block of device (or host) memory, returned to its pool when destroyed. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  ~Buffer() { Reset(); }
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t size() const { return size_; }
+  Device device() const { return device_; }
+  explicit operator bool() const { return ptr_ != nullptr; }
+  // Frees now.
+  void Reset();
+
+ private:
+  friend class Allocator;
+  Allocator* allocator_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+  Device device_;
+};
+
+class Allocator {
+ public:
+  // `ledger` must outlive the allocator.
+  explicit Allocator(Ledger* ledger);
+  ~Allocator();
+
+  Ledger* ledger() const { return ledger_; }
+
+  // `size` bytes on `device`, charged to `owner` (kNoOwner: the thread's current OwnerScope).
+  // ResourceExhausted when the device is full; Unavailable for a device that does not exist.
+  Result<Buffer> Allocate(Device device, size_t size, StreamId stream = 0,
+                          OwnerId owner = kNoOwner);
+
+  // The same without RAII, for the backend C ABI: the caller must Free exactly once.
+  Result<void*> AllocateRaw(Device device, size_t size, StreamId stream = 0,
+                            OwnerId owner = kNoOwner);
+  // Frees a pointer from AllocateRaw / a Buffer on `device`. Unknown pointers are counted by the
+  // ledger and otherwise ignored.
+  void Free(Device device, void* ptr);
+
+  // Returns cached, unused memory of one device / of all devices to the system; bytes returned.
+  size_t Trim(Device device);
+  size_t TrimAll();
+
+  // Statistics of every pool created so far.
+  std::vector<PoolStats> PoolStatistics() const;
+  // The pool of `device`, created if needed; Unavailable if the device does not exist.
+  Result<CachingPool*> Pool(Device device);
+
+ private:
+  Ledger* const ledger_;
+  mutable std::mutex mu_;
+  std::map<std::pair<int, int>, std::unique_ptr<CachingPool>> pools_;  // guarded by mu_
+};
+
+}  // namespace vramd::memory

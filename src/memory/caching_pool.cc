@@ -1,0 +1,486 @@
+// CachingPool's implementation. The policy is in caching_pool.h; this comment covers how it is
+// kept.
+//
+// Structures (all guarded by Impl::mu_):
+//  - Segment: one source allocation, in `segments_` keyed by address (Snapshot walks it in
+//    order). It records its pool (small or large) and its stream.
+//  - Block: a sub-range of a segment, doubly linked with its neighbours in address order. The
+//    blocks of a segment cover it without gaps. Invariant: two neighbours are never both free
+//    (Free merges them), so a segment is fully free exactly when its only block is free.
+//  - Free blocks sit in one std::set per pool ordered by (stream, size, address): best fit is
+//    one lower_bound on (stream, size, 0). Live blocks sit in an unordered_map by address.
+//    Allocate and Free from the cache are therefore O(log n) plus O(1) expected.
+//  - Block nodes are recycled through a small spare list, so split and merge rarely call new.
+//
+// Note [Lock and the source]: no SegmentSource call (Allocate, Free, Synchronize) runs under
+// mu_. Allocate looks in the cache under the lock, drops it to ask the source for a segment and
+// takes it again to insert the segment. Releasing segments (Trim, the out-of-memory retry, the
+// destructor) detaches fully free segments under the lock, so nobody can be handed them again,
+// then synchronizes and frees them outside it. Stats count a detached segment as gone at once.
+#include "memory/caching_pool.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace vramd::memory {
+namespace {
+
+constexpr size_t kKiB = size_t{1} << 10;
+constexpr size_t kMiB = size_t{1} << 20;
+
+constexpr size_t kMinBlockSize = 512;             // bytes; every block size is a multiple
+constexpr size_t kSmallRequestLimit = 1 * kMiB;   // bytes; rounded requests up to this: small
+constexpr size_t kSmallSegmentSize = 2 * kMiB;    // bytes; every small-pool segment
+constexpr size_t kLargeSegmentRounding = 2 * kMiB;  // bytes; large segments are multiples
+constexpr size_t kLargeMinRemainder = 1 * kMiB;   // bytes; large blocks split when rest > this
+// Larger requests fail at once: no device has this much, and rounding must not overflow.
+constexpr size_t kMaxRequest = SIZE_MAX / 4;
+constexpr size_t kMaxSpareBlocks = 1024;          // recycled Block nodes kept
+
+size_t RoundUp(size_t size, size_t multiple) { return (size + multiple - 1) / multiple * multiple; }
+
+std::string FormatBytes(size_t bytes) {
+  if (bytes < kKiB) return fmt::format("{} B", bytes);
+  if (bytes < kMiB) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / kKiB);
+  if (bytes < 1024 * kMiB) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / kMiB);
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024 * kMiB));
+}
+
+struct Segment;
+
+struct Block {
+  uintptr_t address = 0;
+  size_t size = 0;
+  size_t requested = 0;  // the caller's size while allocated
+  StreamId stream = 0;   // the segment's stream, copied here for the free-set order
+  Segment* segment = nullptr;
+  Block* prev = nullptr;  // neighbours in the segment, in address order
+  Block* next = nullptr;
+  bool allocated = false;
+};
+
+struct Segment {
+  uintptr_t address = 0;
+  size_t size = 0;
+  StreamId stream = 0;
+  bool small = false;
+  Block* first = nullptr;  // the lowest block; never changes (merges keep the lower block)
+};
+
+// Free-set order, (stream, size, address), with heterogeneous lookup by key.
+struct FreeKey {
+  StreamId stream;
+  size_t size;
+  uintptr_t address;
+};
+struct FreeOrder {
+  using is_transparent = void;
+  static FreeKey Key(const Block* b) { return {b->stream, b->size, b->address}; }
+  static FreeKey Key(const FreeKey& k) { return k; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    FreeKey x = Key(a), y = Key(b);
+    return std::tie(x.stream, x.size, x.address) < std::tie(y.stream, y.size, y.address);
+  }
+};
+using FreeSet = std::set<Block*, FreeOrder>;
+
+// The largest block in `set`: the last block of each stream's run, found by one upper_bound
+// per stream.
+size_t LargestFree(const FreeSet& set) {
+  size_t largest = 0;
+  for (auto it = set.begin(); it != set.end();) {
+    auto end = set.upper_bound(FreeKey{(*it)->stream, SIZE_MAX, UINTPTR_MAX});
+    largest = std::max(largest, (*std::prev(end))->size);
+    it = end;
+  }
+  return largest;
+}
+
+struct DetachedSegment {
+  void* ptr;
+  size_t size;
+};
+
+}  // namespace
+
+class CachingPool::Impl {
+ public:
+  explicit Impl(std::unique_ptr<SegmentSource> source)
+      : source_(std::move(source)), device_(source_->device()) {}
+  ~Impl();
+
+  Device device() const { return device_; }
+  Result<void*> Allocate(size_t size, StreamId stream);
+  void Free(void* ptr);
+  size_t RequestedSize(void* ptr) const;
+  size_t Trim();
+  PoolStats Stats() const;
+  std::vector<SegmentInfo> Snapshot() const;
+
+ private:
+  struct Counters {
+    size_t reserved = 0, allocated = 0, requested = 0;
+    size_t peak_reserved = 0, peak_allocated = 0;
+    uint64_t total_allocations = 0, segment_allocations = 0, segment_frees = 0;
+    uint64_t oom_retries = 0, out_of_memory = 0, unknown_frees = 0;
+  };
+
+  // The helpers below REQUIRE mu_ held unless they say otherwise.
+  FreeSet& FreeSetOf(const Segment* s) { return s->small ? small_free_ : large_free_; }
+  Block* NewBlock();
+  void DeleteBlock(Block* b);
+  // The best free block for a rounded size on `stream`, taken out of its free set; or nullptr.
+  Block* TakeBestFit(bool small, size_t rounded, StreamId stream);
+  // Registers a new segment and returns its single block (not in any free set).
+  Block* AddSegment(void* ptr, size_t size, StreamId stream, bool small);
+  // Splits off what `b` does not need, marks it allocated and returns its address.
+  void* HandOut(Block* b, size_t rounded, size_t requested);
+  // Removes every fully free segment from the pool and returns them, for ReleaseSegments.
+  std::vector<DetachedSegment> DetachFreeSegments();
+  std::string OutOfMemoryMessage(size_t size, size_t segment_size, StreamId stream,
+                                 const Status& source_status, size_t released) const;
+
+  // EXCLUDES mu_: Synchronize, then Free each segment. Returns the bytes freed.
+  size_t ReleaseSegments(const std::vector<DetachedSegment>& segments);
+
+  // Constant after construction.
+  const std::unique_ptr<SegmentSource> source_;
+  const Device device_;
+
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  FreeSet small_free_;
+  FreeSet large_free_;
+  std::unordered_map<uintptr_t, Block*> live_;
+  std::map<uintptr_t, std::unique_ptr<Segment>> segments_;
+  std::vector<Block*> spare_blocks_;
+  Counters c_;
+};
+
+CachingPool::Impl::~Impl() {
+  std::vector<DetachedSegment> all;
+  {
+    std::lock_guard lock(mu_);
+    if (!live_.empty()) {
+      spdlog::error("{}: CachingPool destroyed with {} live allocation(s) holding {}; their "
+                    "memory is returned to the system now",
+                    device_.ToString(), live_.size(), FormatBytes(c_.allocated));
+    }
+    for (auto& [address, segment] : segments_) {
+      all.push_back({reinterpret_cast<void*>(segment->address), segment->size});
+      for (Block* b = segment->first; b != nullptr;) {
+        Block* next = b->next;
+        delete b;
+        b = next;
+      }
+    }
+    segments_.clear();
+    small_free_.clear();
+    large_free_.clear();
+    live_.clear();
+    for (Block* b : spare_blocks_) delete b;
+    spare_blocks_.clear();
+  }
+  ReleaseSegments(all);
+}
+
+Block* CachingPool::Impl::NewBlock() {
+  if (spare_blocks_.empty()) return new Block;
+  Block* b = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  *b = Block{};
+  return b;
+}
+
+void CachingPool::Impl::DeleteBlock(Block* b) {
+  if (spare_blocks_.size() < kMaxSpareBlocks) {
+    spare_blocks_.push_back(b);
+  } else {
+    delete b;
+  }
+}
+
+Block* CachingPool::Impl::TakeBestFit(bool small, size_t rounded, StreamId stream) {
+  FreeSet& set = small ? small_free_ : large_free_;
+  auto it = set.lower_bound(FreeKey{stream, rounded, 0});
+  if (it == set.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  set.erase(it);
+  return b;
+}
+
+Block* CachingPool::Impl::AddSegment(void* ptr, size_t size, StreamId stream, bool small) {
+  auto segment = std::make_unique<Segment>();
+  segment->address = reinterpret_cast<uintptr_t>(ptr);
+  segment->size = size;
+  segment->stream = stream;
+  segment->small = small;
+  Block* b = NewBlock();
+  b->address = segment->address;
+  b->size = size;
+  b->stream = stream;
+  b->segment = segment.get();
+  segment->first = b;
+  segments_.emplace(segment->address, std::move(segment));
+  c_.reserved += size;
+  c_.peak_reserved = std::max(c_.peak_reserved, c_.reserved);
+  ++c_.segment_allocations;
+  return b;
+}
+
+void* CachingPool::Impl::HandOut(Block* b, size_t rounded, size_t requested) {
+  size_t rest = b->size - rounded;
+  bool split = b->segment->small ? rest >= kMinBlockSize : rest > kLargeMinRemainder;
+  if (split) {
+    Block* r = NewBlock();
+    r->address = b->address + rounded;
+    r->size = rest;
+    r->stream = b->stream;
+    r->segment = b->segment;
+    r->prev = b;
+    r->next = b->next;
+    if (b->next != nullptr) b->next->prev = r;
+    b->next = r;
+    b->size = rounded;
+    // b was free, so b->next was not: the remainder needs no merge.
+    FreeSetOf(b->segment).insert(r);
+  }
+  b->allocated = true;
+  b->requested = requested;
+  live_.emplace(b->address, b);
+  c_.allocated += b->size;
+  c_.requested += requested;
+  c_.peak_allocated = std::max(c_.peak_allocated, c_.allocated);
+  ++c_.total_allocations;
+  return reinterpret_cast<void*>(b->address);
+}
+
+Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
+  if (size > kMaxRequest) {
+    std::lock_guard lock(mu_);
+    ++c_.out_of_memory;
+    return Status::ResourceExhausted(fmt::format(
+        "{}: cannot allocate {} bytes: larger than any device", device_.ToString(), size));
+  }
+  const size_t rounded = RoundUp(std::max(size, size_t{1}), kMinBlockSize);
+  const bool small = rounded <= kSmallRequestLimit;
+  {
+    std::lock_guard lock(mu_);
+    if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
+  }
+
+  // A cache miss: a new segment, asked for without the lock (Note [Lock and the source]).
+  const size_t segment_size = small ? kSmallSegmentSize : RoundUp(rounded, kLargeSegmentRounding);
+  Result<void*> memory = source_->Allocate(segment_size);
+  size_t released = 0;
+  if (!memory.ok() && memory.status().code() == StatusCode::kResourceExhausted) {
+    std::vector<DetachedSegment> detached;
+    {
+      std::lock_guard lock(mu_);
+      // Another thread may have freed a fitting block meanwhile.
+      if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
+      detached = DetachFreeSegments();
+      ++c_.oom_retries;
+    }
+    released = ReleaseSegments(detached);
+    memory = source_->Allocate(segment_size);
+  }
+
+  std::lock_guard lock(mu_);
+  if (!memory.ok()) {
+    if (memory.status().code() != StatusCode::kResourceExhausted) return memory.status();
+    ++c_.out_of_memory;
+    return Status::ResourceExhausted(
+        OutOfMemoryMessage(size, segment_size, stream, memory.status(), released));
+  }
+  Block* b = AddSegment(*memory, segment_size, stream, small);
+  return HandOut(b, rounded, size);
+}
+
+void CachingPool::Impl::Free(void* ptr) {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it != live_.end()) {
+      Block* b = it->second;
+      live_.erase(it);
+      c_.allocated -= b->size;
+      c_.requested -= b->requested;
+      b->allocated = false;
+      b->requested = 0;
+      FreeSet& set = FreeSetOf(b->segment);
+      if (Block* prev = b->prev; prev != nullptr && !prev->allocated) {
+        set.erase(prev);
+        prev->size += b->size;
+        prev->next = b->next;
+        if (b->next != nullptr) b->next->prev = prev;
+        DeleteBlock(b);
+        b = prev;
+      }
+      if (Block* next = b->next; next != nullptr && !next->allocated) {
+        set.erase(next);
+        b->size += next->size;
+        b->next = next->next;
+        if (next->next != nullptr) next->next->prev = b;
+        DeleteBlock(next);
+      }
+      set.insert(b);
+      return;
+    }
+    ++c_.unknown_frees;
+  }
+  spdlog::warn("{}: CachingPool::Free of unknown pointer {} ignored (not from this pool, or "
+               "already freed)",
+               device_.ToString(), ptr);
+}
+
+size_t CachingPool::Impl::RequestedSize(void* ptr) const {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+  return it == live_.end() ? 0 : it->second->requested;
+}
+
+std::vector<DetachedSegment> CachingPool::Impl::DetachFreeSegments() {
+  std::vector<DetachedSegment> detached;
+  for (FreeSet* set : {&small_free_, &large_free_}) {
+    for (auto it = set->begin(); it != set->end();) {
+      Block* b = *it;
+      if (b->prev != nullptr || b->next != nullptr) {
+        ++it;
+        continue;
+      }
+      it = set->erase(it);
+      Segment* segment = b->segment;
+      detached.push_back({reinterpret_cast<void*>(segment->address), segment->size});
+      c_.reserved -= segment->size;
+      ++c_.segment_frees;
+      DeleteBlock(b);
+      segments_.erase(segment->address);
+    }
+  }
+  return detached;
+}
+
+size_t CachingPool::Impl::ReleaseSegments(const std::vector<DetachedSegment>& segments) {
+  if (segments.empty()) return 0;
+  // Work queued on any stream before the blocks were freed may still use them.
+  source_->Synchronize();
+  size_t bytes = 0;
+  for (const DetachedSegment& s : segments) {
+    source_->Free(s.ptr, s.size);
+    bytes += s.size;
+  }
+  return bytes;
+}
+
+size_t CachingPool::Impl::Trim() {
+  std::vector<DetachedSegment> detached;
+  {
+    std::lock_guard lock(mu_);
+    detached = DetachFreeSegments();
+  }
+  return ReleaseSegments(detached);
+}
+
+PoolStats CachingPool::Impl::Stats() const {
+  std::lock_guard lock(mu_);
+  PoolStats s;
+  s.device = device_;
+  s.reserved_bytes = c_.reserved;
+  s.allocated_bytes = c_.allocated;
+  s.requested_bytes = c_.requested;
+  s.peak_reserved_bytes = c_.peak_reserved;
+  s.peak_allocated_bytes = c_.peak_allocated;
+  s.segments = segments_.size();
+  s.live_allocations = live_.size();
+  s.cached_free_bytes = c_.reserved - c_.allocated;
+  s.largest_free_block_bytes = std::max(LargestFree(small_free_), LargestFree(large_free_));
+  s.fragmentation =
+      s.cached_free_bytes == 0
+          ? 0.0
+          : 1.0 - static_cast<double>(s.largest_free_block_bytes) / s.cached_free_bytes;
+  s.total_allocations = c_.total_allocations;
+  s.segment_allocations = c_.segment_allocations;
+  s.segment_frees = c_.segment_frees;
+  s.oom_retries = c_.oom_retries;
+  s.out_of_memory = c_.out_of_memory;
+  s.unknown_frees = c_.unknown_frees;
+  return s;
+}
+
+std::vector<SegmentInfo> CachingPool::Impl::Snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<SegmentInfo> out;
+  out.reserve(segments_.size());
+  for (const auto& [address, segment] : segments_) {
+    SegmentInfo info;
+    info.address = segment->address;
+    info.size = segment->size;
+    info.stream = segment->stream;
+    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+      info.blocks.push_back({b->address, b->size, b->allocated});
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::string CachingPool::Impl::OutOfMemoryMessage(size_t size, size_t segment_size,
+                                                  StreamId stream, const Status& source_status,
+                                                  size_t released) const {
+  const size_t cached_free = c_.reserved - c_.allocated;
+  const size_t largest = std::max(LargestFree(small_free_), LargestFree(large_free_));
+  const double fragmentation =
+      cached_free == 0 ? 0.0 : 1.0 - static_cast<double>(largest) / cached_free;
+  std::string m = fmt::format(
+      "{dev}: out of memory: cannot allocate {req} ({size} bytes) on stream {stream:#x}; "
+      "it needed a new {seg} segment. The pool holds {reserved} reserved in {segments} "
+      "segment(s): {allocated} allocated to {live} live allocation(s), {free} cached free, "
+      "largest free block {largest} (fragmentation {frag:.0f}%). Before failing it returned "
+      "{released} of fully free cached segments and retried. Source: {source}. ",
+      fmt::arg("dev", device_.ToString()), fmt::arg("req", FormatBytes(size)),
+      fmt::arg("size", size), fmt::arg("stream", stream), fmt::arg("seg", FormatBytes(segment_size)),
+      fmt::arg("reserved", FormatBytes(c_.reserved)), fmt::arg("segments", segments_.size()),
+      fmt::arg("allocated", FormatBytes(c_.allocated)), fmt::arg("live", live_.size()),
+      fmt::arg("free", FormatBytes(cached_free)), fmt::arg("largest", FormatBytes(largest)),
+      fmt::arg("frag", fragmentation * 100), fmt::arg("released", FormatBytes(released)),
+      fmt::arg("source", source_status.message()));
+  if (cached_free >= size) {
+    m += "Remedy: the pool's cached free memory would fit this request but is split into "
+         "smaller blocks or belongs to other streams; allocate the largest buffers first (at "
+         "model load), use fewer streams, or free what holds this device's memory.";
+  } else {
+    m += fmt::format(
+        "Remedy: free memory on {}: unload a model, lower max_batch_size or the instance "
+        "count, or stop other processes using the device.",
+        device_.ToString());
+  }
+  return m;
+}
+
+CachingPool::CachingPool(std::unique_ptr<SegmentSource> source)
+    : impl_(std::make_unique<Impl>(std::move(source))) {}
+CachingPool::~CachingPool() = default;
+
+Device CachingPool::device() const { return impl_->device(); }
+Result<void*> CachingPool::Allocate(size_t size, StreamId stream) {
+  return impl_->Allocate(size, stream);
+}
+void CachingPool::Free(void* ptr) { impl_->Free(ptr); }
+size_t CachingPool::RequestedSize(void* ptr) const { return impl_->RequestedSize(ptr); }
+size_t CachingPool::Trim() { return impl_->Trim(); }
+PoolStats CachingPool::Stats() const { return impl_->Stats(); }
+std::vector<SegmentInfo> CachingPool::Snapshot() const { return impl_->Snapshot(); }
+
+}  // namespace vramd::memory

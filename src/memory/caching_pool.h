@@ -1,0 +1,120 @@
+// CachingPool: a caching, stream-ordered allocator for one device, in the manner of PyTorch's
+// CUDA caching allocator.
+//
+// Policy:
+//  - A segment is one SegmentSource allocation. Requests round up to 512 bytes. Requests of
+//    at most 1 MiB (after rounding) come from 2 MiB segments ("small" pool); larger ones from
+//    segments of the request rounded up to 2 MiB ("large" pool). Blocks are sub-ranges of a
+//    segment; the two pools never share a segment.
+//  - Allocate takes the best-fitting free block of the same pool and stream (smallest size,
+//    then lowest address) and splits it when the remainder is worth keeping (>= 512 bytes in the
+//    small pool, > 1 MiB in the large pool); otherwise it asks the source for a new segment.
+//    If the source is out of memory, the pool releases its fully free cached segments (after
+//    Synchronize) and retries once before failing with ResourceExhausted and a report of what
+//    the pool holds (reserved, allocated, cached free, largest free block) and a remedy.
+//  - Free makes a block reusable at once by later allocations on the same stream (work on one
+//    stream runs in order) and merges it with free neighbours in its segment. A block is never
+//    handed to another stream; a segment belongs to the stream that caused it.
+//  - Trim returns every fully free segment to the source (after Synchronize).
+//  - The pool never calls the source while holding its lock; two threads that miss the cache at
+//    once may each add a segment (at most one extra segment per concurrent caller).
+//
+// Statistics (PoolStats): see each field, and docs/memory.md "Pools and fragmentation".
+// Fragmentation, defined for the report users read:
+//   fragmentation = 1 - largest_free_block_bytes / cached_free_bytes   (0 when nothing is free)
+// It says how much of the cached free memory cannot serve one request as large as all of it:
+// 0 means all free cached memory is one block; near 1 means it is scattered in small pieces.
+//
+// Cost: Allocate and Free are O(log n) in the number of free blocks when served from the cache.
+//
+// Thread safety: all methods are safe from any thread (one mutex per pool).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "memory/device.h"
+#include "memory/segment_source.h"
+
+namespace vramd::memory {
+
+// A CUDA stream as an integer (cudaStream_t cast); 0 is the default stream, and the only one on
+// the CPU.
+using StreamId = uintptr_t;
+
+// A copy of a pool's counters at one moment. Byte figures are current values unless named
+// peak_ or described as cumulative.
+struct PoolStats {
+  Device device;
+  size_t reserved_bytes = 0;      // held from the source: the sum of the segments' sizes
+  size_t allocated_bytes = 0;     // handed out, rounded sizes: the sum of live blocks' sizes
+                                  // (a block keeps a remainder too small to split off)
+  size_t requested_bytes = 0;     // handed out, as asked: the sum of Allocate's `size`s
+  size_t peak_reserved_bytes = 0;   // highest reserved_bytes since construction
+  size_t peak_allocated_bytes = 0;  // highest allocated_bytes since construction
+  size_t segments = 0;            // segments held now
+  size_t live_allocations = 0;    // blocks handed out and not yet freed
+  size_t cached_free_bytes = 0;   // reserved - allocated: free blocks kept for reuse
+  size_t largest_free_block_bytes = 0;  // the largest free block (any pool, any stream)
+  double fragmentation = 0.0;     // see the file comment
+  uint64_t total_allocations = 0;  // cumulative Allocate successes
+  uint64_t segment_allocations = 0;  // cumulative SegmentSource::Allocate successes
+  uint64_t segment_frees = 0;      // cumulative segments returned (Trim, out-of-memory retry)
+  uint64_t oom_retries = 0;        // cumulative times the source ran out and the pool released
+                                   // its free segments and retried
+  uint64_t out_of_memory = 0;      // Allocate failures
+  uint64_t unknown_frees = 0;      // Free of a pointer the pool did not hand out (a caller bug)
+};
+
+// One segment as it is now, for reports and tests.
+struct SegmentInfo {
+  uintptr_t address = 0;
+  size_t size = 0;
+  StreamId stream = 0;
+  struct BlockInfo {
+    uintptr_t address = 0;
+    size_t size = 0;
+    bool allocated = false;
+  };
+  std::vector<BlockInfo> blocks;  // in address order, covering the segment
+};
+
+class CachingPool {
+ public:
+  explicit CachingPool(std::unique_ptr<SegmentSource> source);
+  ~CachingPool();  // returns every segment; allocations still live at this point are a bug
+  CachingPool(const CachingPool&) = delete;
+  CachingPool& operator=(const CachingPool&) = delete;
+
+  Device device() const;
+
+  // A block of at least `size` bytes (size 0 gives a valid 512-byte block), usable on
+  // `stream`. ResourceExhausted when the device is out of memory even after releasing cache;
+  // another source error (Internal, Unavailable) is returned as the source gave it.
+  Result<void*> Allocate(size_t size, StreamId stream = 0);
+
+  // REQUIRES: `ptr` came from Allocate of this pool and is not yet freed. Unknown pointers are
+  // ignored and counted (they indicate a bug in the caller), never crash. nullptr is a no-op.
+  void Free(void* ptr);
+
+  // The size Allocate recorded for `ptr` as requested; 0 if unknown.
+  size_t RequestedSize(void* ptr) const;
+
+  // Returns fully free segments to the source; the bytes returned. Calls the source's
+  // Synchronize once before the first Free, and not at all when no segment is fully free.
+  size_t Trim();
+
+  PoolStats Stats() const;
+  // Segments in address order.
+  std::vector<SegmentInfo> Snapshot() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vramd::memory

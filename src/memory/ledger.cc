@@ -1,0 +1,717 @@
+// Ledger design.
+//
+// Data
+//   OwnerNode  One per owner in the tree. Its figures are atomics, so that the hot path never
+//              takes a tree-wide lock. `state` packs the live allocation count with the closed
+//              bit: state = 2 * live_count + closed. One atomic word therefore answers both
+//              "may this owner still be charged?" (an allocation pins an open owner with a CAS
+//              that fails once the bit is set) and "has this closed owner just emptied?" (the
+//              free whose fetch_sub turns 3 into 1 is the one that drops it).
+//   Record     One per live allocation, in one of kShards record shards (a mutex and an
+//              unordered_map) picked by a hash of the address. It points at its OwnerNode, so a
+//              free reaches the owner's counters without looking the owner up.
+//   index      kShards owner shards (a mutex and an unordered_map id -> node) picked by id; the
+//              allocation path resolves an OwnerId there. The root is reached without it.
+//   tree       Parent and sibling links (an intrusive list, O(1) unlink), changed only under
+//              tree_mu_, as are all opens, closes and node deletions.
+//
+// Lock order: tree_mu_ > owner shard mutex > record shard mutex. history_mu_ and callback_mu_
+//   are leaves, taken with nothing else held. The leak callback and symbolization run with no
+//   lock held. Hot path: RecordAllocation holds one owner shard (none for the root), releases
+//   it, then holds one record shard; RecordFree holds one record shard. Both take tree_mu_ only
+//   on rare paths (charging a closed owner; the free that empties a closed owner).
+//
+// Node lifetime. A node is deleted, under tree_mu_ and its owner shard's mutex, only when it is
+//   closed, holds no allocation (state == 1) and has no children. Code that reaches a node
+//   without tree_mu_ holds it pinned: the allocation path keeps the owner shard's mutex from
+//   the lookup until its CAS has counted the new allocation; a record counts one until its
+//   free subtracts it, which is the free's last access to the node.
+//
+// Invariant: an open owner has only open ancestors (CloseOwner closes whole subtrees, and
+//   OpenOwner attaches under the nearest open ancestor). So the charges and new children of a
+//   closed owner go to that ancestor, and closing a subtree never deletes a node it has not
+//   visited yet.
+//
+// Memory. A clean close deletes the node at once, so request churn does not grow the ledger.
+//   A leaking owner stays until its last allocation is freed. Leak history keeps the last
+//   kMaxLeakHistory reports with at most kMaxLeakAllocations allocations each, and keeps raw
+//   return addresses (8 bytes a frame) rather than names: Leaks() names them again.
+#include "memory/ledger.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+
+#include "memory/backtrace.h"
+
+namespace vramd::memory {
+
+std::string_view OwnerKindName(OwnerKind kind) {
+  switch (kind) {
+    case OwnerKind::kServer: return "server";
+    case OwnerKind::kModel: return "model";
+    case OwnerKind::kVersion: return "version";
+    case OwnerKind::kInstance: return "instance";
+    case OwnerKind::kRequest: return "request";
+    case OwnerKind::kScope: return "scope";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr int kShards = 64;
+constexpr size_t kMaxLeakHistory = 1000;
+constexpr size_t kMaxLeakAllocations = 16;
+// Per-device slots: cpu, cuda:0..15, and one shared by every other CUDA ordinal.
+constexpr int kCudaSlots = 16;
+constexpr int kDeviceSlots = 1 + kCudaSlots + 1;
+
+int DeviceSlot(Device device) {
+  if (!device.is_cuda()) return 0;
+  if (device.index >= 0 && device.index < kCudaSlots) return 1 + device.index;
+  return kDeviceSlots - 1;
+}
+
+Device SlotDevice(int slot) { return slot == 0 ? Device::Cpu() : Device::Cuda(slot - 1); }
+
+// Owner ids are unique in the process, across ledgers, and never reused.
+std::atomic<OwnerId> g_next_owner_id{1};
+thread_local OwnerId t_current_owner = kNoOwner;
+
+// A coarse clock (a few ms of resolution) costs ~5 ns where system_clock::now() costs ~20.
+int64_t NowNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::chrono::system_clock::time_point ToTimePoint(int64_t nanos) {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(nanos)));
+}
+
+void RaiseToAtLeast(std::atomic<int64_t>& peak, int64_t value) {
+  int64_t current = peak.load(std::memory_order_relaxed);
+  while (current < value &&
+         !peak.compare_exchange_weak(current, value, std::memory_order_relaxed)) {
+  }
+}
+
+struct OwnerNode {
+  OwnerNode(OwnerId i, OwnerKind k, std::string n) : id(i), kind(k), name(std::move(n)) {}
+
+  // Constant after construction.
+  const OwnerId id;
+  const OwnerKind kind;
+  const std::string name;
+
+  // Guarded by tree_mu_.
+  OwnerNode* parent = nullptr;
+  OwnerNode* first_child = nullptr;
+  OwnerNode* last_child = nullptr;
+  OwnerNode* prev_sibling = nullptr;
+  OwnerNode* next_sibling = nullptr;
+
+  // Atomic. The closed bit is set only with tree_mu_ and the owner shard's mutex held.
+  alignas(64) std::atomic<int64_t> state{0};  // 2 * live_count + closed
+  std::atomic<int64_t> live_bytes{0};
+  std::atomic<int64_t> peak_bytes{0};
+  std::atomic<int64_t> total_bytes{0};
+  std::atomic<int64_t> total_count{0};
+  std::array<std::atomic<int64_t>, kDeviceSlots> device_bytes{};
+
+  bool closed() const { return state.load(std::memory_order_acquire) & 1; }
+  int64_t live_count() const { return state.load(std::memory_order_acquire) >> 1; }
+};
+
+struct Record {
+  OwnerNode* owner;
+  size_t size;
+  Device device;
+  int64_t time_ns;
+  Backtrace trace;  // empty when untraced
+};
+
+struct alignas(64) RecordShard {
+  std::mutex mu;
+  std::unordered_map<uintptr_t, Record> records;  // guarded by mu
+};
+
+struct alignas(64) OwnerShard {
+  std::mutex mu;
+  std::unordered_map<OwnerId, OwnerNode*> owners;  // guarded by mu
+};
+
+// A leak report with raw traces, parallel to report.allocations (whose backtraces are empty).
+struct FiledLeak {
+  LeakReport report;
+  std::vector<Backtrace> traces;
+};
+
+struct PendingLeak {
+  OwnerNode* node;  // alive while tree_mu_ is held
+  FiledLeak leak;
+};
+
+void Link(OwnerNode* parent, OwnerNode* child) {
+  child->parent = parent;
+  child->prev_sibling = parent->last_child;
+  if (parent->last_child != nullptr) {
+    parent->last_child->next_sibling = child;
+  } else {
+    parent->first_child = child;
+  }
+  parent->last_child = child;
+}
+
+void Unlink(OwnerNode* node) {
+  OwnerNode* parent = node->parent;
+  (node->prev_sibling ? node->prev_sibling->next_sibling : parent->first_child) =
+      node->next_sibling;
+  (node->next_sibling ? node->next_sibling->prev_sibling : parent->last_child) =
+      node->prev_sibling;
+}
+
+OwnerStats StatsOf(const OwnerNode& node) {
+  OwnerStats s;
+  s.live_bytes = node.live_bytes.load(std::memory_order_relaxed);
+  s.live_count = node.live_count();
+  s.peak_bytes = node.peak_bytes.load(std::memory_order_relaxed);
+  s.total_allocated_bytes = node.total_bytes.load(std::memory_order_relaxed);
+  s.total_allocations = node.total_count.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace
+
+class Ledger::Impl {
+ public:
+  explicit Impl(Options options);
+  ~Impl();
+
+  OwnerId root() const { return root_->id; }
+  OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name);
+  std::vector<LeakReport> CloseOwner(OwnerId owner);
+  void RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner,
+                        const void* caller);
+  OwnerId RecordFree(const void* ptr);
+  Result<OwnerStats> Stats(OwnerId owner) const;
+  Result<int64_t> SubtreeLiveBytes(OwnerId owner) const;
+  std::string OwnerPath(OwnerId owner) const;
+  std::vector<OwnerSnapshot> Snapshot() const;
+  std::vector<LeakReport> Leaks() const;
+
+  uint64_t leaked_bytes_total() const { return leaked_bytes_.load(std::memory_order_relaxed); }
+  uint64_t leak_reports_total() const { return leak_reports_.load(std::memory_order_relaxed); }
+  uint64_t unknown_frees() const { return unknown_frees_.load(std::memory_order_relaxed); }
+  void set_trace(bool on);
+  bool trace() const { return trace_.load(std::memory_order_relaxed); }
+  void SetLeakCallback(std::function<void(const LeakReport&)> callback);
+
+ private:
+  OwnerShard& OwnerShardFor(OwnerId id) const { return owner_shards_[id % kShards]; }
+  RecordShard& RecordShardFor(uintptr_t address) {
+    // Allocation addresses are aligned; a multiplicative hash spreads their high bits.
+    return record_shards_[((address >> 4) * 0x9E3779B97F4A7C15ull) >> 58];
+  }
+
+  // Pins the owner that `id` resolves to and charges it; returns it. Takes the owner shard's
+  // mutex, or tree_mu_ when that owner is closed or gone.
+  OwnerNode* PinAndCharge(OwnerId id, size_t size, int slot);
+  // Undoes a record's charges; returns its owner's id. May take tree_mu_ (REQUIRES: no lock).
+  OwnerId Release(const Record& record);
+  // Drops `id` if it is closed, empty and childless, then its ancestors likewise. Takes tree_mu_.
+  void DropIfDone(OwnerId id);
+
+  // REQUIRES tree_mu_ held for the functions below.
+  OwnerNode* FindLocked(OwnerId id) const;  // nullptr when absent; takes the owner shard
+  void DropIfDoneLocked(OwnerNode* node);
+  std::string PathLocked(const OwnerNode* node) const;
+  // Fills each pending leak's largest allocations; takes each record shard in turn.
+  void CollectLeakedAllocationsLocked(std::vector<PendingLeak>& pending);
+
+  // With no lock held: files the reports, names their frames, runs the callback.
+  std::vector<LeakReport> File(std::vector<PendingLeak> pending);
+  int64_t LiveBytesOf(OwnerId id) const;
+
+  // Constant after construction.
+  const int max_frames_;
+  OwnerNode* root_ = nullptr;
+
+  std::atomic<bool> trace_;
+  std::atomic<uint64_t> leaked_bytes_{0};
+  std::atomic<uint64_t> leak_reports_{0};
+  std::atomic<uint64_t> unknown_frees_{0};
+
+  // Serializes opens, closes and node deletion; guards the tree links of every node.
+  mutable std::mutex tree_mu_;
+  mutable std::array<OwnerShard, kShards> owner_shards_;
+  std::array<RecordShard, kShards> record_shards_;
+
+  mutable std::mutex history_mu_;
+  std::deque<FiledLeak> history_;  // guarded by history_mu_; at most kMaxLeakHistory
+
+  std::mutex callback_mu_;
+  std::function<void(const LeakReport&)> callback_;  // guarded by callback_mu_
+};
+
+Ledger::Impl::Impl(Options options)
+    : max_frames_(std::clamp(options.max_frames, 0, Backtrace::kMaxFrames)),
+      trace_(options.trace) {
+  root_ = new OwnerNode(g_next_owner_id.fetch_add(1), OwnerKind::kServer, "server");
+  OwnerShardFor(root_->id).owners.emplace(root_->id, root_);
+  set_trace(options.trace);
+}
+
+Ledger::Impl::~Impl() {
+  for (OwnerShard& shard : owner_shards_) {
+    for (auto& [id, node] : shard.owners) delete node;
+  }
+}
+
+void Ledger::Impl::set_trace(bool on) {
+  // glibc loads libgcc_s on the first backtrace() of a process: do it here, not on a hot path.
+  if (on) (void)Backtrace::Capture(1);
+  trace_.store(on, std::memory_order_relaxed);
+}
+
+void Ledger::Impl::SetLeakCallback(std::function<void(const LeakReport&)> callback) {
+  std::lock_guard<std::mutex> lock(callback_mu_);
+  callback_ = std::move(callback);
+}
+
+OwnerId Ledger::Impl::OpenOwner(OwnerId parent_id, OwnerKind kind, std::string name) {
+  const OwnerId id = g_next_owner_id.fetch_add(1, std::memory_order_relaxed);
+  auto* node = new OwnerNode(id, kind, std::move(name));
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  OwnerNode* parent = parent_id == kNoOwner ? root_ : FindLocked(parent_id);
+  if (parent == nullptr) parent = root_;
+  while (parent->closed()) parent = parent->parent;  // the root never closes
+  Link(parent, node);
+  OwnerShard& shard = OwnerShardFor(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  shard.owners.emplace(id, node);
+  return id;
+}
+
+std::vector<LeakReport> Ledger::Impl::CloseOwner(OwnerId id) {
+  std::vector<PendingLeak> pending;
+  {
+    std::lock_guard<std::mutex> tree(tree_mu_);
+    OwnerNode* top = FindLocked(id);
+    if (top == nullptr || top == root_ || top->closed()) return {};
+
+    // Post-order: every node after its descendants.
+    std::vector<OwnerNode*> order;
+    std::vector<std::pair<OwnerNode*, bool>> stack{{top, false}};
+    while (!stack.empty()) {
+      auto [node, expanded] = stack.back();
+      stack.pop_back();
+      if (expanded) {
+        order.push_back(node);
+        continue;
+      }
+      stack.emplace_back(node, true);
+      for (OwnerNode* c = node->last_child; c != nullptr; c = c->prev_sibling) {
+        stack.emplace_back(c, false);
+      }
+    }
+
+    const auto closed_at = std::chrono::system_clock::now();
+    for (OwnerNode* node : order) {
+      if (node->closed()) continue;  // closed earlier with leaks; reported then
+      int64_t before;
+      int64_t bytes;
+      {
+        OwnerShard& shard = OwnerShardFor(node->id);
+        std::lock_guard<std::mutex> lock(shard.mu);
+        before = node->state.fetch_or(1, std::memory_order_acq_rel);
+        bytes = node->live_bytes.load(std::memory_order_relaxed);
+      }
+      if ((before >> 1) == 0) {
+        // Clean. Its parent is open, so only this node can go; visited nodes stay valid.
+        DropIfDoneLocked(node);
+        continue;
+      }
+      PendingLeak leak{node, {}};
+      LeakReport& r = leak.leak.report;
+      r.owner = node->id;
+      r.kind = node->kind;
+      r.owner_path = PathLocked(node);
+      r.closed_at = closed_at;
+      r.bytes = static_cast<size_t>(std::max<int64_t>(bytes, 0));
+      r.count = static_cast<size_t>(before >> 1);
+      r.still_live_bytes = r.bytes;
+      pending.push_back(std::move(leak));
+    }
+    if (!pending.empty()) CollectLeakedAllocationsLocked(pending);
+  }
+  return File(std::move(pending));
+}
+
+void Ledger::Impl::CollectLeakedAllocationsLocked(std::vector<PendingLeak>& pending) {
+  struct Candidate {
+    AllocationInfo info;
+    Backtrace trace;
+  };
+  // Min-heaps by size, so the smallest of the kept ones is the first to go.
+  auto larger = [](const Candidate& a, const Candidate& b) { return a.info.size > b.info.size; };
+  std::vector<std::vector<Candidate>> heaps(pending.size());
+  std::unordered_map<const OwnerNode*, size_t> which;
+  for (size_t i = 0; i < pending.size(); ++i) which.emplace(pending[i].node, i);
+
+  // A scan of every live record: the cost of a leak, never of a clean close.
+  for (RecordShard& shard : record_shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const auto& [address, record] : shard.records) {
+      auto it = which.find(record.owner);
+      if (it == which.end()) continue;
+      std::vector<Candidate>& heap = heaps[it->second];
+      if (heap.size() == kMaxLeakAllocations) {
+        if (record.size <= heap.front().info.size) continue;
+        std::pop_heap(heap.begin(), heap.end(), larger);
+        heap.pop_back();
+      }
+      Candidate c{{address, record.size, record.device, ToTimePoint(record.time_ns), {}},
+                  record.trace};
+      heap.push_back(std::move(c));
+      std::push_heap(heap.begin(), heap.end(), larger);
+    }
+  }
+
+  for (size_t i = 0; i < pending.size(); ++i) {
+    std::vector<Candidate>& heap = heaps[i];
+    std::sort(heap.begin(), heap.end(), [](const Candidate& a, const Candidate& b) {
+      return a.info.size != b.info.size ? a.info.size > b.info.size
+                                        : a.info.address < b.info.address;
+    });
+    FiledLeak& leak = pending[i].leak;
+    for (Candidate& c : heap) {
+      leak.report.allocations.push_back(std::move(c.info));
+      leak.traces.push_back(std::move(c.trace));
+    }
+  }
+}
+
+std::vector<LeakReport> Ledger::Impl::File(std::vector<PendingLeak> pending) {
+  if (pending.empty()) return {};
+  {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    for (const PendingLeak& p : pending) {
+      history_.push_back(p.leak);
+      if (history_.size() > kMaxLeakHistory) history_.pop_front();
+    }
+  }
+  FrameSymbolizer symbolizer;
+  std::vector<LeakReport> reports;
+  reports.reserve(pending.size());
+  for (PendingLeak& p : pending) {
+    leaked_bytes_.fetch_add(p.leak.report.bytes, std::memory_order_relaxed);
+    leak_reports_.fetch_add(1, std::memory_order_relaxed);
+    LeakReport& report = reports.emplace_back(std::move(p.leak.report));
+    for (size_t i = 0; i < report.allocations.size(); ++i) {
+      report.allocations[i].backtrace = symbolizer.Symbolize(p.leak.traces[i]);
+    }
+  }
+  std::function<void(const LeakReport&)> callback;
+  {
+    std::lock_guard<std::mutex> lock(callback_mu_);
+    callback = callback_;
+  }
+  if (callback) {
+    for (const LeakReport& report : reports) callback(report);
+  }
+  return reports;
+}
+
+void Ledger::Impl::RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner,
+                                    const void* caller) {
+  if (ptr == nullptr) return;
+  Backtrace trace;
+  if (trace_.load(std::memory_order_relaxed)) trace = Backtrace::Capture(max_frames_, caller);
+  if (owner == kNoOwner) owner = t_current_owner;
+  OwnerNode* node = PinAndCharge(owner, size, DeviceSlot(device));
+
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  RecordShard& shard = RecordShardFor(address);
+  Record record{node, size, device, NowNanos(), std::move(trace)};
+  std::optional<Record> replaced;
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto [it, inserted] = shard.records.try_emplace(address, std::move(record));
+    if (!inserted) {  // recorded twice without a free: the newer record wins
+      replaced.emplace(std::move(it->second));
+      it->second = std::move(record);
+    }
+  }
+  if (replaced) Release(*replaced);
+}
+
+OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot) {
+  auto charge = [&](OwnerNode* node) {
+    const auto bytes = static_cast<int64_t>(size);
+    const int64_t live = node->live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    RaiseToAtLeast(node->peak_bytes, live);
+    node->total_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    node->total_count.fetch_add(1, std::memory_order_relaxed);
+    node->device_bytes[slot].fetch_add(bytes, std::memory_order_relaxed);
+    return node;
+  };
+  if (id == kNoOwner || id == root_->id) {  // the root never closes: no lookup, no lock
+    root_->state.fetch_add(2, std::memory_order_relaxed);
+    return charge(root_);
+  }
+  {
+    OwnerShard& shard = OwnerShardFor(id);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.owners.find(id);
+    if (it != shard.owners.end()) {
+      OwnerNode* node = it->second;
+      int64_t state = node->state.load(std::memory_order_relaxed);
+      while ((state & 1) == 0) {
+        if (node->state.compare_exchange_weak(state, state + 2, std::memory_order_relaxed)) {
+          return charge(node);  // under the shard mutex, so CloseOwner sees all of it or none
+        }
+      }
+    }
+  }
+  // Closed (or dropped): the nearest open ancestor pays. A dropped owner's parent is no longer
+  // known, so the root does. Nothing closes while tree_mu_ is held.
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  OwnerNode* node = FindLocked(id);
+  if (node == nullptr) node = root_;
+  while (node->closed()) node = node->parent;
+  node->state.fetch_add(2, std::memory_order_relaxed);
+  return charge(node);
+}
+
+OwnerId Ledger::Impl::RecordFree(const void* ptr) {
+  if (ptr == nullptr) return kNoOwner;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  RecordShard& shard = RecordShardFor(address);
+  decltype(shard.records)::node_type entry;  // destroyed after the mutex is released
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.records.find(address);
+    if (it != shard.records.end()) entry = shard.records.extract(it);
+  }
+  if (entry.empty()) {
+    unknown_frees_.fetch_add(1, std::memory_order_relaxed);
+    return kNoOwner;
+  }
+  return Release(entry.mapped());
+}
+
+OwnerId Ledger::Impl::Release(const Record& record) {
+  OwnerNode* node = record.owner;
+  const OwnerId id = node->id;
+  const auto bytes = static_cast<int64_t>(record.size);
+  node->live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  node->device_bytes[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
+  // The last access to `node`: once the count is down, another thread may delete it.
+  if (node->state.fetch_sub(2, std::memory_order_acq_rel) == 3) DropIfDone(id);
+  return id;
+}
+
+void Ledger::Impl::DropIfDone(OwnerId id) {
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  if (OwnerNode* node = FindLocked(id)) DropIfDoneLocked(node);
+}
+
+void Ledger::Impl::DropIfDoneLocked(OwnerNode* node) {
+  while (node != root_ && node->first_child == nullptr &&
+         node->state.load(std::memory_order_acquire) == 1) {
+    OwnerNode* parent = node->parent;
+    Unlink(node);
+    {
+      OwnerShard& shard = OwnerShardFor(node->id);
+      std::lock_guard<std::mutex> lock(shard.mu);
+      shard.owners.erase(node->id);
+    }
+    delete node;
+    node = parent;
+  }
+}
+
+OwnerNode* Ledger::Impl::FindLocked(OwnerId id) const {
+  OwnerShard& shard = OwnerShardFor(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.owners.find(id);
+  return it == shard.owners.end() ? nullptr : it->second;
+}
+
+std::string Ledger::Impl::PathLocked(const OwnerNode* node) const {
+  std::vector<const OwnerNode*> chain;
+  for (; node != root_; node = node->parent) chain.push_back(node);
+  std::string path(root_->name);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    path += '/';
+    path += OwnerKindName((*it)->kind);
+    path += ':';
+    path += (*it)->name;
+  }
+  return path;
+}
+
+int64_t Ledger::Impl::LiveBytesOf(OwnerId id) const {
+  OwnerShard& shard = OwnerShardFor(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.owners.find(id);
+  return it == shard.owners.end() ? 0 : it->second->live_bytes.load(std::memory_order_relaxed);
+}
+
+Result<OwnerStats> Ledger::Impl::Stats(OwnerId id) const {
+  OwnerShard& shard = OwnerShardFor(id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.owners.find(id);
+  if (it == shard.owners.end()) return Status::NotFound("no owner " + std::to_string(id));
+  return StatsOf(*it->second);
+}
+
+Result<int64_t> Ledger::Impl::SubtreeLiveBytes(OwnerId id) const {
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  OwnerNode* top = FindLocked(id);
+  if (top == nullptr) return Status::NotFound("no owner " + std::to_string(id));
+  int64_t bytes = 0;
+  std::vector<const OwnerNode*> stack{top};
+  while (!stack.empty()) {
+    const OwnerNode* node = stack.back();
+    stack.pop_back();
+    bytes += node->live_bytes.load(std::memory_order_relaxed);
+    for (const OwnerNode* c = node->first_child; c != nullptr; c = c->next_sibling) {
+      stack.push_back(c);
+    }
+  }
+  return bytes;
+}
+
+std::string Ledger::Impl::OwnerPath(OwnerId id) const {
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  const OwnerNode* node = FindLocked(id);
+  return node == nullptr ? std::string() : PathLocked(node);
+}
+
+std::vector<OwnerSnapshot> Ledger::Impl::Snapshot() const {
+  std::vector<OwnerSnapshot> out;
+  std::vector<size_t> parent_index;  // parallel to out; SIZE_MAX for the root
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  std::vector<std::pair<const OwnerNode*, size_t>> stack{{root_, SIZE_MAX}};
+  while (!stack.empty()) {  // pre-order: parents before children, children in opening order
+    auto [node, parent] = stack.back();
+    stack.pop_back();
+    OwnerSnapshot& s = out.emplace_back();
+    parent_index.push_back(parent);
+    s.id = node->id;
+    s.parent = node->parent == nullptr ? kNoOwner : node->parent->id;
+    s.kind = node->kind;
+    s.name = node->name;
+    s.closed = node->closed();
+    s.self = StatsOf(*node);
+    s.subtree_live_bytes = s.self.live_bytes;
+    s.subtree_live_count = s.self.live_count;
+    for (int slot = 0; slot < kDeviceSlots; ++slot) {
+      int64_t bytes = node->device_bytes[slot].load(std::memory_order_relaxed);
+      if (bytes != 0) s.live_bytes_by_device.emplace_back(SlotDevice(slot), bytes);
+    }
+    for (const OwnerNode* c = node->last_child; c != nullptr; c = c->prev_sibling) {
+      stack.emplace_back(c, out.size() - 1);
+    }
+  }
+  // Children come after their parent, so adding backwards folds each subtree up in one pass.
+  for (size_t i = out.size(); i-- > 1;) {
+    out[parent_index[i]].subtree_live_bytes += out[i].subtree_live_bytes;
+    out[parent_index[i]].subtree_live_count += out[i].subtree_live_count;
+  }
+  return out;
+}
+
+std::vector<LeakReport> Ledger::Impl::Leaks() const {
+  std::vector<FiledLeak> filed;
+  {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    filed.assign(history_.begin(), history_.end());
+  }
+  FrameSymbolizer symbolizer;
+  std::vector<LeakReport> reports;
+  reports.reserve(filed.size());
+  for (FiledLeak& leak : filed) {
+    LeakReport& report = reports.emplace_back(std::move(leak.report));
+    report.still_live_bytes = static_cast<size_t>(std::max<int64_t>(LiveBytesOf(report.owner), 0));
+    for (size_t i = 0; i < report.allocations.size(); ++i) {
+      report.allocations[i].backtrace = symbolizer.Symbolize(leak.traces[i]);
+    }
+  }
+  return reports;
+}
+
+// Ledger forwards to Impl.
+
+Ledger::Ledger(Options options) : impl_(std::make_unique<Impl>(options)) {}
+Ledger::~Ledger() = default;
+OwnerId Ledger::root() const { return impl_->root(); }
+OwnerId Ledger::OpenOwner(OwnerId parent, OwnerKind kind, std::string name) {
+  return impl_->OpenOwner(parent, kind, std::move(name));
+}
+std::vector<LeakReport> Ledger::CloseOwner(OwnerId owner) { return impl_->CloseOwner(owner); }
+
+// noinline: its return address is where the allocation site's backtrace starts.
+__attribute__((noinline)) void Ledger::RecordAllocation(const void* ptr, size_t size,
+                                                        Device device, OwnerId owner) {
+  impl_->RecordAllocation(ptr, size, device, owner, __builtin_return_address(0));
+}
+OwnerId Ledger::RecordFree(const void* ptr) { return impl_->RecordFree(ptr); }
+Result<OwnerStats> Ledger::Stats(OwnerId owner) const { return impl_->Stats(owner); }
+Result<int64_t> Ledger::SubtreeLiveBytes(OwnerId owner) const {
+  return impl_->SubtreeLiveBytes(owner);
+}
+std::string Ledger::OwnerPath(OwnerId owner) const { return impl_->OwnerPath(owner); }
+std::vector<OwnerSnapshot> Ledger::Snapshot() const { return impl_->Snapshot(); }
+std::vector<LeakReport> Ledger::Leaks() const { return impl_->Leaks(); }
+uint64_t Ledger::leaked_bytes_total() const { return impl_->leaked_bytes_total(); }
+uint64_t Ledger::leak_reports_total() const { return impl_->leak_reports_total(); }
+uint64_t Ledger::unknown_frees() const { return impl_->unknown_frees(); }
+void Ledger::set_trace(bool on) { impl_->set_trace(on); }
+bool Ledger::trace() const { return impl_->trace(); }
+void Ledger::SetLeakCallback(std::function<void(const LeakReport&)> callback) {
+  impl_->SetLeakCallback(std::move(callback));
+}
+
+// OwnerScope and ScopedOwner.
+
+OwnerScope::OwnerScope(OwnerId owner) : previous_(t_current_owner) { t_current_owner = owner; }
+OwnerScope::~OwnerScope() { t_current_owner = previous_; }
+OwnerId OwnerScope::Current() { return t_current_owner; }
+
+ScopedOwner::ScopedOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name)
+    : ledger_(ledger), id_(ledger->OpenOwner(parent, kind, std::move(name))) {}
+
+ScopedOwner::~ScopedOwner() { (void)Close(); }
+
+ScopedOwner::ScopedOwner(ScopedOwner&& other) noexcept
+    : ledger_(std::exchange(other.ledger_, nullptr)), id_(std::exchange(other.id_, kNoOwner)) {}
+
+ScopedOwner& ScopedOwner::operator=(ScopedOwner&& other) noexcept {
+  if (this != &other) {
+    (void)Close();
+    ledger_ = std::exchange(other.ledger_, nullptr);
+    id_ = std::exchange(other.id_, kNoOwner);
+  }
+  return *this;
+}
+
+std::vector<LeakReport> ScopedOwner::Close() {
+  if (ledger_ == nullptr || id_ == kNoOwner) return {};
+  OwnerId id = std::exchange(id_, kNoOwner);
+  return ledger_->CloseOwner(id);
+}
+
+}  // namespace vramd::memory

@@ -1,0 +1,125 @@
+// The CUDA SegmentSource: cudaMalloc / cudaFree on one device, made current for each call and
+// restored afterwards so callers' current device never changes under them.
+#include <string>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "memory/segment_source.h"
+
+#if VRAMD_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace vramd::memory {
+
+#if VRAMD_WITH_CUDA
+
+namespace {
+
+// Makes `ordinal` the calling thread's current device for its lifetime, then restores the
+// previous one. Skips both cudaSetDevice calls when it is already current.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int ordinal) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ != ordinal) {
+      status_ = cudaSetDevice(ordinal);
+      switched_ = status_ == cudaSuccess;
+    }
+  }
+  ~ScopedDevice() {
+    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+  // cudaSuccess unless making the device current failed.
+  cudaError_t status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+  cudaError_t status_ = cudaSuccess;
+};
+
+class CudaSegmentSource final : public SegmentSource {
+ public:
+  explicit CudaSegmentSource(int ordinal) : ordinal_(ordinal) {}
+
+  Device device() const override { return Device::Cuda(ordinal_); }
+
+  Result<void*> Allocate(size_t size) override {
+    ScopedDevice scoped(ordinal_);
+    if (scoped.status() != cudaSuccess) {
+      return Status::Unavailable(fmt::format("cuda:{}: cannot make the device current: {}",
+                                             ordinal_, cudaGetErrorString(scoped.status())));
+    }
+    void* ptr = nullptr;
+    cudaError_t err = cudaMalloc(&ptr, size);
+    if (err == cudaSuccess) return ptr;
+    // cudaMalloc leaves its error as the thread's last error; clear it so later, unrelated
+    // checks of cudaGetLastError do not see a stale out-of-memory.
+    cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation) {
+      return Status::ResourceExhausted(
+          fmt::format("cuda:{}: out of memory: cudaMalloc of {} bytes ({:.1f} MiB) failed",
+                      ordinal_, size, static_cast<double>(size) / (1 << 20)));
+    }
+    return Status::Internal(fmt::format("cuda:{}: cudaMalloc of {} bytes failed: {}", ordinal_,
+                                        size, cudaGetErrorString(err)));
+  }
+
+  void Free(void* ptr, size_t size) override {
+    ScopedDevice scoped(ordinal_);
+    cudaError_t err = cudaFree(ptr);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      spdlog::error("cuda:{}: cudaFree of {} bytes at {} failed: {}", ordinal_, size, ptr,
+                    cudaGetErrorString(err));
+    }
+  }
+
+  void Synchronize() override {
+    ScopedDevice scoped(ordinal_);
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      spdlog::error("cuda:{}: cudaDeviceSynchronize failed: {}", ordinal_,
+                    cudaGetErrorString(err));
+    }
+  }
+
+ private:
+  const int ordinal_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SegmentSource>> MakeCudaSegmentSource(int ordinal) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Unavailable(fmt::format("cuda:{} is not available: no usable CUDA device ({})",
+                                           ordinal, cudaGetErrorString(err)));
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    return Status::Unavailable(
+        fmt::format("cuda:{} does not exist: this process sees {} CUDA device(s)", ordinal, count));
+  }
+  return std::unique_ptr<SegmentSource>(std::make_unique<CudaSegmentSource>(ordinal));
+}
+
+#else  // !VRAMD_WITH_CUDA
+
+Result<std::unique_ptr<SegmentSource>> MakeCudaSegmentSource(int ordinal) {
+  return Status::Unavailable(fmt::format("cuda:{} is not available: built without CUDA", ordinal));
+}
+
+#endif
+
+}  // namespace vramd::memory

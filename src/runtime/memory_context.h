@@ -1,0 +1,18 @@
+// What the runtime needs from memory::: the ledger that owners are opened in, the allocator
+// backends draw from, and the growth detector requests feed. Owned by the server; outlives
+// every model.
+#pragma once
+
+#include "memory/allocator.h"
+#include "memory/growth_detector.h"
+#include "memory/ledger.h"
+
+namespace vramd::runtime {
+
+struct MemoryContext {
+  memory::Ledger* ledger = nullptr;        // required
+  memory::Allocator* allocator = nullptr;  // required
+  memory::GrowthDetector* growth = nullptr;  // optional: no growth detection when null
+};
+
+}  // namespace vramd::runtime

@@ -1,0 +1,94 @@
+#include "server/metrics/prometheus_text.h"
+
+#include <fmt/format.h>
+
+#include <cassert>
+#include <cmath>
+
+namespace vramd::metrics {
+namespace {
+
+[[maybe_unused]] bool ValidName(std::string_view name, bool allow_colon) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                        (allow_colon && c == ':');
+    const bool digit = c >= '0' && c <= '9';
+    if (!letter && !(digit && i > 0)) return false;
+  }
+  return true;
+}
+
+std::string_view TypeName(MetricType type) {
+  switch (type) {
+    case MetricType::kCounter: return "counter";
+    case MetricType::kGauge: return "gauge";
+    case MetricType::kUntyped: return "untyped";
+  }
+  return "untyped";
+}
+
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string EscapeHelp(std::string_view help) {
+  std::string out;
+  out.reserve(help.size());
+  for (char c : help) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string FormatValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", value);  // shortest form that reads back exactly
+}
+
+void PrometheusText::Family(std::string_view name, std::string_view help, MetricType type) {
+  assert(ValidName(name, /*allow_colon=*/true) && "invalid metric name");
+  family_ = std::string(name);
+  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, EscapeHelp(help), name,
+                      TypeName(type));
+}
+
+void PrometheusText::WriteSample(const Label* begin, const Label* end, std::string_view value) {
+  assert(!family_.empty() && "Sample before Family");
+  out_ += family_;
+  if (begin != end) {
+    out_ += '{';
+    for (const Label* l = begin; l != end; ++l) {
+      assert(ValidName(l->first, /*allow_colon=*/false) && "invalid label name");
+      if (l != begin) out_ += ',';
+      out_ += l->first;
+      out_ += "=\"";
+      out_ += EscapeLabelValue(l->second);
+      out_ += '"';
+    }
+    out_ += '}';
+  }
+  out_ += ' ';
+  out_ += value;
+  out_ += '\n';
+}
+
+}  // namespace vramd::metrics
