@@ -12,7 +12,9 @@ VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh
 rm -rf device-dist
 mkdir -p device-dist/bin device-dist/lib
 binaries=(build-device/src/cli/vramd build-device/src/cli/vramctl)
-for f in build-device/tests/gpu_*_test build-device/bench/*_bench; do
+# GPU tests, plus the unit tests that have a GPU part (they skip it without one).
+for f in build-device/tests/gpu_*_test build-device/tests/{caching_pool,nvml}_test \
+         build-device/bench/*_bench; do
   [ -x "$f" ] && binaries+=("$f")
 done
 cp "${binaries[@]}" device-dist/bin/

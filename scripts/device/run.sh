@@ -19,8 +19,9 @@ say "# vramd device run $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
 
 status=0
-# 1. GPU tests (GoogleTest). Each prints "FIGURE <name> <value> <unit>" lines for the record.
-for t in "$BIN"/gpu_*_test; do
+# 1. GPU tests and unit tests with a GPU part (GoogleTest). GPU tests print
+#    "FIGURE <name> <value> <unit>" lines for the record.
+for t in "$BIN"/*_test; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   if "$t" --gtest_color=no > "$OUT/tmp.log" 2>&1; then say "PASS $name"; else say "FAIL $name"; status=1; fi

@@ -85,6 +85,7 @@ Device SlotDevice(int slot) { return slot == 0 ? Device::Cpu() : Device::Cuda(sl
 // Owner ids are unique in the process, across ledgers, and never reused.
 std::atomic<OwnerId> g_next_owner_id{1};
 thread_local OwnerId t_current_owner = kNoOwner;
+thread_local LazyOwner* t_current_lazy = nullptr;  // takes precedence over t_current_owner
 
 // A coarse clock (a few ms of resolution) costs ~5 ns where system_clock::now() costs ~20.
 int64_t NowNanos() {
@@ -438,7 +439,7 @@ void Ledger::Impl::RecordAllocation(const void* ptr, size_t size, Device device,
   if (ptr == nullptr) return;
   Backtrace trace;
   if (trace_.load(std::memory_order_relaxed)) trace = Backtrace::Capture(max_frames_, caller);
-  if (owner == kNoOwner) owner = t_current_owner;
+  if (owner == kNoOwner) owner = OwnerScope::Current();
   OwnerNode* node = PinAndCharge(owner, size, DeviceSlot(device));
 
   const auto address = reinterpret_cast<uintptr_t>(ptr);
@@ -687,9 +688,50 @@ void Ledger::SetLeakCallback(std::function<void(const LeakReport&)> callback) {
 
 // OwnerScope and ScopedOwner.
 
-OwnerScope::OwnerScope(OwnerId owner) : previous_(t_current_owner) { t_current_owner = owner; }
-OwnerScope::~OwnerScope() { t_current_owner = previous_; }
-OwnerId OwnerScope::Current() { return t_current_owner; }
+OwnerScope::OwnerScope(OwnerId owner) : previous_(t_current_owner), previous_lazy_(t_current_lazy) {
+  t_current_owner = owner;
+  t_current_lazy = nullptr;
+}
+OwnerScope::OwnerScope(LazyOwner* lazy) : previous_(t_current_owner), previous_lazy_(t_current_lazy) {
+  t_current_owner = kNoOwner;
+  t_current_lazy = lazy;
+}
+OwnerScope::~OwnerScope() {
+  t_current_owner = previous_;
+  t_current_lazy = previous_lazy_;
+}
+OwnerId OwnerScope::Current() {
+  return t_current_lazy != nullptr ? t_current_lazy->Open() : t_current_owner;
+}
+
+LazyOwner::LazyOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name)
+    : ledger_(ledger), parent_(parent), kind_(kind), name_(std::move(name)) {}
+
+LazyOwner::~LazyOwner() { (void)Close(); }
+
+LazyOwner::LazyOwner(LazyOwner&& other) noexcept { *this = std::move(other); }
+
+LazyOwner& LazyOwner::operator=(LazyOwner&& other) noexcept {
+  if (this != &other) {
+    (void)Close();
+    ledger_ = std::exchange(other.ledger_, nullptr);
+    parent_ = other.parent_;
+    kind_ = other.kind_;
+    name_ = std::move(other.name_);
+    id_ = std::exchange(other.id_, kNoOwner);
+  }
+  return *this;
+}
+
+OwnerId LazyOwner::Open() {
+  if (id_ == kNoOwner && ledger_ != nullptr) id_ = ledger_->OpenOwner(parent_, kind_, name_);
+  return id_;
+}
+
+std::vector<LeakReport> LazyOwner::Close() {
+  if (ledger_ == nullptr || id_ == kNoOwner) return {};
+  return ledger_->CloseOwner(std::exchange(id_, kNoOwner));
+}
 
 ScopedOwner::ScopedOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name)
     : ledger_(ledger), id_(ledger->OpenOwner(parent, kind, std::move(name))) {}

@@ -142,18 +142,24 @@ class Ledger {
   std::unique_ptr<Impl> impl_;
 };
 
+class LazyOwner;
+
 // Makes `owner` the calling thread's current owner until destroyed (scopes nest).
 class OwnerScope {
  public:
   explicit OwnerScope(OwnerId owner);
+  // The current owner is `lazy`, opened by the first allocation charged to this scope.
+  // REQUIRES: `lazy` is not moved or destroyed while the scope lives.
+  explicit OwnerScope(LazyOwner* lazy);
   ~OwnerScope();
   OwnerScope(const OwnerScope&) = delete;
   OwnerScope& operator=(const OwnerScope&) = delete;
-  // kNoOwner when no scope is active on this thread.
+  // kNoOwner when no scope is active on this thread; opens a lazy scope's owner.
   static OwnerId Current();
 
  private:
   OwnerId previous_;
+  LazyOwner* previous_lazy_;
 };
 
 // An owner opened on construction and closed on destruction (or by Close).
@@ -173,6 +179,35 @@ class ScopedOwner {
 
  private:
   Ledger* ledger_ = nullptr;
+  OwnerId id_ = kNoOwner;
+};
+
+// An owner opened only when something is charged to it: under an OwnerScope(LazyOwner*), the
+// first allocation charged to the scope opens it. A request that allocates nothing through the
+// ledger then costs no change to the owner tree, and leaves no trace in it. Closed on
+// destruction, when it was opened. Used by one thread at a time.
+class LazyOwner {
+ public:
+  LazyOwner() = default;  // holds nothing and never opens
+  LazyOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name);
+  ~LazyOwner();
+  LazyOwner(LazyOwner&& other) noexcept;
+  LazyOwner& operator=(LazyOwner&& other) noexcept;
+  LazyOwner(const LazyOwner&) = delete;
+  LazyOwner& operator=(const LazyOwner&) = delete;
+
+  // The owner's id, opening it now if needed; kNoOwner for a default-constructed one.
+  OwnerId Open();
+  bool opened() const { return id_ != kNoOwner; }
+  Ledger* ledger() const { return ledger_; }
+  // Closes the owner if it was opened: the leak reports filed. Idempotent.
+  std::vector<LeakReport> Close();
+
+ private:
+  Ledger* ledger_ = nullptr;
+  OwnerId parent_ = kNoOwner;
+  OwnerKind kind_ = OwnerKind::kScope;
+  std::string name_;
   OwnerId id_ = kNoOwner;
 };
 

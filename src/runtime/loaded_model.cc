@@ -152,7 +152,7 @@ Result<InferOutcome> LoadedModel::Infer(const InferRequest& request) {
       request.id.empty() ? fmt::format("#{}", ++request_sequence_) : request.id);
   Status status;
   {
-    memory::OwnerScope scope(outcome.request_owner.id());
+    memory::OwnerScope scope(outcome.request_owner.lazy_owner());
     status = instance.backend->Execute(request, &outputs);
   }
   Release(index);

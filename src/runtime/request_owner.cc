@@ -27,8 +27,9 @@ RequestOwner& RequestOwner::operator=(RequestOwner&& other) noexcept {
 
 void RequestOwner::Finish() {
   if (!open_) return;
+  const bool allocated = owner_.opened();
   owner_.Close();  // leaks are filed and logged by the ledger's callback
-  if (memory_.growth != nullptr) {
+  if (allocated && memory_.growth != nullptr) {
     auto live = memory_.ledger->SubtreeLiveBytes(instance_);
     if (live.ok()) {
       if (auto growth = memory_.growth->Observe(instance_, *live)) {

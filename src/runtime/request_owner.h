@@ -1,9 +1,12 @@
-// RequestOwner: the ledger owner of one request, opened under the instance that runs it.
+// RequestOwner: the ledger owner of one request, under the instance that runs it. It is a
+// LazyOwner: opened only if the request allocates through the ledger, so a request that
+// allocates nothing costs no change to the owner tree.
 //
 // It is destroyed once the response has been sent (after the response's tensors are gone), and
 // closing it then checks the request held nothing: anything left is filed as a leak naming the
-// request. It also feeds the instance's live bytes to the growth detector, which flags an
-// instance whose memory rises request after request.
+// request. After a request that allocated, it also feeds the instance's live bytes to the
+// growth detector, which flags an instance whose memory rises request after request (a request
+// that allocates nothing cannot raise it, and is not an observation).
 #pragma once
 
 #include <string>
@@ -22,7 +25,8 @@ class RequestOwner {
   RequestOwner(RequestOwner&& other) noexcept;
   RequestOwner& operator=(RequestOwner&& other) noexcept;
 
-  memory::OwnerId id() const { return owner_.id(); }
+  // For an OwnerScope around the request's execution. REQUIRES: not moved while in scope.
+  memory::LazyOwner* lazy_owner() { return &owner_; }
 
  private:
   void Finish();
@@ -30,7 +34,7 @@ class RequestOwner {
   MemoryContext memory_;
   bool open_ = false;
   memory::OwnerId instance_ = memory::kNoOwner;
-  memory::ScopedOwner owner_;
+  memory::LazyOwner owner_;
 };
 
 }  // namespace vramd::runtime

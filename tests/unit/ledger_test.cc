@@ -324,6 +324,42 @@ TEST(LedgerTest, ScopedOwnerClosesOnceAndMoves) {
   EXPECT_EQ(ledger.Stats(id).status().code(), StatusCode::kNotFound);
 }
 
+TEST(LedgerTest, LazyOwnerOpensOnlyWhenSomethingIsCharged) {
+  Ledger ledger;
+  OwnerId instance = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "i");
+  const size_t owners = ledger.Snapshot().size();
+  {
+    LazyOwner lazy(&ledger, instance, OwnerKind::kRequest, "quiet");
+    OwnerScope scope(&lazy);
+    EXPECT_FALSE(lazy.opened());
+    EXPECT_EQ(ledger.Snapshot().size(), owners);  // nothing charged: nothing in the tree
+  }
+  {
+    LazyOwner lazy(&ledger, instance, OwnerKind::kRequest, "busy");
+    {
+      OwnerScope scope(&lazy);
+      ledger.RecordAllocation(Addr(1), 100, Device::Cpu());  // charged to the scope: opens it
+      EXPECT_TRUE(lazy.opened());
+      ledger.RecordAllocation(Addr(2), 50, Device::Cpu());
+      {
+        OwnerScope inner(instance);  // an explicit scope inside takes precedence
+        ledger.RecordAllocation(Addr(3), 7, Device::Cpu());
+      }
+    }
+    OwnerId id = lazy.Open();
+    EXPECT_EQ(ledger.OwnerPath(id), "server/instance:i/request:busy");
+    EXPECT_EQ(StatsOrDie(ledger, id).live_bytes, 150);
+    EXPECT_EQ(StatsOrDie(ledger, instance).live_bytes, 7);
+    ledger.RecordFree(Addr(2));
+    auto leaks = lazy.Close();
+    ASSERT_EQ(leaks.size(), 1u);
+    EXPECT_EQ(leaks[0].owner_path, "server/instance:i/request:busy");
+    EXPECT_EQ(leaks[0].bytes, 100u);
+    EXPECT_TRUE(lazy.Close().empty());
+  }
+  EXPECT_EQ(OwnerScope::Current(), kNoOwner);
+}
+
 }  // namespace
 
 // Outside the anonymous namespace: dladdr names only symbols with external linkage.
