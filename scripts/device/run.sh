@@ -39,6 +39,10 @@ for b in "$BIN"/*_bench; do
   grep -E '^BM_' "$OUT/tmp.txt" | sed "s/^/$name: /" | tee -a "$summary"; rm -f "$OUT/tmp.txt"
 done
 
+# Ratios against the baselines of the same run, and the targets.
+python3 bench/memory_ratios.py "$OUT/memory_pool_bench.json" "$OUT/ledger_bench.json" \
+  | tee -a "$summary" || { say "FAIL memory targets"; status=1; }
+
 # 3. The server on the GPU: start it, read /v2/memory through vramctl, stop it.
 "$BIN"/vramd serve --model-repository examples/models --http-port 18000 --metrics-port 18002 \
   > "$OUT/server.log" 2>&1 &
