@@ -1,5 +1,7 @@
 #include "server/http/http_server.h"
 
+#include "server/http/infer_codec.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -167,7 +169,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (version_ != 10 && version_ != 11) version_ = 11;
     HttpResponse r;
     r.status = status;
-    r.body = fmt::format("{{\"error\":\"{}\"}}", message);  // messages here carry no quotes
+    r.body = EncodeError(message);
     Write(std::move(r));
   }
 
