@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # libraries (see docs/dependencies in README)
   protobuf-compiler libprotobuf-dev libboost-dev rapidjson-dev
-  libspdlog-dev libfmt-dev libcli11-dev
+  libspdlog-dev libfmt-dev libcli11-dev libopenblas-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy
   nginx-light wrk curl

@@ -18,9 +18,12 @@ for f in build-device/tests/gpu_*_test build-device/tests/{caching_pool,nvml}_te
   [ -x "$f" ] && binaries+=("$f")
 done
 cp "${binaries[@]}" device-dist/bin/
-# Every library a binary needs except glibc's own (those must come from the machine itself).
+# Every library a binary needs except glibc's own (those must come from the machine itself),
+# cuBLAS (hundreds of MiB: run.sh finds the machine's own) and OpenBLAS with its Fortran runtime
+# (about 40 MiB; the GPU machine has a system OpenBLAS where the binaries look), which would
+# crowd the 64 MiB the device tool carries.
 for b in "${binaries[@]}"; do
   ldd "$b" | awk '/=> \//{print $3}'
-done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' \
+done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/libcublas(Lt)?\.so|/lib(openblas|gfortran|quadmath)[^/]*\.so' \
   | while read -r lib; do cp -L "$lib" device-dist/lib/; done
 echo "device-dist: $(ls device-dist/bin | wc -l) binaries, $(ls device-dist/lib | wc -l) libraries, $(du -sh device-dist | cut -f1)"

@@ -6,6 +6,17 @@
 # <bench>.json per benchmark and server.log: at most 8 files come back, so keep it to these.
 # Later issues add their steps here.
 set -uo pipefail
+# cuBLAS (the mlp backend's GPU path) is too large to carry in device-dist: use the machine's, from
+# torch's pip wheel (nvidia.cublas, or nvidia.cu13 for CUDA 13 wheels; either may be a namespace
+# package with __path__ and no __file__), else the CUDA toolkit's lib64.
+cublas_lib="$(python3 -c 'import importlib, os
+for n in ("nvidia.cublas", "nvidia.cu13"):
+    try: m = importlib.import_module(n)
+    except ImportError: continue
+    for p in list(getattr(m, "__path__", None) or [os.path.dirname(m.__file__)]):
+        d = os.path.join(p, "lib")
+        if os.path.isdir(d) and any(f.startswith("libcublas.so") for f in os.listdir(d)): print(d); raise SystemExit' 2>/dev/null)"
+export LD_LIBRARY_PATH="${cublas_lib:+$cublas_lib:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/vramd-device-out}"
 mkdir -p "$OUT"

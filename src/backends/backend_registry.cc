@@ -14,6 +14,7 @@
 #include "backends/add_sub/add_sub_backend.h"
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
+#include "backends/mlp/mlp_backend.h"
 
 namespace vramd::backends {
 namespace {
@@ -28,10 +29,11 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kPlatform
     {"ensemble", "ensemble"},
 }};
 
-std::array<Backend*, 2> BuiltinBackends() {
+std::array<Backend*, 3> BuiltinBackends() {
   static IdentityBackend identity;
   static AddSubBackend add_sub;
-  return {&add_sub, &identity};  // sorted by name
+  static MlpBackend mlp;
+  return {&add_sub, &identity, &mlp};  // sorted by name
 }
 
 std::string AvailableList() { return fmt::format("{}", fmt::join(AvailableBackends(), ", ")); }

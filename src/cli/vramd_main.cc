@@ -66,6 +66,10 @@ int Serve(const ServeOptions& options) {
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(options.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
   const sigset_t stop_signals = BlockStopSignals();
+  // cuBLAS keeps a default workspace pool per handle (64 MiB on Hopper) outside the ledger.
+  // vramd's handles always run in a workspace taken from the ledger, so the pool is disabled
+  // unless the user set it.
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
 
   spdlog::info("vramd {} starting; {}", VRAMD_VERSION, vramd::memory::CudaDescription());
 
@@ -134,11 +138,12 @@ int Serve(const ServeOptions& options) {
     metrics_options.max_body_bytes = 64 << 10;
     auto started = vramd::http::HttpServer::Start(
         metrics_options,
-        [&memory_report](vramd::http::HttpRequest request, vramd::http::Responder respond) {
+        [&memory_report, &manager](vramd::http::HttpRequest request,
+                                   vramd::http::Responder respond) {
           std::string_view path(request.target);
           path = path.substr(0, path.find('?'));
           if (request.method == "GET" && path == "/metrics") {
-            return respond(vramd::metrics::MetricsResponse(memory_report));
+            return respond(vramd::metrics::MetricsResponse(memory_report, manager->get()));
           }
           vramd::http::HttpResponse not_found;
           not_found.status = 404;

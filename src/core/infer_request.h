@@ -25,6 +25,10 @@ struct InferRequest {
   // Empty means every output of the model, each returned as `binary_data_output` says.
   std::vector<RequestedOutput> outputs;
   bool binary_data_output = false;
+  // The request's own queue timeout in microseconds (KServe request parameter "timeout");
+  // 0: none. Honoured only where the model's queue policy allows overriding
+  // (runtime/request_queue.h).
+  uint64_t timeout_us = 0;
 
   const Tensor* FindInput(std::string_view name) const {
     for (const auto& t : inputs)

@@ -1,10 +1,12 @@
 #include "runtime/loaded_model.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
-#include <algorithm>
+#include <future>
 
 #include "memory/cuda_devices.h"
+#include "runtime/batch_assembly.h"
 #include "runtime/request_validator.h"
 
 namespace vramd::runtime {
@@ -68,9 +70,12 @@ LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int6
     : config_(std::move(config)),
       version_(version),
       memory_(memory),
+      executor_(config_->name(), version, memory, &stats_),
       owner_(memory.ledger, model_owner, memory::OwnerKind::kVersion, std::to_string(version)) {}
 
 LoadedModel::~LoadedModel() {
+  Shutdown();
+  scheduler_.reset();
   instances_.clear();  // before backend_model_, whose state they may use
   {
     memory::OwnerScope scope(owner_.id());  // the backend frees what it holds as the version
@@ -118,68 +123,73 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
       return instance.status().WithContext(
           fmt::format("{}: instance '{}'", where, instance_ctx.name));
     }
-    model->free_instances_.push_back(model->instances_.size());
     model->instances_.emplace_back(std::move(owner), std::move(instance).value());
   }
+
+  Scheduler::Options options;
+  options.name = where;
+  options.instance_count = model->instances_.size();
+  if (config->has_dynamic_batching()) {
+    const auto& batching = config->dynamic_batching();
+    if (batching.priority_levels() > 0 || !batching.priority_queue_policy().empty() ||
+        batching.preserve_ordering()) {
+      spdlog::warn(
+          "{}: dynamic_batching priority_levels, priority_queue_policy and preserve_ordering "
+          "are not supported; requests share one queue under default_queue_policy, and "
+          "responses of different instances are not reordered",
+          where);
+    }
+    options.batching = BatcherOptions::From(*config);
+    options.queue_policy =
+        RequestQueue::PolicyFrom(config->dynamic_batching().default_queue_policy());
+  }
+  LoadedModel* raw = model.get();
+  model->scheduler_ = std::make_unique<Scheduler>(
+      std::move(options),
+      [raw](size_t index, std::vector<QueuedRequest> batch) {
+        raw->RunBatch(index, std::move(batch));
+      },
+      &model->stats_);
   return model;
 }
 
-size_t LoadedModel::Acquire() {
-  std::unique_lock lock(mu_);
-  instance_freed_.wait(lock, [this] { return !free_instances_.empty(); });
-  size_t index = free_instances_.back();
-  free_instances_.pop_back();
-  return index;
+void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
+  Instance& instance = instances_[index];
+  executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));
 }
 
-void LoadedModel::Release(size_t index) {
-  {
-    std::lock_guard lock(mu_);
-    free_instances_.push_back(index);
+void LoadedModel::InferAsync(std::shared_ptr<const InferRequest> request, InferCallback done) {
+  QueuedRequest queued;
+  queued.arrival = SchedulerClock::now();
+  Status valid = ValidateInferRequest(*config_, *request);
+  if (!valid.ok()) {
+    stats_.RecordFailure(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  SchedulerClock::now() - queued.arrival)
+                                  .count()),
+        FailureReason::kOther);
+    done(std::move(valid));
+    return;
   }
-  instance_freed_.notify_one();
+  queued.batch_size = config_->max_batch_size() > 0 ? RequestBatchSize(*request) : 1;
+  queued.request = std::move(request);
+  queued.done = std::move(done);
+  scheduler_->Submit(std::move(queued));
 }
 
 Result<InferOutcome> LoadedModel::Infer(const InferRequest& request) {
-  VRAMD_RETURN_IF_ERROR(ValidateInferRequest(*config_, request));
+  // Shared with the callback, which may still be returning from set_value when get() does.
+  auto promise = std::make_shared<std::promise<Result<InferOutcome>>>();
+  auto future = promise->get_future();
+  // Not owned: `request` outlives the call, which returns only once the request is answered.
+  std::shared_ptr<const InferRequest> borrowed(std::shared_ptr<const InferRequest>(), &request);
+  InferAsync(std::move(borrowed),
+             [promise](Result<InferOutcome> outcome) { promise->set_value(std::move(outcome)); });
+  return future.get();
+}
 
-  InferOutcome outcome;
-  std::vector<Tensor> outputs;
-  size_t index = Acquire();
-  Instance& instance = instances_[index];
-  outcome.request_owner = RequestOwner(
-      memory_, instance.owner.id(),
-      request.id.empty() ? fmt::format("#{}", ++request_sequence_) : request.id);
-  Status status;
-  {
-    memory::OwnerScope scope(outcome.request_owner.lazy_owner());
-    status = instance.backend->Execute(request, &outputs);
-  }
-  Release(index);
-  if (!status.ok()) {
-    return status.WithContext(fmt::format("model '{}' version {}", name(), version_));
-  }
-
-  InferResponse& response = outcome.response;
-  response.id = request.id;
-  response.model_name = name();
-  response.model_version = version_;
-  if (request.outputs.empty()) {
-    response.outputs = std::move(outputs);
-    return outcome;
-  }
-  response.outputs.reserve(request.outputs.size());
-  for (const auto& wanted : request.outputs) {
-    auto it = std::find_if(outputs.begin(), outputs.end(),
-                           [&](const Tensor& t) { return t.name == wanted.name; });
-    if (it == outputs.end()) {
-      return Status::Internal(fmt::format(
-          "model '{}' version {}: the backend did not produce requested output '{}'", name(),
-          version_, wanted.name));
-    }
-    response.outputs.push_back(std::move(*it));
-  }
-  return outcome;
+void LoadedModel::Shutdown() {
+  if (scheduler_ != nullptr) scheduler_->Shutdown();
 }
 
 }  // namespace vramd::runtime

@@ -1,21 +1,27 @@
-// LoadedModel: one version of a model, loaded: the backend's model-level state and the
-// instances of its instance_group, ready to run requests.
+// LoadedModel: one version of a model, loaded: the backend's model-level state, the instances
+// of its instance_group, and the scheduler whose instance threads run its requests.
+//
+// Requests: InferAsync validates a request and hands it to the Scheduler (scheduler.h): one
+// thread per instance takes work from the version's queue; without dynamic_batching an idle
+// instance runs a request at once on the caller's thread (the fast path); with it, requests
+// are batched along dim 0 (dynamic_batcher.h, batch_executor.h) under the queue policy.
+// Infer is the blocking form of InferAsync.
 //
 // Memory: the version has a ledger owner (a child of the model's), each instance one under it,
-// and each request one under the instance that runs it. Destroying the LoadedModel destroys
-// the instances, then the backend model, closing their owners: whatever they still hold is
-// reported as a leak.
+// and each request one under the instance that runs it (batch_executor.h says how a batch is
+// charged). Destroying the LoadedModel stops accepting requests (later ones get Unavailable),
+// runs what is queued, joins the instance threads, then destroys the instances and the
+// backend model, closing their owners: whatever they still hold is reported as a leak.
 //
-// Thread safety: Infer may be called from any number of threads; each call borrows one free
-// instance for the length of its execution and waits while all are busy.
+// Statistics: every request submitted is counted once, as a success or a failure, in
+// statistics() (inference_statistics.h); so is every execution.
+//
+// Thread safety: InferAsync and Infer may be called from any number of threads.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -24,18 +30,14 @@
 #include "core/infer_request.h"
 #include "core/status.h"
 #include "memory/ledger.h"
+#include "runtime/batch_executor.h"
+#include "runtime/infer_outcome.h"
+#include "runtime/inference_statistics.h"
 #include "runtime/memory_context.h"
 #include "runtime/request_owner.h"
+#include "runtime/scheduler.h"
 
 namespace vramd::runtime {
-
-// What Infer returns. Members are destroyed in reverse order: the response first, then the
-// request's owner, whose closing checks that the request left nothing behind. Keep it alive
-// until the response has been sent.
-struct InferOutcome {
-  RequestOwner request_owner;
-  InferResponse response;
-};
 
 class LoadedModel {
  public:
@@ -59,18 +61,36 @@ class LoadedModel {
   size_t instance_count() const { return instances_.size(); }
   memory::OwnerId owner() const { return owner_.id(); }
 
-  // Validates `request` against the config, runs it on a free instance under a new request
-  // owner, and returns the outputs the request asked for (all, when it named none) in the
-  // order it named them.
+  // Validates `request` against the config and schedules it; `done` then receives, exactly
+  // once, the outputs the request asked for (all, when it named none) in the order it named
+  // them, with the request's owner, or an error:
+  //   - InvalidArgument from validation (request_validator.h), at once, on this thread;
+  //   - Unavailable when the queue is full, the request timed out in the queue, or the
+  //     version is unloading (scheduler.h gives the messages, which are Triton's);
+  //   - the backend's error, naming the model and version.
+  // `done` runs on an instance thread or on this thread, before InferAsync returns (the fast
+  // path, or an error); see InferCallback for what it must not do.
+  // The request's `timeout_us` is honoured as dynamic_batching.default_queue_policy allows.
+  void InferAsync(std::shared_ptr<const InferRequest> request, InferCallback done);
+
+  // InferAsync, waiting for the outcome. REQUIRES: not called from an instance thread (a
+  // callback), which could wait on itself.
   Result<InferOutcome> Infer(const InferRequest& request);
+
+  // Stops accepting requests (later ones get Unavailable "... is unloading"), runs every
+  // request already queued, waits for executions in flight and joins the instance threads.
+  // Idempotent; the destructor calls it. REQUIRES: not called from a callback.
+  void Shutdown();
+
+  // Counters of this version's requests and executions.
+  const InferenceStatistics& statistics() const { return stats_; }
 
  private:
   LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
               const MemoryContext& memory, memory::OwnerId model_owner);
 
-  // Blocks until an instance is free; the returned index is the caller's until Release.
-  size_t Acquire();
-  void Release(size_t index);
+  // Runs a batch the scheduler formed on instance `index`.
+  void RunBatch(size_t index, std::vector<QueuedRequest> batch);
 
   struct Instance {
     memory::ScopedOwner owner;  // closed after the backend instance is destroyed
@@ -82,16 +102,14 @@ class LoadedModel {
   const std::shared_ptr<const config::ModelConfig> config_;
   const int64_t version_;
   const MemoryContext memory_;
-  // Constant after Load. Destroyed in reverse: instances, then the backend model, then the
-  // version's owner is closed.
+  InferenceStatistics stats_;  // outlives the scheduler and the executor
+  BatchExecutor executor_;
+  // Constant after Load. Destroyed in reverse (after the destructor's Shutdown): the
+  // scheduler, the instances, then the backend model, then the version's owner is closed.
   memory::ScopedOwner owner_;
   std::unique_ptr<backends::BackendModel> backend_model_;
   std::vector<Instance> instances_;
-  std::atomic<uint64_t> request_sequence_{0};
-
-  std::mutex mu_;
-  std::condition_variable instance_freed_;
-  std::vector<size_t> free_instances_;  // guarded by mu_
+  std::unique_ptr<Scheduler> scheduler_;  // null until Load has created every instance
 };
 
 }  // namespace vramd::runtime

@@ -141,6 +141,15 @@ Result<std::vector<int64_t>> ModelManager::ReadyVersions(std::string_view name) 
   return versions;
 }
 
+std::vector<std::shared_ptr<LoadedModel>> ModelManager::LoadedVersions() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::shared_ptr<LoadedModel>> loaded;
+  for (const auto& [name, entry] : models_) {  // models_ and ready are ordered maps
+    for (const auto& [v, model] : entry.ready) loaded.push_back(model);
+  }
+  return loaded;
+}
+
 std::vector<ModelIndexEntry> ModelManager::Index() const {
   std::shared_lock lock(mu_);
   std::vector<ModelIndexEntry> index;

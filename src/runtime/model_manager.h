@@ -60,6 +60,10 @@ class ModelManager {
   // Ready versions of `name`, ascending; NotFound for an unknown model.
   Result<std::vector<int64_t>> ReadyVersions(std::string_view name) const;
 
+  // Every ready version of every model, sorted by model name, then version. The pointers keep
+  // their versions alive while the caller holds them (for statistics and metrics).
+  std::vector<std::shared_ptr<LoadedModel>> LoadedVersions() const;
+
   std::vector<ModelIndexEntry> Index() const;
 
   // True when every model found in the repositories has at least one ready version and none

@@ -17,6 +17,8 @@
 #include "backends/add_sub/add_sub_backend.h"
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
+#include "memory/allocator.h"
+#include "memory/ledger.h"
 
 namespace vramd::backends {
 namespace {
@@ -37,12 +39,15 @@ struct Loaded {
   std::unique_ptr<BackendInstance> instance;
 };
 
-Result<Loaded> Load(const std::string& config_text) {
+// `model_dir`: where the model's files are (the mlp backend reads its weights there).
+Result<Loaded> Load(const std::string& config_text, std::filesystem::path model_dir = {}) {
+  static memory::Ledger ledger;
+  static memory::Allocator allocator(&ledger);
   Loaded l;
   l.config = std::make_unique<config::ModelConfig>(ParseConfig(config_text));
   VRAMD_ASSIGN_OR_RETURN(Backend * backend, FindBackend(*l.config));
-  ModelContext mctx{l.config->name(), 1, "/nonexistent/" + l.config->name(),
-                    "/nonexistent/" + l.config->name() + "/1", l.config.get()};
+  if (model_dir.empty()) model_dir = "/nonexistent/" + l.config->name();
+  ModelContext mctx{l.config->name(), 1, model_dir, model_dir / "1", l.config.get(), &allocator};
   VRAMD_ASSIGN_OR_RETURN(l.model, backend->LoadModel(mctx));
   InstanceContext ictx{l.config->name() + "_0", 0, DeviceKind::kCpu, -1};
   VRAMD_ASSIGN_OR_RETURN(l.instance, l.model->CreateInstance(ictx));
@@ -67,7 +72,7 @@ std::vector<T> Values(const Tensor& t) {
 // ---- FindBackend ----------------------------------------------------------------------------
 
 TEST(FindBackendTest, ListsTheBuiltInBackends) {
-  EXPECT_THAT(AvailableBackends(), ElementsAre("add_sub", "identity"));
+  EXPECT_THAT(AvailableBackends(), ElementsAre("add_sub", "identity", "mlp"));
 }
 
 TEST(FindBackendTest, FindsBackendByName) {
@@ -110,7 +115,7 @@ TEST(FindBackendTest, UnknownBackendIsNotFoundListingAvailable) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(b.status().message(), HasSubstr("backend 'python' is not available"));
-  EXPECT_THAT(b.status().message(), HasSubstr("(available backends: add_sub, identity)"));
+  EXPECT_THAT(b.status().message(), HasSubstr("(available backends: add_sub, identity, mlp)"));
 }
 
 TEST(FindBackendTest, UnknownPlatformIsNotFound) {
@@ -590,12 +595,12 @@ TEST(ModelRepositoriesTest, EveryShippedConfigLoadsWithItsBackend) {
       }
       ASSERT_TRUE(parsed) << file;
       EXPECT_EQ(c.name(), entry.path().filename().string()) << file;
-      auto l = Load(text.str());
+      auto l = Load(text.str(), entry.path());
       EXPECT_TRUE(l.ok()) << file << ": " << l.status().ToString();
       ++loaded_count;
     }
   }
-  EXPECT_EQ(loaded_count, 4 + 19);  // examples + fixtures (14 types, 5 others)
+  EXPECT_EQ(loaded_count, 5 + 19);  // examples + fixtures (14 types, 5 others)
 }
 
 }  // namespace

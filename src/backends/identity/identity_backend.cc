@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -82,12 +85,30 @@ Result<Routes> PlanRoutes(const ModelContext& ctx) {
   return routes;
 }
 
+// The config parameter execute_delay_us: absent is 0; otherwise a non-negative integer.
+Result<std::chrono::microseconds> ExecuteDelay(const ModelContext& ctx) {
+  const auto& parameters = ctx.config->parameters();
+  auto it = parameters.find(std::string(IdentityBackend::kExecuteDelayParameter));
+  if (it == parameters.end()) return std::chrono::microseconds(0);
+  const std::string& text = it->second.string_value();
+  int64_t us = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), us);
+  if (ec != std::errc() || end != text.data() + text.size() || us < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "model '{}': parameter '{}' must be a non-negative integer (microseconds), got '{}'",
+        ctx.name, IdentityBackend::kExecuteDelayParameter, text));
+  }
+  return std::chrono::microseconds(us);
+}
+
 class IdentityInstance final : public BackendInstance {
  public:
-  IdentityInstance(std::shared_ptr<const Routes> routes, std::string name)
-      : routes_(std::move(routes)), name_(std::move(name)) {}
+  IdentityInstance(std::shared_ptr<const Routes> routes, std::string name,
+                   std::chrono::microseconds delay)
+      : routes_(std::move(routes)), name_(std::move(name)), delay_(delay) {}
 
   Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     for (const Route& r : *routes_) {
       const Tensor* in = request.FindInput(r.input);
       if (in == nullptr) continue;  // an optional input that was not sent
@@ -104,20 +125,23 @@ class IdentityInstance final : public BackendInstance {
  private:
   const std::shared_ptr<const Routes> routes_;
   const std::string name_;
+  const std::chrono::microseconds delay_;
 };
 
 class IdentityModel final : public BackendModel {
  public:
-  explicit IdentityModel(Routes routes)
-      : routes_(std::make_shared<const Routes>(std::move(routes))) {}
+  IdentityModel(Routes routes, std::chrono::microseconds delay)
+      : routes_(std::make_shared<const Routes>(std::move(routes))), delay_(delay) {}
 
   Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) override {
-    return std::unique_ptr<BackendInstance>(std::make_unique<IdentityInstance>(routes_, ctx.name));
+    return std::unique_ptr<BackendInstance>(
+        std::make_unique<IdentityInstance>(routes_, ctx.name, delay_));
   }
 
  private:
   // Shared with the instances, so an instance stays valid even if it outlives the model.
   const std::shared_ptr<const Routes> routes_;
+  const std::chrono::microseconds delay_;
 };
 
 }  // namespace
@@ -127,7 +151,8 @@ Result<std::unique_ptr<BackendModel>> IdentityBackend::LoadModel(const ModelCont
     return Status::Internal(fmt::format("model '{}': LoadModel called without a config", ctx.name));
   }
   VRAMD_ASSIGN_OR_RETURN(Routes routes, PlanRoutes(ctx));
-  return std::unique_ptr<BackendModel>(std::make_unique<IdentityModel>(std::move(routes)));
+  VRAMD_ASSIGN_OR_RETURN(std::chrono::microseconds delay, ExecuteDelay(ctx));
+  return std::unique_ptr<BackendModel>(std::make_unique<IdentityModel>(std::move(routes), delay));
 }
 
 }  // namespace vramd::backends

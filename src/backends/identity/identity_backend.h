@@ -12,6 +12,14 @@
 // config data type, the input's shape, and the input's HostBuffer itself (shared, not copied).
 // An output whose (optional) input was not sent is left out.
 //
+// Config parameter (optional), for tests and benchmarks of scheduling:
+//   parameters { key: "execute_delay_us" value { string_value: "20000" } }
+// makes every Execute sleep that many microseconds before answering, whatever the batch size:
+// a model whose cost per execution does not depend on how many requests the execution holds,
+// so that instance concurrency and dynamic batching show in wall time and throughput. Absent
+// or "0": no delay. Anything but a non-negative integer fails LoadModel with InvalidArgument
+// naming the parameter.
+//
 // Thread safety: IdentityBackend and its models are immutable after LoadModel; safe from any
 // thread.
 #pragma once
@@ -26,6 +34,7 @@ namespace vramd::backends {
 class IdentityBackend final : public Backend {
  public:
   static constexpr std::string_view kName = "identity";
+  static constexpr std::string_view kExecuteDelayParameter = "execute_delay_us";
 
   std::string_view name() const override { return kName; }
   Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;

@@ -323,6 +323,13 @@ Status ParseRequestParameters(const JsonValue& params, InferRequest* request) {
                         KindOf(m.value)));
       }
       request->binary_data_output = m.value.GetBool();
+    } else if (Str(m.name) == "timeout") {
+      if (!m.value.IsUint64()) {
+        return Invalid(fmt::format(
+            "request parameter 'timeout' must be a non-negative integer (microseconds), got {}",
+            m.value.IsNumber() ? NumberText(m.value) : std::string(KindOf(m.value))));
+      }
+      request->timeout_us = m.value.GetUint64();
     }
   }
   return Status::Ok();

@@ -50,7 +50,8 @@ namespace vramd::http {
 // both numbers), a binary_data_size that does not match shape and datatype, malformed BYTES
 // binary data, duplicate input or output names. Shared-memory parameters
 // (shared_memory_region, ...) and the classification output parameter are Unsupported.
-// Unknown keys and request-level parameters other than binary_data_output are ignored.
+// Request-level parameters: binary_data_output (bool) and timeout (microseconds, a
+// non-negative integer, into InferRequest::timeout_us); other keys and parameters are ignored.
 // Each RequestedOutput.binary is its parameter binary_data if given, else binary_data_output.
 // model_name and model_version of the result are left for the caller (they come from the URL).
 Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,

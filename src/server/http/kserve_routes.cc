@@ -6,6 +6,8 @@
 #include <rapidjson/writer.h>
 
 #include <charconv>
+#include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "core/data_type.h"
 #include "server/http/infer_codec.h"
 #include "server/http/memory_routes.h"
+#include "server/http/stats_routes.h"
 
 namespace vramd::http {
 namespace {
@@ -79,6 +82,26 @@ Result<int64_t> ParseVersion(std::string_view text) {
         fmt::format("invalid model version '{}': expected a positive integer", text));
   }
   return v;
+}
+
+// POST /v2/models/{m}[/versions/{v}]/infer: the model and version it names (0: any), or
+// nullopt when the target is not an infer endpoint or its version is invalid (Route answers).
+struct InferTarget {
+  std::string model;
+  int64_t version = 0;
+};
+std::optional<InferTarget> MatchInferTarget(std::string_view target) {
+  const auto parts = SplitPath(target);
+  if (parts.size() != 4 && parts.size() != 6) return std::nullopt;
+  if (parts[0] != "v2" || parts[1] != "models" || parts.back() != "infer") return std::nullopt;
+  InferTarget t{PercentDecode(parts[2]), 0};
+  if (parts.size() == 6) {
+    if (parts[3] != "versions") return std::nullopt;
+    auto v = ParseVersion(parts[4]);
+    if (!v.ok()) return std::nullopt;
+    t.version = *v;
+  }
+  return t;
 }
 
 // The shape a client sends for a config tensor: dims, after a -1 batch dimension if batching.
@@ -157,6 +180,12 @@ KServeRoutes::KServeRoutes(const runtime::ModelManager* manager,
     : manager_(manager), memory_report_(memory_report), info_(std::move(info)) {}
 
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
+  if (request.method == "POST") {
+    if (auto infer = MatchInferTarget(request.target)) {
+      Infer(request, infer->model, infer->version, std::move(respond));  // answers later
+      return;
+    }
+  }
   respond(Route(request));
 }
 
@@ -185,6 +214,9 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
   if (parts[1] == "repository" && parts.size() == 3 && parts[2] == "index") {
     return post ? RepositoryIndex(request) : method_not_allowed();
   }
+  if (parts[1] == "models" && parts.size() == 3 && parts[2] == "stats") {
+    return get ? ModelStatsResponse(*manager_, "", 0) : method_not_allowed();
+  }
   if (parts[1] == "models" && parts.size() >= 3) {
     const std::string model = PercentDecode(parts[2]);
     size_t next = 3;
@@ -200,7 +232,10 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
       std::string_view action = parts[next];
       if (action == "ready") return get ? ModelReady(model, version) : method_not_allowed();
       if (action == "config") return get ? ModelConfig(model, version) : method_not_allowed();
-      if (action == "infer") return post ? Infer(request, model, version) : method_not_allowed();
+      if (action == "infer") return method_not_allowed();  // POST is Handle's (asynchronous)
+      if (action == "stats") {
+        return get ? ModelStatsResponse(*manager_, model, version) : method_not_allowed();
+      }
     }
   }
   return Error(404, fmt::format("no endpoint at '{}'", request.target));
@@ -216,7 +251,8 @@ HttpResponse KServeRoutes::ServerMetadata() const {
   WriteString(w, info_.version);
   w.Key("extensions");
   w.StartArray();
-  for (const char* e : {"binary_tensor_data", "model_configuration", "model_repository"}) {
+  for (const char* e : {"binary_tensor_data", "model_configuration", "model_repository",
+                        "statistics"}) {
     w.String(e);
   }
   w.EndArray();
@@ -284,10 +320,10 @@ HttpResponse KServeRoutes::ModelConfig(const std::string& model, int64_t version
   return Json(200, config::ModelConfigToJson(**config));
 }
 
-HttpResponse KServeRoutes::Infer(const HttpRequest& http, const std::string& model,
-                                 int64_t version) const {
+void KServeRoutes::Infer(const HttpRequest& http, const std::string& model, int64_t version,
+                         Responder respond) const {
   auto found = manager_->Find(model, version);
-  if (!found.ok()) return Error(found.status());
+  if (!found.ok()) return respond(Error(found.status()));
   const auto& loaded = *found;
 
   Result<InferRequest> parsed = Status::InvalidArgument("unset");
@@ -296,28 +332,34 @@ HttpResponse KServeRoutes::Infer(const HttpRequest& http, const std::string& mod
     size_t length = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
     if (ec != std::errc() || p != text.data() + text.size()) {
-      return Error(400, fmt::format("Inference-Header-Content-Length '{}' is not a byte count",
-                                    text));
+      return respond(Error(
+          400, fmt::format("Inference-Header-Content-Length '{}' is not a byte count", text)));
     }
     parsed = length == 0 ? ParseRawBinaryRequest(loaded->config(), http.body)
                          : ParseInferRequest(http.body, length);
   } else {
     parsed = ParseInferRequest(http.body, std::nullopt);
   }
-  if (!parsed.ok()) return Error(parsed.status());
-  InferRequest& request = *parsed;
-  request.model_name = model;
-  request.model_version = loaded->version();
+  if (!parsed.ok()) return respond(Error(parsed.status()));
+  auto request = std::make_shared<InferRequest>(std::move(parsed).value());
+  request->model_name = model;
+  request->model_version = loaded->version();
 
-  // The outcome holds the request's ledger owner: it closes (checking for leaks) when `outcome`
-  // goes out of scope, after the response has been encoded and its tensors released.
-  auto outcome = loaded->Infer(request);
-  if (!outcome.ok()) return Error(outcome.status());
-  EncodedBody encoded = EncodeInferResponse(outcome->response, request);
-  HttpResponse r = Json(200, std::move(encoded.body));
-  r.inference_header_length = encoded.json_length;
-  if (encoded.json_length) r.content_type = "application/octet-stream";
-  return r;
+  // Parsed here, on the I/O thread; run by the model's scheduler, possibly on an instance
+  // thread, which then encodes and responds (a Responder may be called from any thread).
+  // The outcome holds the request's ledger owner: it closes (checking for leaks) when
+  // `outcome` goes out of scope, after the response has been encoded and its tensors released.
+  // The callback holds the request (the encoder needs it) but not the model.
+  std::shared_ptr<const InferRequest> shared = std::move(request);
+  loaded->InferAsync(shared, [shared, respond = std::move(respond)](
+                                 Result<runtime::InferOutcome> outcome) {
+    if (!outcome.ok()) return respond(Error(outcome.status()));
+    EncodedBody encoded = EncodeInferResponse(outcome->response, *shared);
+    HttpResponse r = Json(200, std::move(encoded.body));
+    r.inference_header_length = encoded.json_length;
+    if (encoded.json_length) r.content_type = "application/octet-stream";
+    respond(std::move(r));
+  });
 }
 
 HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {

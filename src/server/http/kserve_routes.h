@@ -5,6 +5,7 @@
 //   GET  /v2/models/{m}[/versions/{v}]/ready
 //   GET  /v2/models/{m}[/versions/{v}]/config     the config as JSON (model configuration ext.)
 //   POST /v2/models/{m}[/versions/{v}]/infer      JSON and binary tensor data
+//   GET  /v2/models[/{m}[/versions/{v}]]/stats    statistics ext. (stats_routes.h)
 //   POST /v2/repository/index                     (model repository extension, read only)
 //   GET  /v2/memory                               vramd's memory report (docs/memory.md)
 // Errors are {"error": "..."} with Triton's status codes (see HttpStatusFor).
@@ -46,7 +47,9 @@ class KServeRoutes {
   HttpResponse ModelMetadata(const std::string& model, int64_t version) const;
   HttpResponse ModelReady(const std::string& model, int64_t version) const;
   HttpResponse ModelConfig(const std::string& model, int64_t version) const;
-  HttpResponse Infer(const HttpRequest& request, const std::string& model, int64_t version) const;
+  // Answers through `respond`, possibly later and from an instance thread.
+  void Infer(const HttpRequest& request, const std::string& model, int64_t version,
+             Responder respond) const;
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
 
   const runtime::ModelManager* manager_;

@@ -1,0 +1,50 @@
+// The built-in "mlp" backend: a stack of dense layers with ReLU between them, with real weights
+// read from a safetensors file. It is the model with weights that tests, examples, reload
+// checks and benchmarks use without a framework; scripts/make_mlp_model.py writes such models.
+//
+// Config contract (LoadModel fails with an InvalidArgument naming the field otherwise; details
+// in mlp_plan.h):
+//   - max_batch_size >= 1: the first dimension of the input and output is the batch;
+//   - one input, TYPE_FP32, dims [K]; one output, TYPE_FP32, dims [N];
+//   - weights in <version>/model.safetensors, or <version>/<default_model_filename>:
+//     "layers.{i}.weight" [out_i, in_i] and "layers.{i}.bias" [out_i], i = 0..n-1, all F32 or
+//     all F16, chaining K -> out_0 -> ... -> out_{n-1} = N (a mismatch names the tensor);
+//   - optional parameters { key: "cublas_workspace_mib" value { string_value: "4" } }: cuBLAS's
+//     workspace per GPU instance (default 4 MiB).
+// output = L_{n-1}(relu(...relu(L_0(input)))), L_i(v) = v W_i^T + b_i, in FP32 on the CPU (FP16
+// weights are widened at load) and as mlp_cuda.h describes on a GPU.
+//
+// Weights are loaded once per device and shared read-only by that device's instances:
+//   - LoadModel reads and checks the file. When an instance group is KIND_CPU or KIND_AUTO (or
+//     there is none), it packs the FP32 host copy all CPU instances share. When one is
+//     KIND_GPU, it keeps a packed host image in the file's dtype for the first GPU upload.
+//   - The first instance on GPU d uploads that image (or copies from a GPU that has the
+//     weights) under the version's owner, and creates the model's cuBLAS handle for d (shared:
+//     mlp_cuda.h says why); later instances on d reuse both. The host image is dropped after
+//     the first upload.
+//   - Each instance owns only its workspace: on the CPU its activations; on a GPU its stream,
+//     its cuBLAS workspace and its activations.
+// So the ledger shows, under the version, one copy of the weights per device whatever the
+// instance count, and under each instance only its workspace.
+//
+// Thread safety: the backend is stateless; a model's CreateInstance serializes on the model's
+// own mutex (held while a device's weights are uploaded, never on the request path); an
+// instance is used by one thread at a time.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "backends/backend.h"
+
+namespace vramd::backends {
+
+class MlpBackend final : public Backend {
+ public:
+  static constexpr std::string_view kName = "mlp";
+
+  std::string_view name() const override { return kName; }
+  Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
+};
+
+}  // namespace vramd::backends

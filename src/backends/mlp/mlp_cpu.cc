@@ -1,0 +1,87 @@
+#include "backends/mlp/mlp_cpu.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace vramd::backends::mlp {
+namespace {
+
+class CpuInstance final : public BackendInstance {
+ public:
+  CpuInstance(std::shared_ptr<const MlpPlan> plan, std::shared_ptr<const CpuWeights> weights,
+              memory::Buffer workspace, std::string name)
+      : plan_(std::move(plan)),
+        weights_(std::move(weights)),
+        workspace_(std::move(workspace)),
+        name_(std::move(name)) {}
+
+  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+    VRAMD_ASSIGN_OR_RETURN(BatchInput input, CheckRequest(*plan_, request, name_));
+    const int batch = static_cast<int>(input.batch);
+    const size_t stride = static_cast<size_t>(plan_->max_batch_size * plan_->max_width);
+    float* act[2] = {static_cast<float*>(workspace_.data()),
+                     static_cast<float*>(workspace_.data()) + stride};
+    // The request's bytes may be unaligned: the first activation is a copy.
+    std::memcpy(act[0], input.tensor->data.data(), input.tensor->data.size());
+    const size_t last = plan_->layers.size() - 1;
+    for (size_t i = 0; i <= last; ++i) {
+      const Layer& l = plan_->layers[i];
+      const int in = static_cast<int>(l.in), out = static_cast<int>(l.out);
+      const float* x = act[i % 2];
+      float* y = act[(i + 1) % 2];
+      const float* bias = weights_->at(weights_->layout.bias_offset[i]);
+      for (int r = 0; r < batch; ++r) std::memcpy(y + size_t(r) * out, bias, size_t(out) * 4);
+      // y[B, out] = x[B, in] * W[out, in]^T + y (the bias).
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out, in, 1.0f, x, in,
+                  weights_->at(weights_->layout.weight_offset[i]), in, 1.0f, y, out);
+      if (i != last) {
+        const size_t n = size_t(batch) * out;
+        for (size_t k = 0; k < n; ++k) y[k] = y[k] > 0.0f ? y[k] : 0.0f;
+      }
+    }
+    const float* result = act[(last + 1) % 2];
+    outputs->push_back(Tensor{plan_->output_name, DataType::kFp32, {input.batch, plan_->outputs},
+                              HostBuffer::CopyOf(result, size_t(batch) * plan_->outputs * 4)});
+    return Status::Ok();
+  }
+
+ private:
+  const std::shared_ptr<const MlpPlan> plan_;
+  const std::shared_ptr<const CpuWeights> weights_;
+  memory::Buffer workspace_;
+  const std::string name_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const CpuWeights>> MakeCpuWeights(const safetensors::File& file,
+                                                         const MlpPlan& plan,
+                                                         memory::Allocator* allocator,
+                                                         memory::OwnerId owner) {
+  auto weights = std::make_shared<CpuWeights>();
+  weights->layout = MakeLayout(plan, sizeof(float));
+  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cpu(),
+                                                              weights->layout.total_bytes, 0,
+                                                              owner));
+  PackWeights(file, plan, weights->layout, static_cast<std::byte*>(weights->buffer.data()));
+  return std::shared_ptr<const CpuWeights>(std::move(weights));
+}
+
+Result<std::unique_ptr<BackendInstance>> CreateCpuInstance(std::shared_ptr<const MlpPlan> plan,
+                                                           std::shared_ptr<const CpuWeights> weights,
+                                                           memory::Allocator* allocator,
+                                                           const InstanceContext& ctx) {
+  const size_t bytes =
+      2 * static_cast<size_t>(plan->max_batch_size * plan->max_width) * sizeof(float);
+  VRAMD_ASSIGN_OR_RETURN(memory::Buffer workspace,
+                         allocator->Allocate(memory::Device::Cpu(), bytes, 0, ctx.owner));
+  return std::unique_ptr<BackendInstance>(std::make_unique<CpuInstance>(
+      std::move(plan), std::move(weights), std::move(workspace), ctx.name));
+}
+
+}  // namespace vramd::backends::mlp

@@ -1,0 +1,224 @@
+#include "backends/mlp/mlp_cuda.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "backends/mlp/mlp_cuda_util.h"
+#include "backends/mlp/mlp_kernels.h"
+
+namespace vramd::backends::mlp {
+
+struct SharedCublas {
+  int device = 0;
+  std::mutex mu;
+  CublasHandle handle;  // its stream and workspace: guarded by mu
+  ~SharedCublas() {
+    DeviceGuard guard;
+    (void)guard.Set(device);
+    handle.Reset();
+  }
+};
+
+namespace {
+
+// Activation buffers start at multiples of this many elements (256 bytes as FP32), so every
+// GEMM operand is as aligned as cuBLAS's fastest kernels want.
+constexpr size_t kStrideAlignment = 64;
+
+size_t ActivationStride(const MlpPlan& plan) {
+  const size_t n = static_cast<size_t>(plan.max_batch_size * plan.max_width);
+  return (n + kStrideAlignment - 1) / kStrideAlignment * kStrideAlignment;
+}
+
+class GpuInstance final : public BackendInstance {
+ public:
+  GpuInstance(std::shared_ptr<const MlpPlan> plan, GpuDevice device, std::string name)
+      : plan_(std::move(plan)),
+        weights_(std::move(device.weights)),
+        blas_(std::move(device.blas)),
+        name_(std::move(name)) {}
+
+  ~GpuInstance() override {
+    DeviceGuard guard;
+    (void)guard.Set(weights_->device);
+    if (stream_.get() != nullptr) {
+      cudaStreamSynchronize(stream_.get());
+      // Leave the shared handle bound to no stream of ours.
+      std::lock_guard lock(blas_->mu);
+      cudaStream_t bound = nullptr;
+      if (cublasGetStream(blas_->handle.get(), &bound) == CUBLAS_STATUS_SUCCESS &&
+          bound == stream_.get()) {
+        cublasSetStream(blas_->handle.get(), nullptr);
+      }
+    }
+    activations_.Reset();
+    workspace_.Reset();
+    stream_.Reset();
+  }
+
+  Status Init(memory::Allocator* allocator, memory::OwnerId owner) {
+    const int device = weights_->device;
+    DeviceGuard guard;
+    VRAMD_RETURN_IF_ERROR(guard.Set(device));
+    VRAMD_ASSIGN_OR_RETURN(stream_, CudaStream::Create());
+    const auto stream_id = reinterpret_cast<memory::StreamId>(stream_.get());
+    if (plan_->cublas_workspace_bytes > 0) {
+      VRAMD_ASSIGN_OR_RETURN(workspace_, allocator->Allocate(memory::Device::Cuda(device),
+                                                             plan_->cublas_workspace_bytes,
+                                                             stream_id, owner));
+    }
+    VRAMD_ASSIGN_OR_RETURN(activations_,
+                           allocator->Allocate(memory::Device::Cuda(device),
+                                               2 * ActivationStride(*plan_) * sizeof(float),
+                                               stream_id, owner));
+    return Status::Ok();
+  }
+
+  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+    VRAMD_ASSIGN_OR_RETURN(BatchInput input, CheckRequest(*plan_, request, name_));
+    Status status = Run(input, outputs);
+    if (!status.ok()) return status.WithContext(fmt::format("mlp instance '{}'", name_));
+    return status;
+  }
+
+ private:
+  Status Run(const BatchInput& input, std::vector<Tensor>* outputs) {
+    DeviceGuard guard;
+    VRAMD_RETURN_IF_ERROR(guard.Set(weights_->device));
+    const cudaStream_t stream = stream_.get();
+    float* act[2] = {static_cast<float*>(activations_.data()),
+                     static_cast<float*>(activations_.data()) + ActivationStride(*plan_)};
+    VRAMD_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(act[0], input.tensor->data.data(), input.tensor->data.size(),
+                        cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync (input to device)"));
+    const float* y = nullptr;
+    {
+      std::lock_guard lock(blas_->mu);
+      VRAMD_ASSIGN_OR_RETURN(y, EnqueueLayers(input.batch, act));
+    }
+    HostBuffer result =
+        HostBuffer::Allocate(static_cast<size_t>(input.batch * plan_->outputs) * sizeof(float));
+    VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(result.mutable_data(), y, result.size(),
+                                                     cudaMemcpyDeviceToHost, stream),
+                                     "cudaMemcpyAsync (output to host)"));
+    VRAMD_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+    outputs->push_back(Tensor{plan_->output_name, DataType::kFp32, {input.batch, plan_->outputs},
+                              std::move(result)});
+    return Status::Ok();
+  }
+
+  // Enqueues every layer on the stream, the input being in act[0]; returns where the output
+  // will be. REQUIRES: blas_->mu held (the handle is bound to this instance meanwhile).
+  Result<const float*> EnqueueLayers(int64_t batch64, float* act[2]) {
+    const cudaStream_t stream = stream_.get();
+    cublasHandle_t handle = blas_->handle.get();
+    // cublasSetStream resets the workspace to cuBLAS's own pool: set the stream first.
+    VRAMD_RETURN_IF_ERROR(CublasStatus(cublasSetStream(handle, stream), "cublasSetStream"));
+    VRAMD_RETURN_IF_ERROR(CublasStatus(
+        cublasSetWorkspace(handle, workspace_.data(), workspace_.size()), "cublasSetWorkspace"));
+    const bool fp16 = plan_->weight_type == WeightType::kFp16;
+    const int batch = static_cast<int>(batch64);
+    // FP16: act[0] holds the FP32 GEMM output, and act[1]'s space the FP16 activations.
+    auto* half_act = reinterpret_cast<uint16_t*>(act[1]);
+    if (fp16) {
+      VRAMD_RETURN_IF_ERROR(CudaStatus(
+          LaunchFloatToHalf(act[0], half_act, batch64 * plan_->inputs, stream),
+          "FloatToHalf kernel launch"));
+    }
+    const cudaDataType_t type = fp16 ? CUDA_R_16F : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f;
+    const size_t last = plan_->layers.size() - 1;
+    float* y = act[0];
+    for (size_t i = 0; i <= last; ++i) {
+      const Layer& l = plan_->layers[i];
+      const int in = static_cast<int>(l.in), out = static_cast<int>(l.out);
+      const void* x = fp16 ? static_cast<const void*>(half_act) : act[i % 2];
+      y = fp16 ? act[0] : act[(i + 1) % 2];
+      // Row-major y[B, out] = x[B, in] W[out, in]^T is column-major y^T = W x^T: W's row-major
+      // bytes are W^T column-major (lda = in), so op(A) = T; x^T is x's bytes (ldb = in).
+      VRAMD_RETURN_IF_ERROR(CublasStatus(
+          cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, &one,
+                       weights_->at(weights_->layout.weight_offset[i]), type, in, x, type, in,
+                       &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          fmt::format("cublasGemmEx (layer {}, {}x{}x{})", i, out, batch, in)));
+      const bool hidden = i != last;
+      VRAMD_RETURN_IF_ERROR(CudaStatus(
+          LaunchBiasActivation(y, weights_->at(weights_->layout.bias_offset[i]), fp16, batch, out,
+                               hidden, fp16 && hidden ? half_act : nullptr, stream),
+          "BiasActivation kernel launch"));
+    }
+    return static_cast<const float*>(y);
+  }
+
+  const std::shared_ptr<const MlpPlan> plan_;
+  const std::shared_ptr<const GpuWeights> weights_;
+  const std::shared_ptr<SharedCublas> blas_;
+  const std::string name_;
+  // Released explicitly, in this order reversed, by the destructor.
+  CudaStream stream_;
+  memory::Buffer workspace_;
+  memory::Buffer activations_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
+                                                           const PackedLayout& layout, int device,
+                                                           memory::Allocator* allocator,
+                                                           memory::OwnerId owner) {
+  DeviceGuard guard;
+  VRAMD_RETURN_IF_ERROR(guard.Set(device));
+  auto weights = std::make_shared<GpuWeights>();
+  weights->device = device;
+  weights->layout = layout;
+  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cuda(device),
+                                                              layout.total_bytes, 0, owner));
+  VRAMD_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpy(weights->buffer.data(), host_image, layout.total_bytes, cudaMemcpyHostToDevice),
+      fmt::format("cudaMemcpy (weights to cuda:{})", device)));
+  return std::shared_ptr<const GpuWeights>(std::move(weights));
+}
+
+Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
+                                                         memory::Allocator* allocator,
+                                                         memory::OwnerId owner) {
+  DeviceGuard guard;
+  VRAMD_RETURN_IF_ERROR(guard.Set(device));
+  auto weights = std::make_shared<GpuWeights>();
+  weights->device = device;
+  weights->layout = source.layout;
+  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cuda(device),
+                                                              source.layout.total_bytes, 0, owner));
+  const std::string call = fmt::format("cudaMemcpyPeer (weights cuda:{} to cuda:{})",
+                                       source.device, device);
+  VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpyPeer(weights->buffer.data(), device,
+                                                  source.buffer.data(), source.device,
+                                                  source.layout.total_bytes),
+                                   call));
+  VRAMD_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), call));
+  return std::shared_ptr<const GpuWeights>(std::move(weights));
+}
+
+Result<GpuDevice> MakeGpuDevice(std::shared_ptr<const GpuWeights> weights) {
+  DeviceGuard guard;
+  VRAMD_RETURN_IF_ERROR(guard.Set(weights->device));
+  auto blas = std::make_shared<SharedCublas>();
+  blas->device = weights->device;
+  VRAMD_ASSIGN_OR_RETURN(blas->handle, CublasHandle::Create());
+  return GpuDevice{std::move(weights), std::move(blas)};
+}
+
+Result<std::unique_ptr<BackendInstance>> CreateGpuInstance(std::shared_ptr<const MlpPlan> plan,
+                                                           const GpuDevice& device,
+                                                           memory::Allocator* allocator,
+                                                           const InstanceContext& ctx) {
+  auto instance = std::make_unique<GpuInstance>(std::move(plan), device, ctx.name);
+  VRAMD_RETURN_IF_ERROR(instance->Init(allocator, ctx.owner));
+  return std::unique_ptr<BackendInstance>(std::move(instance));
+}
+
+}  // namespace vramd::backends::mlp

@@ -1,0 +1,79 @@
+// The mlp backend on a GPU: weights in device memory in the file's dtype, GEMMs by cuBLAS,
+// bias + ReLU by a small kernel (mlp_kernels.h). Built only with CUDA (VRAMD_WITH_CUDA).
+//
+// Memory, all from memory::Allocator so the ledger sees every byte:
+//  - GpuWeights: one packed image per device (MakeLayout with the file's element size: FP16
+//    stays FP16), allocated on the default stream and charged to the version's owner. The model
+//    makes it once per device, for the first instance there; every instance on that device
+//    reads it, and only reads it, from its own stream.
+//  - per instance, charged to the instance's owner and allocated on its stream: cuBLAS's
+//    workspace (MlpPlan::cublas_workspace_bytes, set with cublasSetWorkspace before every use,
+//    so cuBLAS never runs in a workspace of its own) and one activation buffer of
+//    2 x max_batch_size x max_width floats (FP32: two ping-pong activations; FP16: the FP32
+//    GEMM output and the FP16 copy of it that the next GEMM reads), and a stream.
+// Outside the ledger: one cuBLAS handle per model and device (SharedCublas). cublasCreate sets
+// up cuBLAS's default workspace pool, which the driver reports as +66 MiB per handle on an H200
+// (CUDA 13.0; 2 MiB with CUBLAS_WORKSPACE_CONFIG=:0:0 in the environment); a handle per
+// instance would cost that per instance. Shared, it costs it once per model and device, shows
+// in the memory report as unattributed, and is released with the model. Each instance binds
+// its stream and workspace to the handle under the handle's mutex while it enqueues its GEMMs
+// (microseconds); the GPU work itself runs concurrently on the instances' streams.
+//
+// Numerics: FP32 weights: cublasGemmEx with FP32 inputs and CUBLAS_COMPUTE_32F (no TF32).
+// FP16 weights: activations are rounded to FP16 before each GEMM (cuBLAS takes one input type
+// for both operands), the GEMM accumulates in FP32 (CUBLAS_COMPUTE_32F, FP32 output), and bias
+// and ReLU are applied in FP32. The output is FP32.
+//
+// Thread safety: GpuWeights is immutable; an instance is used by one thread at a time, and
+// sets its device on the calling thread for each call (restoring the previous one).
+#pragma once
+
+#include <memory>
+
+#include "backends/backend.h"
+#include "backends/mlp/mlp_plan.h"
+#include "memory/allocator.h"
+
+namespace vramd::backends::mlp {
+
+struct GpuWeights {
+  int device = 0;
+  PackedLayout layout;  // the file's element size
+  memory::Buffer buffer;
+  const std::byte* at(size_t byte_offset) const {
+    return static_cast<const std::byte*>(buffer.data()) + byte_offset;
+  }
+};
+
+// Copies `host_image` (layout.total_bytes, packed in `layout`) to new memory on `device`,
+// charged to `owner`. ResourceExhausted when the device is full; Internal for a CUDA error.
+Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
+                                                           const PackedLayout& layout, int device,
+                                                           memory::Allocator* allocator,
+                                                           memory::OwnerId owner);
+
+// The same, copied from another device's copy (cudaMemcpyPeer), so the host image need not be
+// kept once one device holds the weights.
+Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
+                                                         memory::Allocator* allocator,
+                                                         memory::OwnerId owner);
+
+// A cuBLAS handle shared by the instances of one model on one device (see above).
+struct SharedCublas;
+
+// What a model keeps per device: its weights and its cuBLAS handle.
+struct GpuDevice {
+  std::shared_ptr<const GpuWeights> weights;
+  std::shared_ptr<SharedCublas> blas;
+};
+
+// Creates the cuBLAS handle for `weights`' device. Internal for a CUDA or cuBLAS error.
+Result<GpuDevice> MakeGpuDevice(std::shared_ptr<const GpuWeights> weights);
+
+// A GPU instance on `device`; its memory is charged to ctx.owner.
+Result<std::unique_ptr<BackendInstance>> CreateGpuInstance(std::shared_ptr<const MlpPlan> plan,
+                                                           const GpuDevice& device,
+                                                           memory::Allocator* allocator,
+                                                           const InstanceContext& ctx);
+
+}  // namespace vramd::backends::mlp

@@ -1,0 +1,118 @@
+#include "runtime/batch_executor.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "runtime/batch_assembly.h"
+#include "runtime/request_owner.h"
+
+namespace vramd::runtime {
+namespace {
+
+uint64_t Ns(SchedulerClock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+}  // namespace
+
+BatchExecutor::BatchExecutor(std::string model_name, int64_t version, const MemoryContext& memory,
+                             InferenceStatistics* stats)
+    : model_name_(std::move(model_name)),
+      version_(version),
+      where_(fmt::format("model '{}' version {}", model_name_, version)),
+      memory_(memory),
+      stats_(stats) {}
+
+void BatchExecutor::FailAll(std::vector<QueuedRequest>& batch, const Status& status) {
+  for (auto& r : batch) {
+    stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+    r.done(status);
+  }
+}
+
+void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId instance_owner,
+                        std::vector<QueuedRequest> batch) {
+  const auto start = SchedulerClock::now();
+  std::vector<RequestOwner> owners;
+  owners.reserve(batch.size());  // no reallocation: a lazy owner is in scope below
+  std::vector<uint64_t> batch_sizes;
+  batch_sizes.reserve(batch.size());
+  uint64_t samples = 0;
+  for (const auto& r : batch) {
+    const std::string& id = r.request->id;
+    owners.emplace_back(memory_, instance_owner,
+                        id.empty() ? fmt::format("#{}", ++request_sequence_) : id);
+    batch_sizes.push_back(r.batch_size);
+    samples += r.batch_size;
+  }
+
+  // 1. Assemble.
+  InferRequest merged;
+  const InferRequest* run = batch.front().request.get();
+  if (batch.size() > 1) {
+    std::vector<const InferRequest*> parts;
+    parts.reserve(batch.size());
+    for (const auto& r : batch) parts.push_back(r.request.get());
+    merged = ConcatenateRequests(parts);
+    run = &merged;
+  }
+  const auto input_end = SchedulerClock::now();
+
+  // 2. Execute.
+  std::vector<Tensor> outputs;
+  Status status;
+  {
+    memory::OwnerScope scope(owners.front().lazy_owner());
+    status = instance.Execute(*run, &outputs);
+  }
+  const auto infer_end = SchedulerClock::now();
+  merged = InferRequest();  // outputs that alias its inputs keep their bytes alive
+  if (!status.ok()) {
+    FailAll(batch, status.WithContext(where_));
+    return;
+  }
+
+  // 3. Split and filter.
+  std::vector<Result<std::vector<Tensor>>> results;
+  results.reserve(batch.size());
+  if (batch.size() == 1) {
+    results.push_back(SelectOutputs(*batch.front().request, std::move(outputs), where_));
+  } else {
+    auto pieces = SplitOutputs(std::move(outputs), batch_sizes);
+    if (!pieces.ok()) {
+      FailAll(batch, pieces.status().WithContext(
+                         fmt::format("{}: splitting a batch of {} request(s)", where_,
+                                     batch.size())));
+      return;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      results.push_back(SelectOutputs(*batch[i].request, std::move((*pieces)[i]), where_));
+    }
+  }
+  const auto end = SchedulerClock::now();
+  const uint64_t input_ns = Ns(input_end - start);
+  const uint64_t infer_ns = Ns(infer_end - input_end);
+  const uint64_t output_ns = Ns(end - infer_end);
+  stats_->RecordExecution(samples, input_ns, infer_ns, output_ns);
+
+  for (size_t i = 0; i < batch.size(); ++i) {
+    QueuedRequest& r = batch[i];
+    if (!results[i].ok()) {
+      stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+      r.done(results[i].status());
+      continue;
+    }
+    InferOutcome outcome;
+    outcome.request_owner = std::move(owners[i]);
+    outcome.response.id = r.request->id;
+    outcome.response.model_name = model_name_;
+    outcome.response.model_version = version_;
+    outcome.response.outputs = std::move(results[i]).value();
+    stats_->RecordSuccess(Ns(SchedulerClock::now() - r.arrival), Ns(start - r.enqueued), input_ns,
+                          infer_ns, output_ns);
+    r.done(std::move(outcome));
+  }
+}
+
+}  // namespace vramd::runtime

@@ -1,0 +1,58 @@
+// BatchExecutor: runs one batch of requests on one instance and answers each request.
+//
+// For every request it opens a RequestOwner under the instance (lazily: nothing is written to
+// the ledger unless the request allocates). The execution itself runs under the owner of the
+// batch's first request, so a batch of one is charged exactly as a lone request, and what a
+// batched execution leaves behind is reported against a real request; the other requests'
+// owners stay unopened unless something is charged to them later.
+//
+// Steps, timed for the statistics (built-in backends: compute_input is batch assembly,
+// compute_infer is Execute, compute_output is splitting and filtering):
+//   1. assemble: a batch of more than one is concatenated along dim 0 (batch_assembly.h);
+//   2. Execute on the instance;
+//   3. split the outputs back by each request's batch size and keep the outputs each request
+//      asked for, in its order.
+// A failed Execute answers every request with its error (naming the model and version) and
+// counts each as a BACKEND failure; no execution is counted. Otherwise the execution is
+// counted (with the batch's sample count), then each request's success or failure, and then
+// its callback is called with its response and owner.
+//
+// Thread safety: Run may be called concurrently for different instances.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "memory/ledger.h"
+#include "runtime/inference_statistics.h"
+#include "runtime/memory_context.h"
+#include "runtime/request_queue.h"
+
+namespace vramd::runtime {
+
+class BatchExecutor {
+ public:
+  // `stats` must outlive the executor.
+  BatchExecutor(std::string model_name, int64_t version, const MemoryContext& memory,
+                InferenceStatistics* stats);
+
+  // Runs `batch` (not empty; every pair CanBatchTogether) on `instance`, whose ledger owner is
+  // `instance_owner`, and calls each request's callback exactly once.
+  void Run(backends::BackendInstance& instance, memory::OwnerId instance_owner,
+           std::vector<QueuedRequest> batch);
+
+ private:
+  void FailAll(std::vector<QueuedRequest>& batch, const Status& status);
+
+  const std::string model_name_;
+  const int64_t version_;
+  const std::string where_;  // "model 'm' version 1"
+  const MemoryContext memory_;
+  InferenceStatistics* const stats_;
+  std::atomic<uint64_t> request_sequence_{0};
+};
+
+}  // namespace vramd::runtime

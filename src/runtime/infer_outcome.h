@@ -1,0 +1,25 @@
+// InferOutcome: what running one request produces, and InferCallback: how it is delivered.
+#pragma once
+
+#include <functional>
+
+#include "core/infer_request.h"
+#include "core/status.h"
+#include "runtime/request_owner.h"
+
+namespace vramd::runtime {
+
+// Members are destroyed in reverse order: the response first, then the request's owner, whose
+// closing checks that the request left nothing behind. Keep it alive until the response has
+// been sent.
+struct InferOutcome {
+  RequestOwner request_owner;
+  InferResponse response;
+};
+
+// Receives a request's outcome, exactly once, on whichever thread finished the request (an
+// instance thread, or the caller's own). It must not block for long (it holds up the instance
+// that ran the request) and must not destroy the LoadedModel that runs it.
+using InferCallback = std::function<void(Result<InferOutcome>)>;
+
+}  // namespace vramd::runtime

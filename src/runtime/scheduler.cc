@@ -1,0 +1,154 @@
+#include "runtime/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+namespace vramd::runtime {
+namespace {
+
+uint64_t NsSince(SchedulerClock::time_point start) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(SchedulerClock::now() - start).count());
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Options options, RunBatch run, InferenceStatistics* stats)
+    : options_(std::move(options)),
+      run_(std::move(run)),
+      stats_(stats),
+      queue_(options_.batching ? RequestQueue(options_.queue_policy) : RequestQueue()) {
+  const size_t count = std::max<size_t>(1, options_.instance_count);
+  workers_.reserve(count);
+  for (size_t i = 0; i < count; ++i) workers_.push_back(std::make_unique<Worker>());
+  for (size_t i = 0; i < count; ++i) {
+    workers_[i]->thread = std::thread([this, i] { WorkerLoop(i); });
+  }
+}
+
+Scheduler::~Scheduler() { Shutdown(); }
+
+void Scheduler::Submit(QueuedRequest request) {
+  request.enqueued = SchedulerClock::now();
+  std::unique_lock lock(mu_);
+  if (stopping_) {
+    lock.unlock();
+    std::vector<QueuedRequest> one;
+    one.push_back(std::move(request));
+    Reject(std::move(one), Status::Unavailable(fmt::format("{} is unloading", options_.name)));
+    return;
+  }
+  if (!options_.batching && queue_.empty()) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& worker = *workers_[i];
+      if (worker.busy) continue;
+      // Fast path: run it here, on the caller's thread, with instance i.
+      worker.busy = true;
+      ++inline_running_;
+      lock.unlock();
+      std::vector<QueuedRequest> batch;
+      batch.push_back(std::move(request));
+      run_(i, std::move(batch));
+      lock.lock();
+      worker.busy = false;
+      --inline_running_;
+      if (!queue_.empty()) worker.wake.notify_one();  // its thread takes what came meanwhile
+      if (inline_running_ == 0) inline_done_.notify_all();
+      return;
+    }
+  }
+  if (queue_.Full()) {
+    const size_t queued = queue_.size();
+    lock.unlock();
+    std::vector<QueuedRequest> one;
+    one.push_back(std::move(request));
+    Reject(std::move(one),
+           Status::Unavailable(fmt::format(
+               "Exceeds maximum queue size: {} already has {} request(s) queued "
+               "(dynamic_batching.default_queue_policy.max_queue_size {})",
+               options_.name, queued, options_.queue_policy.max_queue_size)));
+    return;
+  }
+  const auto enqueued = request.enqueued;
+  queue_.Push(std::move(request), enqueued);
+  stats_->AddPending(1);
+  WakeIdleWorker();
+}
+
+void Scheduler::WakeIdleWorker() {
+  for (auto& worker : workers_) {
+    if (!worker->busy) {
+      worker->wake.notify_one();
+      return;
+    }
+  }
+}
+
+void Scheduler::WorkerLoop(size_t index) {
+  Worker& self = *workers_[index];
+  std::unique_lock lock(mu_);
+  while (true) {
+    if (queue_.empty() || self.busy) {  // busy: an inline caller holds this instance
+      if (stopping_ && queue_.empty()) break;
+      self.wake.wait(lock);
+      continue;
+    }
+    const auto now = SchedulerClock::now();
+    std::vector<QueuedRequest> expired = queue_.TakeExpired(now);
+    if (!expired.empty()) {
+      stats_->AddPending(-static_cast<int64_t>(expired.size()));
+      lock.unlock();
+      Reject(std::move(expired),
+             Status::Unavailable(fmt::format(
+                 "Request timeout expired: it waited in the queue of {} past its timeout",
+                 options_.name)));
+      lock.lock();
+      continue;
+    }
+    size_t count = 1;
+    if (options_.batching) {
+      const BatchChoice choice = ChooseBatch(queue_, *options_.batching, now, stopping_);
+      if (choice.count == 0) {
+        if (choice.wake_at == SchedulerClock::time_point::max()) {
+          self.wake.wait(lock);
+        } else {
+          self.wake.wait_until(lock, choice.wake_at);
+        }
+        continue;
+      }
+      count = choice.count;
+    }
+    std::vector<QueuedRequest> batch = queue_.PopFront(count);
+    stats_->AddPending(-static_cast<int64_t>(count));
+    self.busy = true;
+    if (!queue_.empty()) WakeIdleWorker();
+    lock.unlock();
+    run_(index, std::move(batch));
+    lock.lock();
+    self.busy = false;
+  }
+}
+
+void Scheduler::Reject(std::vector<QueuedRequest> requests, const Status& status) {
+  for (auto& r : requests) {
+    stats_->RecordFailure(NsSince(r.arrival), FailureReason::kRejected);
+    r.done(status);
+  }
+}
+
+void Scheduler::Shutdown() {
+  std::lock_guard shutdown(shutdown_mu_);
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto& worker : workers_) worker->wake.notify_all();
+  }
+  for (auto& worker : workers_) {
+    if (worker->thread.joinable()) worker->thread.join();
+  }
+  std::unique_lock lock(mu_);
+  inline_done_.wait(lock, [this] { return inline_running_ == 0; });
+}
+
+}  // namespace vramd::runtime

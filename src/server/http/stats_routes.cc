@@ -1,0 +1,123 @@
+#include "server/http/stats_routes.h"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <string>
+#include <utility>
+
+#include "server/http/infer_codec.h"
+#include "server/http/kserve_routes.h"
+
+namespace vramd::http {
+namespace {
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void WriteString(JsonWriter& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void WriteDuration(JsonWriter& w, const char* key, const runtime::DurationStat& d) {
+  w.Key(key);
+  w.StartObject();
+  w.Key("count");
+  w.Uint64(d.count);
+  w.Key("ns");
+  w.Uint64(d.ns);
+  w.EndObject();
+}
+
+void WriteModelStat(JsonWriter& w, const metrics::VersionStatistics& v) {
+  const runtime::InferenceStatsSnapshot& s = v.stats;
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, v.model);
+  w.Key("version");
+  WriteString(w, std::to_string(v.version));
+  w.Key("last_inference");
+  w.Uint64(s.last_inference_ms);
+  w.Key("inference_count");
+  w.Uint64(s.inference_count);
+  w.Key("execution_count");
+  w.Uint64(s.execution_count);
+
+  w.Key("inference_stats");
+  w.StartObject();
+  WriteDuration(w, "success", s.success);
+  WriteDuration(w, "fail", s.fail);
+  WriteDuration(w, "queue", s.queue);
+  WriteDuration(w, "compute_input", s.compute_input);
+  WriteDuration(w, "compute_infer", s.compute_infer);
+  WriteDuration(w, "compute_output", s.compute_output);
+  WriteDuration(w, "cache_hit", {});   // no response cache
+  WriteDuration(w, "cache_miss", {});
+  w.EndObject();
+
+  w.Key("response_stats");  // only decoupled models answer with several responses
+  w.StartObject();
+  w.EndObject();
+
+  w.Key("batch_stats");
+  w.StartArray();
+  for (const runtime::BatchStat& b : s.batch_stats) {
+    w.StartObject();
+    w.Key("batch_size");
+    w.Uint64(b.batch_size);
+    WriteDuration(w, "compute_input", b.compute_input);
+    WriteDuration(w, "compute_infer", b.compute_infer);
+    WriteDuration(w, "compute_output", b.compute_output);
+    w.EndObject();
+  }
+  w.EndArray();
+
+  w.Key("memory_usage");  // see the header: vramd reports memory in /v2/memory
+  w.StartArray();
+  w.EndArray();
+  w.EndObject();
+}
+
+HttpResponse ErrorResponse(const Status& status) {
+  HttpResponse r;
+  r.status = HttpStatusFor(status.code());
+  r.body = EncodeError(status.message());
+  return r;
+}
+
+}  // namespace
+
+std::string ModelStatsToJson(const std::vector<metrics::VersionStatistics>& versions) {
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  w.Key("model_stats");
+  w.StartArray();
+  for (const auto& v : versions) WriteModelStat(w, v);
+  w.EndArray();
+  w.EndObject();
+  return sb.GetString();
+}
+
+HttpResponse ModelStatsResponse(const runtime::ModelManager& manager, std::string_view model,
+                                int64_t version) {
+  std::vector<std::shared_ptr<runtime::LoadedModel>> versions;
+  if (model.empty()) {
+    versions = manager.LoadedVersions();
+  } else {
+    auto found = manager.Find(model, version);
+    if (!found.ok()) return ErrorResponse(found.status());
+    if (version != 0) {
+      versions.push_back(std::move(found).value());
+    } else {
+      for (auto& v : manager.LoadedVersions()) {
+        if (v->name() == model) versions.push_back(std::move(v));
+      }
+    }
+  }
+  HttpResponse r;
+  r.status = 200;
+  r.body = ModelStatsToJson(metrics::SnapshotVersions(versions));
+  return r;
+}
+
+}  // namespace vramd::http
