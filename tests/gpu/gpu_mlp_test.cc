@@ -408,6 +408,13 @@ TEST_F(GpuMlpTest, InstancesShareOneCopyOfTheWeightsAndEachCostsOnlyItsWorkspace
   }
   EXPECT_LE(per_extra, double(kPerInstanceTarget))
       << "each extra instance must cost at most 32 MiB of device memory";
+  // The baseline, measured in this run: what one more process-instance would cost, its own CUDA
+  // context (this process's NVML figure before the model loads) plus its own copy of the model
+  // (the 1-instance figure). Target: an extra thread-instance costs at most 5% of that.
+  const double process_instance = double(base + totals.front().second);
+  Figure("mlp_gpu_process_instance_baseline_mib", process_instance / kMiB, "MiB");
+  Figure("mlp_gpu_extra_instance_vs_process_instance_ratio", per_extra / process_instance, "ratio");
+  EXPECT_LE(per_extra / process_instance, 0.05);
   // One copy of the weights whatever the count: 16 instances hold far less than 2 copies more.
   EXPECT_LT(totals.back().second - totals.front().second, 15 * kPerInstanceTarget);
 }
