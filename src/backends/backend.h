@@ -73,6 +73,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // Whether instances of kind kGpu can be created. KIND_AUTO becomes GPU instances when this is
+  // true and a GPU is present (as in Triton); KIND_GPU for a backend without it is an error.
+  virtual bool SupportsGpu() const { return false; }
   // Loads a version; a config the backend cannot serve is an InvalidArgument naming the field.
   virtual Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) = 0;
 };

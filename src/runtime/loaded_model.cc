@@ -12,20 +12,29 @@
 namespace vramd::runtime {
 namespace {
 
-// REQUIRES: config normalized (group names and counts set). Resolves KIND_AUTO and checks GPU
-// groups against the devices present. Built-in backends are
-// CPU backends, so KIND_AUTO means CPU until a backend says it can use a GPU.
-Result<std::vector<backends::InstanceContext>> PlanInstances(const config::ModelConfig& config) {
+// REQUIRES: config normalized (group names and counts set). Resolves KIND_AUTO as Triton does:
+// GPU instances (count on each GPU) when the backend supports GPUs and one is present, else CPU
+// instances. Checks GPU groups against the devices present and the backend.
+Result<std::vector<backends::InstanceContext>> PlanInstances(const config::ModelConfig& config,
+                                                             const backends::Backend& backend) {
   std::vector<backends::InstanceContext> plan;
-  const int gpus = memory::CudaDeviceCount();
+  const int gpus = backend.SupportsGpu() ? memory::CudaDeviceCount() : 0;
   int index = 0;
   for (int g = 0; g < config.instance_group_size(); ++g) {
     const auto& group = config.instance_group(g);
     const std::string& group_name = group.name();
     const int count = group.count();
-    switch (group.kind()) {
+    auto kind = group.kind();
+    if (kind == config::ModelInstanceGroup::KIND_AUTO) {
+      kind = gpus > 0 ? config::ModelInstanceGroup::KIND_GPU : config::ModelInstanceGroup::KIND_CPU;
+    }
+    if (kind == config::ModelInstanceGroup::KIND_GPU && !backend.SupportsGpu()) {
+      return Status::InvalidArgument(fmt::format(
+          "instance_group '{}' asks for KIND_GPU but backend '{}' runs on the CPU only",
+          group_name, backend.name()));
+    }
+    switch (kind) {
       case config::ModelInstanceGroup::KIND_CPU:
-      case config::ModelInstanceGroup::KIND_AUTO:
         for (int i = 0; i < count; ++i) {
           plan.push_back({fmt::format("{}_{}", group_name, i), index++,
                           backends::DeviceKind::kCpu, -1});
@@ -94,7 +103,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
 
   auto backend = backends::FindBackend(*config);  // its errors name the model already
   if (!backend.ok()) return backend.status();
-  auto plan = PlanInstances(*config);
+  auto plan = PlanInstances(*config, **backend);
   if (!plan.ok()) return plan.status().WithContext(where);
 
   backends::ModelContext ctx;

@@ -100,8 +100,12 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
   const ModelEntry& entry = it->second;
   if (version == 0) {
     if (entry.ready.empty()) {
-      return Status::Unavailable(fmt::format("model '{}' has no ready version{}", name,
-                                             entry.reason.empty() ? "" : ": " + entry.reason));
+      // Say why: the model's own reason, else the newest version's failure.
+      std::string why = !entry.reason.empty()       ? entry.reason
+                        : !entry.failed.empty() ? entry.failed.rbegin()->second
+                                                : "";
+      return Status::Unavailable(
+          fmt::format("model '{}' has no ready version{}", name, why.empty() ? "" : ": " + why));
     }
     return entry.ready.rbegin()->second;
   }

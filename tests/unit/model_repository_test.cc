@@ -189,3 +189,29 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] },
 
 }  // namespace
 }  // namespace vramd
+
+namespace vramd {
+namespace {
+
+TEST(ModelManagerTest, KindGpuForACpuOnlyBackendIsAClearErrorAndKindAutoRunsOnTheCpu) {
+  ScratchRepo repo;
+  repo.AddModel("gpu_identity",
+                std::string(kIdentityConfig) + "instance_group [ { kind: KIND_GPU } ]\n", {"1"});
+  repo.AddModel("auto_identity",
+                std::string(kIdentityConfig) + "instance_group [ { kind: KIND_AUTO count: 2 } ]\n",
+                {"1"});
+  Memory memory;
+  auto manager = runtime::ModelManager::Create(memory.Options({repo.root()}, false));
+  ASSERT_TRUE(manager.ok());
+  auto gpu = (*manager)->Find("gpu_identity", 0);
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_NE(gpu.status().message().find("backend 'identity' runs on the CPU only"),
+            std::string::npos)
+      << gpu.status().message();
+  auto cpu = (*manager)->Find("auto_identity", 0);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ((*cpu)->instance_count(), 2u);
+}
+
+}  // namespace
+}  // namespace vramd

@@ -44,6 +44,7 @@ class MlpBackend final : public Backend {
   static constexpr std::string_view kName = "mlp";
 
   std::string_view name() const override { return kName; }
+  bool SupportsGpu() const override { return VRAMD_WITH_CUDA != 0; }
   Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
 };
 
