@@ -54,13 +54,31 @@ done
 python3 bench/memory_ratios.py "$OUT/memory_pool_bench.json" "$OUT/ledger_bench.json" \
   | tee -a "$summary" || { say "FAIL memory targets"; status=1; }
 
-# 3. The server on the GPU: start it, read /v2/memory through vramctl, stop it.
-"$BIN"/vramd serve --model-repository examples/models --http-port 18000 --metrics-port 18002 \
-  > "$OUT/server.log" 2>&1 &
+# 3. The server on the GPU: examples/models plus a 256 MiB mlp with KIND_GPU instances; call it
+#    over HTTP and compare with numpy, read /v2/memory through vramctl and /metrics, stop it.
+gpu_repo=$(mktemp -d)
+python3 scripts/make_mlp_model.py model "$gpu_repo/mlp_gpu" --inputs 256 --target-bytes 256MiB \
+  --outputs 16 --kind gpu --instances 2 --max-batch-size 8 --name mlp_gpu >/dev/null
+python3 scripts/make_mlp_model.py reference "$gpu_repo/mlp_gpu" "$gpu_repo/ref.json" --batch 4
+"$BIN"/vramd serve --model-repository examples/models --model-repository "$gpu_repo" \
+  --http-port 18000 --metrics-port 18002 > "$OUT/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 50); do curl -sf localhost:18000/v2/health/live >/dev/null 2>&1 && break; sleep 0.2; done
+python3 - "$gpu_repo/ref.json" <<'PY' | tee -a "$summary" || status=1
+import json, sys, urllib.request
+ref = json.load(open(sys.argv[1]))
+body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [len(ref["input"]), len(ref["input"][0])],
+                    "data": [x for row in ref["input"] for x in row]}]}
+req = urllib.request.Request("http://localhost:18000/v2/models/mlp_gpu/infer", json.dumps(body).encode())
+out = json.load(urllib.request.urlopen(req, timeout=60))["outputs"][0]["data"]
+want = [x for row in ref["output"] for x in row]
+err = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(out, want))
+print("FIGURE mlp_gpu_http_max_rel_err_vs_numpy %.3g ratio" % err)
+print(("PASS" if err < 1e-3 else "FAIL") + " mlp_gpu over HTTP matches numpy")
+sys.exit(0 if err < 1e-3 else 1)
+PY
 "$BIN"/vramctl memory --url http://localhost:18000 >> "$OUT/server.log" 2>&1 && say "PASS vramctl memory" || { say "FAIL vramctl memory"; status=1; }
-curl -s localhost:18002/metrics | grep -E '^vramd_|^nv_' | head -40 >> "$OUT/server.log"
+curl -s localhost:18002/metrics | grep -E '^vramd_|^nv_' | grep -v ' 0$' | head -60 >> "$OUT/server.log"
 kill -TERM "$pid"; wait "$pid"; say "server exit code $?"
 say "# done, status $status"
 exit $status
