@@ -87,6 +87,10 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
     std::unique_lock lock(manager->mu_);
     manager->models_.emplace(dir.name, std::move(entry));
   }
+  // Loading leaves cached free blocks behind (host staging images of weights uploaded to a GPU,
+  // failed loads): hand them back rather than hold them for the server's lifetime.
+  size_t trimmed = options.memory.allocator->TrimAll();
+  if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
   return manager;
 }
 

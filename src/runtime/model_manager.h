@@ -46,7 +46,8 @@ class ModelManager {
 
   // Scans the repositories and loads every model's selected versions. A broken model is
   // recorded (with its file and line where the config is at fault) and the others still load,
-  // unless options.exit_on_error. A repository that is missing fails Create.
+  // unless options.exit_on_error. A repository that is missing fails Create. Afterwards the
+  // pools are trimmed, so memory used only while loading goes back to the system.
   static Result<std::unique_ptr<ModelManager>> Create(const Options& options);
 
   // The version serving `name`: `version`, or the highest ready version when it is 0.

@@ -220,6 +220,15 @@ TEST_F(ModelMemoryTest, FailedLoadLeavesNothing) {
     EXPECT_EQ(path.find("broken_load/version"), std::string::npos) << path << " survived";
   }
   EXPECT_TRUE(ledger_.Leaks().empty());
+  // The failed load's weights went back to the pool, and the pool was trimmed after loading:
+  // no segment is left that holds nothing.
+  auto pool = allocator_.Pool(Device::Cpu());
+  ASSERT_TRUE(pool.ok());
+  for (const auto& segment : (*pool)->Snapshot()) {
+    bool used = false;
+    for (const auto& block : segment.blocks) used = used || block.allocated;
+    EXPECT_TRUE(used) << "a fully free segment of " << segment.size << " bytes is still cached";
+  }
 }
 
 }  // namespace
