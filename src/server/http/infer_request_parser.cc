@@ -1,3 +1,5 @@
+// ParseInferRequest (infer_codec.h): the JSON text into a DOM (per-thread pools, numbers
+// converted with std::from_chars), then the DOM into an InferRequest with its binary data.
 #include "server/http/infer_codec.h"
 
 #include <fmt/format.h>
@@ -7,27 +9,30 @@
 #include <algorithm>
 #include <bit>
 #include <charconv>
-#include <cmath>
 #include <cstring>
 #include <limits>
-#include <type_traits>
+#include <memory>
+#include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
 #include "core/data_type.h"
-#include "core/half.h"
 #include "core/tensor.h"
+#include "server/http/infer_input_data.h"
+#include "server/http/request_json.h"
 
 namespace vramd::http {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "tensor data is little-endian: this target needs byte swaps in the codec");
-
-// The DOM lives in per-thread pools, so a small request allocates nothing for it.
-using Pool = rapidjson::MemoryPoolAllocator<rapidjson::CrtAllocator>;
-using JsonDoc = rapidjson::GenericDocument<rapidjson::UTF8<>, Pool, Pool>;
-using JsonValue = JsonDoc::ValueType;
+using internal::Invalid;
+using internal::JsonDoc;
+using internal::JsonValue;
+using internal::KindOf;
+using internal::NumberText;
+using internal::ParseJsonData;
+using internal::Pool;
+using internal::Str;
 
 // rapidjson hands numbers over as text (DomBuilder converts them) and parses in place.
 // Bodies that could nest deeply are parsed iteratively, so they cannot exhaust the stack;
@@ -37,9 +42,6 @@ constexpr unsigned kParseFlags =
 constexpr unsigned kParseDeepFlags = kParseFlags | rapidjson::kParseIterativeFlag;
 // Up to this many '[' and '{' in a body, recursion depth is bounded by it.
 constexpr size_t kMaxRecursiveBrackets = 256;
-
-// How deep "data" arrays may nest; our own walks over them recurse.
-constexpr int kMaxDataDepth = 64;
 
 // Per-thread scratch for ParseInferRequest: the JSON copy that rapidjson parses in situ
 // (strings then point into it) and the memory pools for the DOM and the parser's stack.
@@ -59,245 +61,6 @@ ParseScratch& ThreadScratch() {
   thread_local std::unique_ptr<ParseScratch> scratch =
       std::make_unique_for_overwrite<ParseScratch>();
   return *scratch;
-}
-
-Status Invalid(std::string message) { return Status::InvalidArgument(std::move(message)); }
-
-std::string_view Str(const JsonValue& v) { return {v.GetString(), v.GetStringLength()}; }
-
-const char* KindOf(const JsonValue& v) {
-  switch (v.GetType()) {
-    case rapidjson::kNullType: return "null";
-    case rapidjson::kFalseType:
-    case rapidjson::kTrueType: return "a boolean";
-    case rapidjson::kObjectType: return "an object";
-    case rapidjson::kArrayType: return "an array";
-    case rapidjson::kStringType: return "a string";
-    case rapidjson::kNumberType: return "a number";
-  }
-  return "an unknown value";
-}
-
-std::string NumberText(const JsonValue& v) {
-  if (v.IsUint64()) return std::to_string(v.GetUint64());
-  if (v.IsInt64()) return std::to_string(v.GetInt64());
-  return fmt::format("{}", v.GetDouble());
-}
-
-bool IsIntegerType(DataType type) {
-  switch (type) {
-    case DataType::kUint8:
-    case DataType::kUint16:
-    case DataType::kUint32:
-    case DataType::kUint64:
-    case DataType::kInt8:
-    case DataType::kInt16:
-    case DataType::kInt32:
-    case DataType::kInt64: return true;
-    default: return false;
-  }
-}
-
-// ---- JSON data -> tensor bytes -------------------------------------------------------------
-
-// Element converters: false when the JSON value does not fit the type (the caller explains).
-template <typename T>
-bool ToInteger(const JsonValue& v, T* out) {
-  if constexpr (std::is_signed_v<T>) {
-    if (!v.IsInt64()) return false;
-    const int64_t x = v.GetInt64();
-    if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) return false;
-    *out = static_cast<T>(x);
-  } else {
-    if (!v.IsUint64()) return false;
-    const uint64_t x = v.GetUint64();
-    if (x > std::numeric_limits<T>::max()) return false;
-    *out = static_cast<T>(x);
-  }
-  return true;
-}
-
-bool ToBool(const JsonValue& v, uint8_t* out) {
-  if (!v.IsBool()) return false;
-  *out = v.GetBool() ? 1 : 0;
-  return true;
-}
-
-bool ToFp32(const JsonValue& v, float* out) {
-  if (!v.IsNumber()) return false;
-  const float f = static_cast<float>(v.GetDouble());  // the double is finite: JSON has no inf
-  if (std::isinf(f)) return false;
-  *out = f;
-  return true;
-}
-
-bool ToFp64(const JsonValue& v, double* out) {
-  if (!v.IsNumber()) return false;
-  *out = v.GetDouble();
-  return true;
-}
-
-bool ToFp16(const JsonValue& v, uint16_t* out) {
-  if (!v.IsNumber()) return false;
-  const uint16_t h = HalfFromDouble(v.GetDouble());
-  if (HalfIsInf(h)) return false;
-  *out = h;
-  return true;
-}
-
-bool ToBf16(const JsonValue& v, uint16_t* out) {
-  if (!v.IsNumber()) return false;
-  const uint16_t b = Bf16FromDouble(v.GetDouble());
-  if (Bf16IsInf(b)) return false;
-  *out = b;
-  return true;
-}
-
-// Why element `index` of input `name` could not be converted to `type`.
-Status ElementError(std::string_view name, size_t index, const JsonValue& v, DataType type) {
-  const std::string_view type_name = DataTypeWireName(type);
-  if (type == DataType::kBool) {
-    return Invalid(fmt::format("input '{}': element {} must be true or false for BOOL, got {}",
-                               name, index, KindOf(v)));
-  }
-  if (type == DataType::kBytes) {
-    return Invalid(fmt::format("input '{}': element {} must be a string for BYTES, got {}", name,
-                               index, KindOf(v)));
-  }
-  if (!v.IsNumber()) {
-    return Invalid(fmt::format("input '{}': element {} must be a number for {}, got {}", name,
-                               index, type_name, KindOf(v)));
-  }
-  if (IsIntegerType(type) && !v.IsInt64() && !v.IsUint64()) {
-    if (v.IsDouble() && std::trunc(v.GetDouble()) != v.GetDouble()) {
-      return Invalid(fmt::format("input '{}': element {} ({}) is not an integer, as {} requires",
-                                 name, index, NumberText(v), type_name));
-    }
-    return Invalid(fmt::format(
-        "input '{}': element {} ({}) is written as a floating-point number; {} requires an "
-        "integer in range",
-        name, index, NumberText(v), type_name));
-  }
-  return Invalid(fmt::format("input '{}': element {} ({}) is out of range for {}", name, index,
-                             NumberText(v), type_name));
-}
-
-// Adds the elements that are not arrays under `array` to *count; false if arrays nest deeper
-// than kMaxDataDepth.
-bool CountLeaves(const JsonValue& array, int depth, uint64_t* count) {
-  if (depth > kMaxDataDepth) return false;
-  for (const JsonValue& e : array.GetArray()) {
-    if (e.IsArray()) {
-      if (!CountLeaves(e, depth + 1, count)) return false;
-    } else {
-      ++*count;
-    }
-  }
-  return true;
-}
-
-// Calls fn(leaf) on the non-array elements under `array` in row-major order, stopping at the
-// first that returns false. REQUIRES: CountLeaves succeeded on `array`.
-template <typename Fn>
-bool VisitLeaves(const JsonValue& array, Fn& fn) {
-  for (const JsonValue& e : array.GetArray()) {
-    if (e.IsArray()) {
-      if (!VisitLeaves(e, fn)) return false;
-    } else if (!fn(e)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-template <typename T, bool (*Convert)(const JsonValue&, T*)>
-Status FillFixed(const JsonValue& data, size_t count, Tensor* tensor) {
-  HostBuffer buffer = HostBuffer::Allocate(count * sizeof(T));
-  std::byte* dst = buffer.mutable_data();
-  size_t index = 0;
-  const JsonValue* bad = nullptr;
-  auto convert = [&](const JsonValue& leaf) {
-    T value;
-    if (!Convert(leaf, &value)) {
-      bad = &leaf;
-      return false;
-    }
-    std::memcpy(dst + index * sizeof(T), &value, sizeof(T));
-    ++index;
-    return true;
-  };
-  if (!VisitLeaves(data, convert)) return ElementError(tensor->name, index, *bad, tensor->datatype);
-  tensor->data = std::move(buffer);
-  return Status::Ok();
-}
-
-Status FillBytes(const JsonValue& data, Tensor* tensor) {
-  size_t total = 0;
-  size_t index = 0;
-  const JsonValue* bad = nullptr;
-  auto measure = [&](const JsonValue& leaf) {
-    if (!leaf.IsString() || leaf.GetStringLength() > std::numeric_limits<uint32_t>::max()) {
-      bad = &leaf;
-      return false;
-    }
-    total += 4 + leaf.GetStringLength();
-    ++index;
-    return true;
-  };
-  if (!VisitLeaves(data, measure)) {
-    if (bad->IsString()) {
-      return Invalid(
-          fmt::format("input '{}': element {} is longer than 4 GiB", tensor->name, index));
-    }
-    return ElementError(tensor->name, index, *bad, DataType::kBytes);
-  }
-  std::string serialized;
-  serialized.reserve(total);
-  auto append = [&](const JsonValue& leaf) {
-    AppendBytesElement(&serialized, Str(leaf));
-    return true;
-  };
-  VisitLeaves(data, append);
-  tensor->data = HostBuffer::FromString(std::move(serialized));
-  return Status::Ok();
-}
-
-// Converts `data` (flat or nested) into tensor->data per tensor->datatype and shape.
-Status ParseJsonData(const JsonValue& data, Tensor* tensor) {
-  const std::string& name = tensor->name;
-  if (!data.IsArray()) {
-    return Invalid(fmt::format("input '{}': 'data' must be an array, got {}", name, KindOf(data)));
-  }
-  uint64_t given = 0;
-  if (!CountLeaves(data, 1, &given)) {
-    return Invalid(
-        fmt::format("input '{}': 'data' nests arrays deeper than {} levels", name, kMaxDataDepth));
-  }
-  const int64_t expected = ElementCount(tensor->shape);
-  if (given != static_cast<uint64_t>(expected)) {
-    return Invalid(fmt::format("input '{}': shape {} needs {} element(s) but 'data' has {}", name,
-                               ShapeToString(tensor->shape), expected, given));
-  }
-  const auto count = static_cast<size_t>(given);
-  switch (tensor->datatype) {
-    case DataType::kBool: return FillFixed<uint8_t, ToBool>(data, count, tensor);
-    case DataType::kUint8: return FillFixed<uint8_t, ToInteger<uint8_t>>(data, count, tensor);
-    case DataType::kUint16: return FillFixed<uint16_t, ToInteger<uint16_t>>(data, count, tensor);
-    case DataType::kUint32: return FillFixed<uint32_t, ToInteger<uint32_t>>(data, count, tensor);
-    case DataType::kUint64: return FillFixed<uint64_t, ToInteger<uint64_t>>(data, count, tensor);
-    case DataType::kInt8: return FillFixed<int8_t, ToInteger<int8_t>>(data, count, tensor);
-    case DataType::kInt16: return FillFixed<int16_t, ToInteger<int16_t>>(data, count, tensor);
-    case DataType::kInt32: return FillFixed<int32_t, ToInteger<int32_t>>(data, count, tensor);
-    case DataType::kInt64: return FillFixed<int64_t, ToInteger<int64_t>>(data, count, tensor);
-    case DataType::kFp16: return FillFixed<uint16_t, ToFp16>(data, count, tensor);
-    case DataType::kBf16: return FillFixed<uint16_t, ToBf16>(data, count, tensor);
-    case DataType::kFp32: return FillFixed<float, ToFp32>(data, count, tensor);
-    case DataType::kFp64: return FillFixed<double, ToFp64>(data, count, tensor);
-    case DataType::kBytes: return FillBytes(data, tensor);
-    case DataType::kInvalid: break;
-  }
-  return Invalid(fmt::format("input '{}': datatype {} cannot carry data", name,
-                             DataTypeWireName(tensor->datatype)));
 }
 
 // ---- request structure ---------------------------------------------------------------------
@@ -618,180 +381,7 @@ Result<InferRequest> ParseDocument(const JsonDoc& doc,
   return request;
 }
 
-// ---- JSON writing --------------------------------------------------------------------------
-
-// Length of the valid UTF-8 sequence at p[0..n) (RFC 3629: no overlong forms, surrogates or
-// code points above U+10FFFF), or 0 if p[0] does not start one.
-size_t Utf8SequenceLength(const unsigned char* p, size_t n) {
-  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
-    return i < n && p[i] >= lo && p[i] <= hi;
-  };
-  const unsigned char c = p[0];
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
-  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
-
-// Appends `bytes` as a JSON string literal; see the header for the escaping rules.
-void AppendJsonString(std::string* out, std::string_view bytes) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const size_t n = bytes.size();
-  out->push_back('"');
-  size_t copied = 0;  // bytes before this are in `out`
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-      ++i;
-      continue;
-    }
-    if (c >= 0x80) {
-      const size_t len = Utf8SequenceLength(p + i, n - i);
-      if (len != 0) {
-        i += len;
-        continue;
-      }
-    }
-    out->append(bytes.data() + copied, i - copied);
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default: {
-        const char escape[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xf]};
-        out->append(escape, sizeof(escape));
-      }
-    }
-    ++i;
-    copied = i;
-  }
-  out->append(bytes.data() + copied, n - copied);
-  out->push_back('"');
-}
-
-template <typename Int>
-void AppendInteger(std::string* out, Int value) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), value);
-  out->append(buf, r.ptr);
-}
-
-// Shortest round-trip text for `value` in its own type; null for inf and NaN; ".0" added to
-// integral values so readers see a float.
-template <typename Float>
-void AppendFloating(std::string* out, Float value) {
-  if (!std::isfinite(value)) {
-    out->append("null");
-    return;
-  }
-  char buf[40];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), value);
-  out->append(buf, r.ptr);
-  if (std::none_of(buf, r.ptr, [](char c) { return c == '.' || c == 'e'; })) out->append(".0");
-}
-
-template <typename T, typename Write>
-void AppendElements(std::string* out, const std::byte* data, size_t count, Write write) {
-  for (size_t i = 0; i < count; ++i) {
-    if (i != 0) out->push_back(',');
-    T value;
-    std::memcpy(&value, data + i * sizeof(T), sizeof(T));
-    write(out, value);
-  }
-}
-
-template <typename T>
-void AppendIntegers(std::string* out, const std::byte* data, size_t count) {
-  AppendElements<T>(out, data, count, [](std::string* o, T v) { AppendInteger(o, v); });
-}
-
-// Appends tensor's data as a flat JSON array.
-void AppendJsonData(std::string* out, const Tensor& tensor) {
-  out->push_back('[');
-  if (tensor.datatype == DataType::kBytes) {
-    auto elements = SplitBytesElements(tensor.data.view(), tensor.name, -1);
-    if (elements.ok()) {
-      for (size_t i = 0; i < elements->size(); ++i) {
-        if (i != 0) out->push_back(',');
-        AppendJsonString(out, (*elements)[i]);
-      }
-    }
-    out->push_back(']');
-    return;
-  }
-  const size_t element = DataTypeByteSize(tensor.datatype);
-  size_t count = element == 0 ? 0 : tensor.data.size() / element;
-  const int64_t shape_count = ElementCount(tensor.shape);
-  if (shape_count >= 0 && static_cast<uint64_t>(shape_count) < count) count = shape_count;
-  const std::byte* d = tensor.data.data();
-  switch (tensor.datatype) {
-    case DataType::kBool:
-      for (size_t i = 0; i < count; ++i) {
-        if (i != 0) out->push_back(',');
-        out->append(d[i] != std::byte{0} ? "true" : "false");
-      }
-      break;
-    case DataType::kUint8: AppendIntegers<uint8_t>(out, d, count); break;
-    case DataType::kUint16: AppendIntegers<uint16_t>(out, d, count); break;
-    case DataType::kUint32: AppendIntegers<uint32_t>(out, d, count); break;
-    case DataType::kUint64: AppendIntegers<uint64_t>(out, d, count); break;
-    case DataType::kInt8: AppendIntegers<int8_t>(out, d, count); break;
-    case DataType::kInt16: AppendIntegers<int16_t>(out, d, count); break;
-    case DataType::kInt32: AppendIntegers<int32_t>(out, d, count); break;
-    case DataType::kInt64: AppendIntegers<int64_t>(out, d, count); break;
-    case DataType::kFp16:
-      AppendElements<uint16_t>(
-          out, d, count, [](std::string* o, uint16_t h) { AppendFloating(o, HalfToFloat(h)); });
-      break;
-    case DataType::kBf16:
-      AppendElements<uint16_t>(
-          out, d, count, [](std::string* o, uint16_t b) { AppendFloating(o, Bf16ToFloat(b)); });
-      break;
-    case DataType::kFp32:
-      AppendElements<float>(out, d, count, [](std::string* o, float f) { AppendFloating(o, f); });
-      break;
-    case DataType::kFp64:
-      AppendElements<double>(out, d, count, [](std::string* o, double f) { AppendFloating(o, f); });
-      break;
-    case DataType::kBytes:
-    case DataType::kInvalid: break;
-  }
-  out->push_back(']');
-}
-
-// A guess at the JSON text for `tensor`'s data, to size the body once.
-size_t JsonDataEstimate(const Tensor& tensor) {
-  const size_t bytes = tensor.data.size();
-  switch (tensor.datatype) {
-    case DataType::kBytes: return bytes + bytes / 8 + 8;
-    case DataType::kBool: return bytes * 6 + 2;
-    case DataType::kFp16:
-    case DataType::kBf16: return bytes / 2 * 14 + 2;
-    case DataType::kFp32: return bytes / 4 * 16 + 2;
-    case DataType::kFp64: return bytes / 8 * 25 + 2;
-    default: {
-      const size_t element = DataTypeByteSize(tensor.datatype);
-      return element == 0 ? 2 : bytes / element * (element * 3 + 2) + 2;
-    }
-  }
-}
-
-bool OutputIsBinary(const InferRequest& request, std::string_view name) {
-  for (const RequestedOutput& o : request.outputs) {
-    if (o.name == name) return o.binary;
-  }
-  return request.binary_data_output;
-}
+// ---- JSON text -> DOM ----------------------------------------------------------------------
 
 // For number text that std::from_chars found out of range: true if it is tiny (rounds to
 // zero) rather than huge. Only the sign of its decimal magnitude matters at that point.
@@ -957,78 +547,6 @@ Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
   Result<InferRequest> result = ParseInSitu(&scratch, body, length, json_length.has_value());
   if (scratch.json.capacity() > ParseScratch::kKeepJsonBytes) std::string().swap(scratch.json);
   return result;
-}
-
-EncodedBody EncodeInferResponse(const InferResponse& response, const InferRequest& request) {
-  EncodedBody encoded;
-  std::string& s = encoded.body;
-  const std::string& id = response.id.empty() ? request.id : response.id;
-
-  size_t estimate = 96 + response.model_name.size() + id.size();
-  size_t binary_bytes = 0;
-  bool any_binary = false;
-  for (const Tensor& t : response.outputs) {
-    estimate += 96 + t.name.size() + 21 * t.shape.size();
-    if (OutputIsBinary(request, t.name)) {
-      any_binary = true;
-      binary_bytes += t.data.size();
-    } else {
-      estimate += JsonDataEstimate(t);
-    }
-  }
-  s.reserve(estimate + binary_bytes);
-
-  s.append("{\"model_name\":");
-  AppendJsonString(&s, response.model_name);
-  s.append(",\"model_version\":\"");
-  AppendInteger(&s, response.model_version);
-  s.push_back('"');
-  if (!id.empty()) {
-    s.append(",\"id\":");
-    AppendJsonString(&s, id);
-  }
-  s.append(",\"outputs\":[");
-  for (size_t i = 0; i < response.outputs.size(); ++i) {
-    const Tensor& t = response.outputs[i];
-    if (i != 0) s.push_back(',');
-    s.append("{\"name\":");
-    AppendJsonString(&s, t.name);
-    s.append(",\"datatype\":\"");
-    s.append(DataTypeWireName(t.datatype));
-    s.append("\",\"shape\":[");
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-      if (d != 0) s.push_back(',');
-      AppendInteger(&s, t.shape[d]);
-    }
-    s.push_back(']');
-    if (OutputIsBinary(request, t.name)) {
-      s.append(",\"parameters\":{\"binary_data_size\":");
-      AppendInteger(&s, t.data.size());
-      s.append("}}");
-    } else {
-      s.append(",\"data\":");
-      AppendJsonData(&s, t);
-      s.push_back('}');
-    }
-  }
-  s.append("]}");
-
-  if (any_binary) {
-    encoded.json_length = s.size();
-    for (const Tensor& t : response.outputs) {
-      if (OutputIsBinary(request, t.name)) s.append(t.data.view());
-    }
-  }
-  return encoded;
-}
-
-std::string EncodeError(std::string_view message) {
-  std::string s;
-  s.reserve(message.size() + 16);
-  s.append("{\"error\":");
-  AppendJsonString(&s, message);
-  s.push_back('}');
-  return s;
 }
 
 }  // namespace vramd::http

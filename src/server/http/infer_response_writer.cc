@@ -1,0 +1,191 @@
+// EncodeInferResponse and EncodeError (infer_codec.h).
+#include "server/http/infer_codec.h"
+
+#include <bit>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "core/data_type.h"
+#include "core/half.h"
+#include "core/tensor.h"
+#include "server/http/json_text.h"
+
+namespace vramd::http {
+namespace {
+
+using internal::AppendFloating;
+using internal::AppendInteger;
+using internal::AppendJsonString;
+
+static_assert(std::endian::native == std::endian::little,
+              "tensor data is little-endian: this target needs byte swaps in the codec");
+
+template <typename T, typename Write>
+void AppendElements(std::string* out, const std::byte* data, size_t count, Write write) {
+  for (size_t i = 0; i < count; ++i) {
+    if (i != 0) out->push_back(',');
+    T value;
+    std::memcpy(&value, data + i * sizeof(T), sizeof(T));
+    write(out, value);
+  }
+}
+
+template <typename T>
+void AppendIntegers(std::string* out, const std::byte* data, size_t count) {
+  AppendElements<T>(out, data, count, [](std::string* o, T v) { AppendInteger(o, v); });
+}
+
+// Appends tensor's data as a flat JSON array.
+void AppendJsonData(std::string* out, const Tensor& tensor) {
+  out->push_back('[');
+  if (tensor.datatype == DataType::kBytes) {
+    auto elements = SplitBytesElements(tensor.data.view(), tensor.name, -1);
+    if (elements.ok()) {
+      for (size_t i = 0; i < elements->size(); ++i) {
+        if (i != 0) out->push_back(',');
+        AppendJsonString(out, (*elements)[i]);
+      }
+    }
+    out->push_back(']');
+    return;
+  }
+  const size_t element = DataTypeByteSize(tensor.datatype);
+  size_t count = element == 0 ? 0 : tensor.data.size() / element;
+  const int64_t shape_count = ElementCount(tensor.shape);
+  if (shape_count >= 0 && static_cast<uint64_t>(shape_count) < count) count = shape_count;
+  const std::byte* d = tensor.data.data();
+  switch (tensor.datatype) {
+    case DataType::kBool:
+      for (size_t i = 0; i < count; ++i) {
+        if (i != 0) out->push_back(',');
+        out->append(d[i] != std::byte{0} ? "true" : "false");
+      }
+      break;
+    case DataType::kUint8: AppendIntegers<uint8_t>(out, d, count); break;
+    case DataType::kUint16: AppendIntegers<uint16_t>(out, d, count); break;
+    case DataType::kUint32: AppendIntegers<uint32_t>(out, d, count); break;
+    case DataType::kUint64: AppendIntegers<uint64_t>(out, d, count); break;
+    case DataType::kInt8: AppendIntegers<int8_t>(out, d, count); break;
+    case DataType::kInt16: AppendIntegers<int16_t>(out, d, count); break;
+    case DataType::kInt32: AppendIntegers<int32_t>(out, d, count); break;
+    case DataType::kInt64: AppendIntegers<int64_t>(out, d, count); break;
+    case DataType::kFp16:
+      AppendElements<uint16_t>(
+          out, d, count, [](std::string* o, uint16_t h) { AppendFloating(o, HalfToFloat(h)); });
+      break;
+    case DataType::kBf16:
+      AppendElements<uint16_t>(
+          out, d, count, [](std::string* o, uint16_t b) { AppendFloating(o, Bf16ToFloat(b)); });
+      break;
+    case DataType::kFp32:
+      AppendElements<float>(out, d, count, [](std::string* o, float f) { AppendFloating(o, f); });
+      break;
+    case DataType::kFp64:
+      AppendElements<double>(out, d, count, [](std::string* o, double f) { AppendFloating(o, f); });
+      break;
+    case DataType::kBytes:
+    case DataType::kInvalid: break;
+  }
+  out->push_back(']');
+}
+
+// A guess at the JSON text for `tensor`'s data, to size the body once.
+size_t JsonDataEstimate(const Tensor& tensor) {
+  const size_t bytes = tensor.data.size();
+  switch (tensor.datatype) {
+    case DataType::kBytes: return bytes + bytes / 8 + 8;
+    case DataType::kBool: return bytes * 6 + 2;
+    case DataType::kFp16:
+    case DataType::kBf16: return bytes / 2 * 14 + 2;
+    case DataType::kFp32: return bytes / 4 * 16 + 2;
+    case DataType::kFp64: return bytes / 8 * 25 + 2;
+    default: {
+      const size_t element = DataTypeByteSize(tensor.datatype);
+      return element == 0 ? 2 : bytes / element * (element * 3 + 2) + 2;
+    }
+  }
+}
+
+bool OutputIsBinary(const InferRequest& request, std::string_view name) {
+  for (const RequestedOutput& o : request.outputs) {
+    if (o.name == name) return o.binary;
+  }
+  return request.binary_data_output;
+}
+
+}  // namespace
+
+EncodedBody EncodeInferResponse(const InferResponse& response, const InferRequest& request) {
+  EncodedBody encoded;
+  std::string& s = encoded.body;
+  const std::string& id = response.id.empty() ? request.id : response.id;
+
+  size_t estimate = 96 + response.model_name.size() + id.size();
+  size_t binary_bytes = 0;
+  bool any_binary = false;
+  for (const Tensor& t : response.outputs) {
+    estimate += 96 + t.name.size() + 21 * t.shape.size();
+    if (OutputIsBinary(request, t.name)) {
+      any_binary = true;
+      binary_bytes += t.data.size();
+    } else {
+      estimate += JsonDataEstimate(t);
+    }
+  }
+  s.reserve(estimate + binary_bytes);
+
+  s.append("{\"model_name\":");
+  AppendJsonString(&s, response.model_name);
+  s.append(",\"model_version\":\"");
+  AppendInteger(&s, response.model_version);
+  s.push_back('"');
+  if (!id.empty()) {
+    s.append(",\"id\":");
+    AppendJsonString(&s, id);
+  }
+  s.append(",\"outputs\":[");
+  for (size_t i = 0; i < response.outputs.size(); ++i) {
+    const Tensor& t = response.outputs[i];
+    if (i != 0) s.push_back(',');
+    s.append("{\"name\":");
+    AppendJsonString(&s, t.name);
+    s.append(",\"datatype\":\"");
+    s.append(DataTypeWireName(t.datatype));
+    s.append("\",\"shape\":[");
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (d != 0) s.push_back(',');
+      AppendInteger(&s, t.shape[d]);
+    }
+    s.push_back(']');
+    if (OutputIsBinary(request, t.name)) {
+      s.append(",\"parameters\":{\"binary_data_size\":");
+      AppendInteger(&s, t.data.size());
+      s.append("}}");
+    } else {
+      s.append(",\"data\":");
+      AppendJsonData(&s, t);
+      s.push_back('}');
+    }
+  }
+  s.append("]}");
+
+  if (any_binary) {
+    encoded.json_length = s.size();
+    for (const Tensor& t : response.outputs) {
+      if (OutputIsBinary(request, t.name)) s.append(t.data.view());
+    }
+  }
+  return encoded;
+}
+
+std::string EncodeError(std::string_view message) {
+  std::string s;
+  s.reserve(message.size() + 16);
+  s.append("{\"error\":");
+  AppendJsonString(&s, message);
+  s.push_back('}');
+  return s;
+}
+
+}  // namespace vramd::http
