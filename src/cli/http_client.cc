@@ -50,15 +50,20 @@ Result<Url> ParseUrl(std::string_view url) {
   return out;
 }
 
-Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
-                                std::chrono::milliseconds timeout) {
+namespace {
+
+// One request on its own connection: each step within `timeout`, the answer within
+// `answer_timeout`.
+Result<HttpGetResponse> Exchange(const Url& url, bhttp::request<bhttp::string_body> request,
+                                 std::chrono::milliseconds timeout,
+                                 std::chrono::milliseconds answer_timeout) {
   asio::io_context ioc;
   tcp::resolver resolver(ioc);
   beast::tcp_stream stream(ioc);
   beast::flat_buffer buffer;
-  bhttp::request<bhttp::empty_body> request{bhttp::verb::get, std::string(target), 11};
   request.set(bhttp::field::host, url.host);
   request.set(bhttp::field::user_agent, "vramctl");
+  request.prepare_payload();
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(kMaxBodyBytes);
 
@@ -78,7 +83,7 @@ Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
       stream.expires_after(timeout);
       bhttp::async_write(stream, request, [&](beast::error_code ec, size_t) {
         if (ec) return fail("cannot send to", ec);
-        stream.expires_after(timeout);
+        stream.expires_after(answer_timeout);
         bhttp::async_read(stream, buffer, parser, [&](beast::error_code ec, size_t) {
           if (ec) return fail("no answer from", ec);
           done = true;
@@ -88,7 +93,7 @@ Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
   });
   // The resolver has no deadline of its own: bound the whole exchange, then cancel what is left
   // and let the handlers finish before the locals they use go away.
-  ioc.run_for(timeout * 4);
+  ioc.run_for(timeout * 3 + answer_timeout);
   if (!ioc.stopped()) {
     resolver.cancel();
     beast::error_code ignored;
@@ -96,8 +101,8 @@ Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
     ioc.restart();
     ioc.run();
     if (!done) {
-      failure = Status::Unavailable(
-          fmt::format("no answer from {}:{} within {} ms", url.host, url.port, timeout.count()));
+      failure = Status::Unavailable(fmt::format("no answer from {}:{} within {} ms", url.host,
+                                                url.port, answer_timeout.count()));
     }
   }
   if (failure) return *failure;
@@ -112,6 +117,22 @@ Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
   out.content_type = std::string(response[bhttp::field::content_type]);
   out.body = std::move(response.body());
   return out;
+}
+
+}  // namespace
+
+Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
+                                std::chrono::milliseconds timeout) {
+  return Exchange(url, {bhttp::verb::get, std::string(target), 11}, timeout, timeout);
+}
+
+Result<HttpGetResponse> HttpPost(const Url& url, std::string_view target, std::string body,
+                                 std::chrono::milliseconds timeout,
+                                 std::chrono::milliseconds answer_timeout) {
+  bhttp::request<bhttp::string_body> request{bhttp::verb::post, std::string(target), 11};
+  request.set(bhttp::field::content_type, "application/json");
+  request.body() = std::move(body);
+  return Exchange(url, std::move(request), timeout, answer_timeout);
 }
 
 }  // namespace vramd::cli

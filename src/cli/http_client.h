@@ -1,7 +1,8 @@
-// A small synchronous HTTP/1.1 client (Boost.Beast) for vramctl: one GET, one connection, a
+// A small synchronous HTTP/1.1 client (Boost.Beast) for vramctl: one request, one connection, a
 // deadline on each step. Plain http:// only.
 //
-// Thread safety: HttpGet may be called from any thread; each call has its own connection.
+// Thread safety: HttpGet and HttpPost may be called from any thread; each call has its own
+// connection.
 #pragma once
 
 #include <chrono>
@@ -34,5 +35,11 @@ struct HttpGetResponse {
 // or does not answer within `timeout` per step. Any HTTP status is a successful result.
 Result<HttpGetResponse> HttpGet(const Url& url, std::string_view target,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// POSTs `body` as application/json to `target`; as HttpGet, but the answer may take up to
+// `answer_timeout` (a model load can take a while).
+Result<HttpGetResponse> HttpPost(const Url& url, std::string_view target, std::string body,
+                                 std::chrono::milliseconds timeout,
+                                 std::chrono::milliseconds answer_timeout);
 
 }  // namespace vramd::cli

@@ -1,11 +1,16 @@
 // vramctl: asks a running vramd about itself. `vramctl memory` prints the memory report
-// (GET /v2/memory) as a tree: devices, pools, owners, leaks.
+// (GET /v2/memory) as a tree: devices, pools, owners, leaks. `vramctl load MODEL` and
+// `vramctl unload MODEL` ask a server in explicit model control mode to load or unload a model
+// (POST /v2/repository/models/MODEL/load|unload).
 //
 // Exit status: 0 on success; 1 when vramd answers with an error or something unreadable;
 // 2 when vramd cannot be reached.
 #include <CLI/CLI.hpp>
 #include <rapidjson/document.h>
 
+
+#include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -56,6 +61,46 @@ int Memory(const std::string& url_text, bool raw_json, int timeout_ms) {
   return 0;
 }
 
+// Percent-encodes what is not unreserved in a path segment.
+std::string EncodeSegment(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+int Control(const std::string& url_text, const std::string& model, bool load, int timeout_ms) {
+  auto url = vramd::cli::ParseUrl(url_text);
+  if (!url.ok()) {
+    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  const std::string target =
+      url->path + "/v2/repository/models/" + EncodeSegment(model) + (load ? "/load" : "/unload");
+  // Loading a model can take a while: the answer may take ten times the step deadline.
+  auto response = vramd::cli::HttpPost(*url, target, "{}", std::chrono::milliseconds(timeout_ms),
+                                       std::chrono::milliseconds(timeout_ms) * 10);
+  if (!response.ok()) {
+    std::fprintf(stderr, "vramctl: cannot reach vramd at %s: %s\n", url_text.c_str(),
+                 response.status().message().c_str());
+    return 2;
+  }
+  if (response->status != 200) {
+    std::fprintf(stderr, "vramctl: vramd at %s answered %u for %s: %s\n", url_text.c_str(),
+                 response->status, target.c_str(), ErrorMessage(response->body).c_str());
+    return 1;
+  }
+  std::printf("%s '%s'\n", load ? "loaded" : "unloaded", model.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,7 +118,20 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
+  std::string model;
+  CLI::App* load = app.add_subcommand("load", "Load (or reload) a model (explicit mode)");
+  CLI::App* unload = app.add_subcommand("unload", "Unload a model (explicit mode)");
+  for (CLI::App* sub : {load, unload}) {
+    sub->add_option("model", model, "The model's name")->required();
+    sub->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
+    sub->add_option("--timeout-ms", timeout_ms, "Deadline for each network step")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+  }
+
   CLI11_PARSE(app, argc, argv);
   if (memory->parsed()) return Memory(url, raw_json, timeout_ms);
+  if (load->parsed()) return Control(url, model, true, timeout_ms);
+  if (unload->parsed()) return Control(url, model, false, timeout_ms);
   return 0;
 }

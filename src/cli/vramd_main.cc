@@ -41,6 +41,8 @@ struct ServeOptions {
   int metrics_port = 8002;
   int memory_growth_requests = 16;
   int exit_timeout_secs = 30;
+  std::string model_control_mode = "none";
+  std::vector<std::string> load_models;  // explicit mode: loaded at start-up ("*": all)
 };
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
@@ -104,6 +106,13 @@ int Serve(const ServeOptions& options) {
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
   manager_options.exit_on_error = options.exit_on_error;
   manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr};
+  manager_options.model_control_mode = options.model_control_mode == "explicit"
+                                           ? vramd::runtime::ModelControlMode::kExplicit
+                                           : vramd::runtime::ModelControlMode::kNone;
+  manager_options.startup_models = options.load_models;
+  if (!options.load_models.empty() && options.model_control_mode != "explicit") {
+    spdlog::warn("--load-model is ignored unless --model-control-mode is explicit");
+  }
   auto manager = vramd::runtime::ModelManager::Create(manager_options);
   if (!manager.ok()) {
     spdlog::error("{}", manager.status().message());
@@ -220,6 +229,13 @@ int main(int argc, char** argv) {
                     "On SIGINT/SIGTERM, how long in-flight requests may take to finish")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  serve->add_option("--model-control-mode", options.model_control_mode,
+                    "none: load every model at start-up, refuse load/unload requests; "
+                    "explicit: load the --load-model models, then load/unload on request")
+      ->check(CLI::IsMember({"none", "explicit"}))
+      ->capture_default_str();
+  serve->add_option("--load-model", options.load_models,
+                    "Explicit mode: a model to load at start-up; repeat for several, '*' for all");
 
   CLI11_PARSE(app, argc, argv);
   if (serve->parsed()) return Serve(options);

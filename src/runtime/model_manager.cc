@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "config/model_config_parser.h"
 #include "repository/model_repository.h"
@@ -60,8 +63,24 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
     return Status::Internal("ModelManager needs a ledger and an allocator");
   }
   VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(options.repositories));
-  std::unique_ptr<ModelManager> manager(new ModelManager(options.memory));
+  std::unique_ptr<ModelManager> manager(new ModelManager(options));
+  const bool explicit_mode = options.model_control_mode == ModelControlMode::kExplicit;
+  std::set<std::string, std::less<>> startup(options.startup_models.begin(),
+                                             options.startup_models.end());
+  const bool all = !explicit_mode || startup.count("*") > 0;
+  if (explicit_mode && !all) {
+    for (const auto& name : startup) {
+      bool found = false;
+      for (const auto& dir : dirs) found = found || dir.name == name;
+      if (found) continue;
+      std::string message = fmt::format(
+          "failed to load '{}': no model repository holds a model of that name", name);
+      spdlog::error("{}", message);
+      if (options.exit_on_error) return Status::NotFound(message);
+    }
+  }
   for (const auto& dir : dirs) {
+    if (!all && startup.count(dir.name) == 0) continue;
     ModelEntry entry;
     if (!dir.status.ok()) {
       entry.reason = dir.status.message();
@@ -92,6 +111,154 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
   size_t trimmed = options.memory.allocator->TrimAll();
   if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
   return manager;
+}
+
+ModelManager::~ModelManager() {
+  std::unique_lock lock(mu_);
+  models_.clear();  // versions first, then what was retired
+}
+
+std::shared_ptr<std::mutex> ModelManager::ActionLock(std::string_view name) {
+  std::lock_guard lock(actions_mu_);
+  auto it = actions_.find(name);
+  if (it == actions_.end()) {
+    it = actions_.emplace(std::string(name), std::make_shared<std::mutex>()).first;
+  }
+  return it->second;
+}
+
+void ModelManager::Retire(ModelEntry entry) {
+  Retired retired;
+  retired.owner = std::move(entry.owner);
+  // Drain first: requests already queued run; later ones are refused as unloading. Shutting
+  // down here also means no instance thread ever destroys its own LoadedModel.
+  for (auto& [v, model] : entry.ready) {
+    model->Shutdown();
+    retired.versions.push_back(model);
+  }
+  entry.ready.clear();  // the last reference, unless a request still holds one
+  const std::vector<std::weak_ptr<LoadedModel>> versions = retired.versions;
+  {
+    std::lock_guard lock(retired_mu_);
+    retired_.push_back(std::move(retired));
+  }
+  // A request that was answered drops its reference right after its callback: wait a moment
+  // (up to 2 s) so that the owner usually closes before this returns.
+  for (int i = 0; i < 2000; ++i) {
+    bool gone = true;
+    for (const auto& w : versions) gone = gone && w.expired();
+    if (gone) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  SweepRetired();
+}
+
+void ModelManager::SweepRetired() {
+  std::vector<Retired> done;
+  {
+    std::lock_guard lock(retired_mu_);
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      bool gone = true;
+      for (const auto& w : it->versions) gone = gone && w.expired();
+      if (gone) {
+        done.push_back(std::move(*it));
+        it = retired_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  done.clear();  // closes the owners, outside the lock
+}
+
+Status ModelManager::Load(std::string_view name) {
+  if (mode_ != ModelControlMode::kExplicit) {
+    return Status::InvalidArgument(
+        "explicit model load / unload is not allowed if polling is enabled (the model control "
+        "mode is 'none'; start vramd with --model-control-mode explicit)");
+  }
+  auto action = ActionLock(name);
+  std::lock_guard action_lock(*action);
+  VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(repositories_));
+  const repository::ModelDirectory* dir = nullptr;
+  for (const auto& d : dirs) {
+    if (d.name == name) dir = &d;
+  }
+  if (dir == nullptr) {
+    return Status::NotFound(fmt::format(
+        "failed to load '{}': no model repository holds a model of that name", name));
+  }
+  ModelEntry entry;
+  if (!dir->status.ok()) {
+    entry.reason = dir->status.message();
+  } else {
+    entry = LoadModel(dir->path, dir->name);
+  }
+  std::string error = entry.reason;
+  if (error.empty() && !entry.failed.empty()) error = entry.failed.rbegin()->second;
+  if (error.empty() && entry.ready.empty()) error = "no version loaded";
+  if (!error.empty()) {
+    spdlog::error("failed to load model '{}': {}", name, error);
+    ModelEntry failed;  // the failed attempt, or the serving entry kept, goes back to the map
+    bool keep_serving = false;
+    {
+      std::unique_lock lock(mu_);
+      auto it = models_.find(name);
+      keep_serving = it != models_.end() && !it->second.ready.empty();
+      if (keep_serving) {
+        it->second.load_error = error;
+      } else if (it != models_.end()) {
+        std::swap(it->second, entry);  // `entry` now holds the old (empty) entry
+      } else {
+        models_.emplace(std::string(name), std::move(entry));
+      }
+    }
+    if (keep_serving) Retire(std::move(entry));  // the failed attempt's partial versions
+    memory_.allocator->TrimAll();
+    return Status::InvalidArgument(fmt::format("failed to load '{}': {}", name, error));
+  }
+  for (const auto& [v, model] : entry.ready) {
+    spdlog::info("loaded model '{}' version {} ({} instance(s))", name, v,
+                 model->instance_count());
+  }
+  {
+    std::unique_lock lock(mu_);
+    auto it = models_.find(name);
+    if (it != models_.end()) {
+      std::swap(it->second, entry);  // `entry` now holds the replaced versions
+    } else {
+      models_.emplace(std::string(name), std::move(entry));
+      entry = ModelEntry();
+    }
+  }
+  Retire(std::move(entry));
+  size_t trimmed = memory_.allocator->TrimAll();
+  if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
+  return Status::Ok();
+}
+
+Status ModelManager::Unload(std::string_view name) {
+  if (mode_ != ModelControlMode::kExplicit) {
+    return Status::InvalidArgument(
+        "explicit model load / unload is not allowed if polling is enabled (the model control "
+        "mode is 'none'; start vramd with --model-control-mode explicit)");
+  }
+  auto action = ActionLock(name);
+  std::lock_guard action_lock(*action);
+  ModelEntry old;
+  {
+    std::unique_lock lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) return Status::Ok();  // not loaded: nothing to do (Triton's answer)
+    std::swap(it->second, old);
+    it->second.reason = "unloaded";
+    it->second.unloaded = true;
+  }
+  const bool had_versions = !old.ready.empty();
+  Retire(std::move(old));
+  size_t trimmed = memory_.allocator->TrimAll();
+  if (had_versions) spdlog::info("unloaded model '{}'; returned {} bytes", name, trimmed);
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
@@ -168,7 +335,9 @@ std::vector<ModelIndexEntry> ModelManager::Index() const {
     }
     // Versions in ascending order, ready and failed interleaved.
     std::map<int64_t, ModelIndexEntry> rows;
-    for (const auto& [v, m] : entry.ready) rows[v] = {name, v, ModelState::kReady, ""};
+    const std::string serving_reason =
+        entry.load_error.empty() ? "" : "serving; last load failed: " + entry.load_error;
+    for (const auto& [v, m] : entry.ready) rows[v] = {name, v, ModelState::kReady, serving_reason};
     for (const auto& [v, why] : entry.failed) rows[v] = {name, v, ModelState::kUnavailable, why};
     for (auto& [v, row] : rows) index.push_back(std::move(row));
   }
@@ -178,6 +347,7 @@ std::vector<ModelIndexEntry> ModelManager::Index() const {
 bool ModelManager::AllModelsReady() const {
   std::shared_lock lock(mu_);
   for (const auto& [name, entry] : models_) {
+    if (entry.unloaded) continue;
     if (!entry.reason.empty() || !entry.failed.empty() || entry.ready.empty()) return false;
   }
   return true;

@@ -179,6 +179,13 @@ KServeRoutes::KServeRoutes(const runtime::ModelManager* manager,
                            const memory::MemoryReportSource* memory_report, ServerInfo info)
     : manager_(manager), memory_report_(memory_report), info_(std::move(info)) {}
 
+KServeRoutes::KServeRoutes(runtime::ModelManager* manager,
+                           const memory::MemoryReportSource* memory_report, ServerInfo info)
+    : KServeRoutes(static_cast<const runtime::ModelManager*>(manager), memory_report,
+                   std::move(info)) {
+  mutable_manager_ = manager;
+}
+
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
   if (request.method == "POST") {
     if (auto infer = MatchInferTarget(request.target)) {
@@ -213,6 +220,11 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
   }
   if (parts[1] == "repository" && parts.size() == 3 && parts[2] == "index") {
     return post ? RepositoryIndex(request) : method_not_allowed();
+  }
+  if (parts[1] == "repository" && parts.size() == 5 && parts[2] == "models" &&
+      (parts[4] == "load" || parts[4] == "unload")) {
+    return post ? RepositoryControl(request, PercentDecode(parts[3]), parts[4] == "load")
+                : method_not_allowed();
   }
   if (parts[1] == "models" && parts.size() == 3 && parts[2] == "stats") {
     return get ? ModelStatsResponse(*manager_, "", 0) : method_not_allowed();
@@ -396,6 +408,35 @@ HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
   }
   w.EndArray();
   return Json(200, sb.GetString());
+}
+
+// Body (optional): {"parameters": {...}}. Parameters are ignored, except "config" on load (a
+// config override), which is not supported yet.
+HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const std::string& model,
+                                             bool load) const {
+  const char* what = load ? "load" : "unload";
+  if (request.body && !request.body->empty()) {
+    rapidjson::Document doc;
+    doc.Parse(request.body->data(), request.body->size());
+    if (doc.HasParseError() || !doc.IsObject()) {
+      return Error(400, fmt::format("repository {} request body must be a JSON object", what));
+    }
+    auto params = doc.FindMember("parameters");
+    if (params != doc.MemberEnd()) {
+      if (!params->value.IsObject()) {
+        return Error(400, fmt::format("repository {}: 'parameters' must be an object", what));
+      }
+      if (load && params->value.HasMember("config")) {
+        return Error(Status::Unsupported("config override is not supported yet"));
+      }
+    }
+  }
+  if (mutable_manager_ == nullptr) {
+    return Error(400, "explicit model load / unload is not allowed if polling is enabled");
+  }
+  Status status = load ? mutable_manager_->Load(model) : mutable_manager_->Unload(model);
+  if (!status.ok()) return Error(status);
+  return Empty(200);
 }
 
 }  // namespace vramd::http

@@ -6,7 +6,9 @@
 //   GET  /v2/models/{m}[/versions/{v}]/config     the config as JSON (model configuration ext.)
 //   POST /v2/models/{m}[/versions/{v}]/infer      JSON and binary tensor data
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats    statistics ext. (stats_routes.h)
-//   POST /v2/repository/index                     (model repository extension, read only)
+//   POST /v2/repository/index                     (model repository extension)
+//   POST /v2/repository/models/{m}/load           explicit mode only (else 400); 200, empty body
+//   POST /v2/repository/models/{m}/unload         explicit mode only (else 400); 200, empty body
 //   GET  /v2/memory                               vramd's memory report (docs/memory.md)
 // Errors are {"error": "..."} with Triton's status codes (see HttpStatusFor).
 //
@@ -35,7 +37,10 @@ class KServeRoutes {
     bool strict_readiness = true;
   };
 
-  // `manager` and `memory_report` must outlive this object.
+  // `manager` and `memory_report` must outlive this object. A const manager serves everything
+  // but load and unload, which then answer 400.
+  KServeRoutes(runtime::ModelManager* manager, const memory::MemoryReportSource* memory_report,
+               ServerInfo info);
   KServeRoutes(const runtime::ModelManager* manager, const memory::MemoryReportSource* memory_report,
                ServerInfo info);
 
@@ -51,8 +56,11 @@ class KServeRoutes {
   void Infer(const HttpRequest& request, const std::string& model, int64_t version,
              Responder respond) const;
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
+  HttpResponse RepositoryControl(const HttpRequest& request, const std::string& model,
+                                 bool load) const;
 
   const runtime::ModelManager* manager_;
+  runtime::ModelManager* mutable_manager_ = nullptr;  // null: load and unload are refused
   const memory::MemoryReportSource* memory_report_;
   const ServerInfo info_;
 };

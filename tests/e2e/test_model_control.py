@@ -1,0 +1,120 @@
+"""Model control end to end: --model-control-mode explicit with --load-model, POST
+/v2/repository/models/{m}/load and /unload, the index after unload, `vramctl load|unload`, and
+mode none refusing both."""
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from e2e_helpers import FIXTURE_REPO, VRAMD_BIN
+from v2client import Input
+
+VRAMCTL_BIN = VRAMD_BIN.parent / "vramctl"
+MODELS = ("identity_fp32", "identity_int32")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    for m in MODELS:
+        shutil.copytree(FIXTURE_REPO / m, root / m)
+    return root
+
+
+def index(c):
+    r = c.post("/v2/repository/index", b"{}", {"Content-Type": "application/json"})
+    assert r.status == 200, r
+    return {row["name"]: row for row in r.json()}
+
+
+def infer_int32(c):
+    data = np.array([1, 2, 3], dtype=np.int32)
+    out = c.infer("identity_int32", [Input("INPUT0", "INT32", data)])
+    np.testing.assert_array_equal(out.outputs["OUTPUT0"], data)
+
+
+def vramctl(server, *args):
+    return subprocess.run([str(VRAMCTL_BIN), *args, "--url",
+                           "http://%s:%d" % (server.host, server.port)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_explicit_mode_loads_and_unloads(start_server, repo):
+    s = start_server([repo], ["--model-control-mode", "explicit", "--load-model", "identity_fp32"],
+                     name="explicit", ready_models=["identity_fp32"])
+    c = s.client()
+    assert c.get("/v2/models/identity_fp32/ready").status == 200
+    assert c.get("/v2/models/identity_int32/ready").status in (400, 404)
+    assert c.get("/v2/health/ready").status == 200  # models not loaded do not count
+
+    r = c.post("/v2/repository/models/identity_int32/load")
+    assert r.status == 200, r
+    assert r.body == b""
+    assert c.get("/v2/models/identity_int32/ready").status == 200
+    infer_int32(c)
+
+    r = c.post("/v2/repository/models/identity_int32/unload", b"{}")
+    assert r.status == 200, r
+    assert c.get("/v2/models/identity_int32/ready").status in (400, 404)
+    row = index(c)["identity_int32"]
+    assert row["state"] == "UNAVAILABLE" and row["reason"] == "unloaded", row
+    assert index(c)["identity_fp32"]["state"] == "READY"
+    assert c.get("/v2/health/ready").status == 200
+
+    # Unloading what is not loaded is a success, as in Triton.
+    assert c.post("/v2/repository/models/identity_int32/unload").status == 200
+    # Unknown model: 404 naming it.
+    r = c.post("/v2/repository/models/no_such_model/load")
+    assert r.status == 404, r
+    assert "no_such_model" in r.error_message()
+    # A config override is not supported yet.
+    body = json.dumps({"parameters": {"config": "{}"}}).encode()
+    r = c.post("/v2/repository/models/identity_int32/load", body)
+    assert r.status == 501, r
+    assert "config override is not supported yet" in r.error_message()
+    # Reloading a loaded model works and it keeps serving.
+    assert c.post("/v2/repository/models/identity_fp32/load").status == 200
+    assert c.get("/v2/models/identity_fp32/ready").status == 200
+
+
+def test_explicit_mode_reports_a_broken_reload_and_keeps_serving(start_server, repo):
+    s = start_server([repo], ["--model-control-mode", "explicit", "--load-model", "*"],
+                     name="explicit_star", ready_models=list(MODELS))
+    c = s.client()
+    (repo / "identity_int32" / "config.pbtxt").write_text('backend: "identity"\ninput [ {\n')
+    r = c.post("/v2/repository/models/identity_int32/load")
+    assert r.status == 400, r
+    assert "config.pbtxt:" in r.error_message()
+    infer_int32(c)  # the old version still serves
+
+
+def test_none_mode_refuses_load_and_unload(start_server, repo):
+    s = start_server([repo], [], name="none_mode", ready_models=list(MODELS))
+    c = s.client()
+    for action in ("load", "unload"):
+        r = c.post("/v2/repository/models/identity_int32/%s" % action)
+        assert r.status == 400, r
+        assert "not allowed" in r.error_message()
+    assert c.get("/v2/models/identity_int32/ready").status == 200
+    out = vramctl(s, "unload", "identity_int32")
+    assert out.returncode == 1
+    assert "not allowed" in out.stderr
+
+
+def test_vramctl_load_and_unload(start_server, repo):
+    s = start_server([repo], ["--model-control-mode", "explicit"], name="vramctl_control",
+                     ready_models=[])
+    c = s.client()
+    out = vramctl(s, "load", "identity_int32")
+    assert out.returncode == 0, out.stderr
+    assert c.get("/v2/models/identity_int32/ready").status == 200
+    infer_int32(c)
+    out = vramctl(s, "unload", "identity_int32")
+    assert out.returncode == 0, out.stderr
+    assert c.get("/v2/models/identity_int32/ready").status in (400, 404)
+    out = vramctl(s, "load", "no_such_model")
+    assert out.returncode == 1
+    assert "no_such_model" in out.stderr

@@ -1,0 +1,298 @@
+// Explicit model control: ModelManager::Load and Unload, on a scratch repository. Unload drains
+// in-flight requests and leaves nothing of the model in the ledger; a failed reload keeps the
+// serving versions; load/unload cycles leave the ledger at its baseline.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "backends/backend.h"
+#include "runtime/model_manager.h"
+
+namespace vramd {
+namespace {
+namespace fs = std::filesystem;
+using memory::Device;
+
+constexpr size_t kWeights = 1 << 20;
+constexpr size_t kWorkspace = 64 << 10;
+
+// Allocates weights per model and a workspace per instance through the allocator.
+class AllocInstance : public backends::BackendInstance {
+ public:
+  explicit AllocInstance(memory::Buffer workspace) : workspace_(std::move(workspace)) {}
+  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+    const Tensor& in = request.inputs[0];
+    outputs->push_back(Tensor{"OUTPUT0", in.datatype, in.shape, in.data});
+    return Status::Ok();
+  }
+
+ private:
+  memory::Buffer workspace_;
+};
+
+class AllocModel : public backends::BackendModel {
+ public:
+  AllocModel(memory::Allocator* allocator, memory::Buffer weights)
+      : allocator_(allocator), weights_(std::move(weights)) {}
+  Result<std::unique_ptr<backends::BackendInstance>> CreateInstance(
+      const backends::InstanceContext&) override {
+    VRAMD_ASSIGN_OR_RETURN(auto workspace, allocator_->Allocate(Device::Cpu(), kWorkspace));
+    return std::unique_ptr<backends::BackendInstance>(
+        std::make_unique<AllocInstance>(std::move(workspace)));
+  }
+
+ private:
+  memory::Allocator* allocator_;
+  memory::Buffer weights_;
+};
+
+class AllocBackend : public backends::Backend {
+ public:
+  std::string_view name() const override { return "control_alloc_test"; }
+  Result<std::unique_ptr<backends::BackendModel>> LoadModel(
+      const backends::ModelContext& ctx) override {
+    VRAMD_ASSIGN_OR_RETURN(auto weights, ctx.allocator->Allocate(Device::Cpu(), kWeights));
+    return std::unique_ptr<backends::BackendModel>(
+        std::make_unique<AllocModel>(ctx.allocator, std::move(weights)));
+  }
+};
+
+void RegisterAllocBackend() {
+  static AllocBackend backend;
+  static bool registered = backends::RegisterBackend(&backend).ok();
+  ASSERT_TRUE(registered);
+}
+
+std::string Config(const std::string& backend, int instances, int delay_us = 0) {
+  std::string c = "backend: \"" + backend + "\"\n" +
+                  "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+                  "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+                  "instance_group [ { kind: KIND_CPU count: " +
+                  std::to_string(instances) + " } ]\n";
+  if (delay_us > 0) {
+    c += "parameters { key: \"execute_delay_us\" value { string_value: \"" +
+         std::to_string(delay_us) + "\" } }\n";
+  }
+  return c;
+}
+
+class ModelControlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RegisterAllocBackend();
+    root_ = fs::temp_directory_path() /
+            ("vramd-control-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void WriteModel(const std::string& name, const std::string& config) {
+    fs::create_directories(root_ / name / "1");
+    std::ofstream(root_ / name / "config.pbtxt") << config;
+  }
+
+  std::unique_ptr<runtime::ModelManager> Start(runtime::ModelControlMode mode,
+                                               std::vector<std::string> startup = {}) {
+    runtime::ModelManager::Options o;
+    o.repositories = {root_};
+    o.memory = {&ledger_, &allocator_, nullptr};
+    o.model_control_mode = mode;
+    o.startup_models = std::move(startup);
+    auto manager = runtime::ModelManager::Create(o);
+    EXPECT_TRUE(manager.ok()) << manager.status().ToString();
+    return std::move(manager).value();
+  }
+
+  static InferRequest Request(std::string id) {
+    InferRequest r;
+    r.id = std::move(id);
+    int32_t v[2] = {1, 2};
+    r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {2}, HostBuffer::CopyOf(v, sizeof v)});
+    return r;
+  }
+
+  bool LedgerHasOwnerNamed(const std::string& name) const {
+    for (const auto& o : ledger_.Snapshot()) {
+      if (o.name == name) return true;
+    }
+    return false;
+  }
+
+  static const runtime::ModelIndexEntry* Row(const std::vector<runtime::ModelIndexEntry>& index,
+                                             const std::string& name) {
+    for (const auto& e : index) {
+      if (e.name == name) return &e;
+    }
+    return nullptr;
+  }
+
+  fs::path root_;
+  memory::Ledger ledger_;
+  memory::Allocator allocator_{&ledger_};
+};
+
+TEST_F(ModelControlTest, NoneModeLoadsEverythingAndRefusesControl) {
+  WriteModel("a", Config("identity", 1));
+  WriteModel("b", Config("identity", 1));
+  auto manager = Start(runtime::ModelControlMode::kNone);
+  EXPECT_TRUE(manager->Find("a", 0).ok());
+  EXPECT_TRUE(manager->Find("b", 0).ok());
+  Status load = manager->Load("a");
+  EXPECT_EQ(load.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(load.message().find("not allowed"), std::string::npos) << load.message();
+  EXPECT_EQ(manager->Unload("a").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(manager->Find("a", 0).ok());
+}
+
+TEST_F(ModelControlTest, ExplicitLoadUnloadCycle) {
+  WriteModel("a", Config("identity", 1));
+  WriteModel("b", Config("identity", 1));
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {"a"});
+  EXPECT_TRUE(manager->Find("a", 0).ok());
+  EXPECT_EQ(manager->Find("b", 0).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(manager->AllModelsReady());
+
+  ASSERT_TRUE(manager->Load("b").ok());
+  auto b = manager->Find("b", 0);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE((*b)->Infer(Request("r")).ok());
+  b = Status::NotFound("dropped");
+
+  ASSERT_TRUE(manager->Unload("b").ok());
+  auto gone = manager->Find("b", 0);
+  EXPECT_EQ(gone.status().code(), StatusCode::kUnavailable);
+  const auto index = manager->Index();
+  const auto* row = Row(index, "b");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->state, runtime::ModelState::kUnavailable);
+  EXPECT_EQ(row->reason, "unloaded");
+  EXPECT_TRUE(manager->AllModelsReady());  // an unloaded model does not count
+  EXPECT_FALSE(LedgerHasOwnerNamed("b"));
+
+  // Unloading again, or a model that never loaded, is a success (as Triton).
+  EXPECT_TRUE(manager->Unload("b").ok());
+  EXPECT_TRUE(manager->Unload("never_heard_of").ok());
+
+  // Unknown on load: NotFound naming it.
+  Status unknown = manager->Load("nope");
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.message().find("'nope'"), std::string::npos) << unknown.message();
+
+  // And back again.
+  ASSERT_TRUE(manager->Load("b").ok());
+  EXPECT_TRUE(manager->Find("b", 0).ok());
+  EXPECT_EQ(Row(manager->Index(), "b")->state, runtime::ModelState::kReady);
+}
+
+TEST_F(ModelControlTest, StarLoadsEverythingAtStartup) {
+  WriteModel("a", Config("identity", 1));
+  WriteModel("b", Config("identity", 1));
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {"*"});
+  EXPECT_TRUE(manager->Find("a", 0).ok());
+  EXPECT_TRUE(manager->Find("b", 0).ok());
+}
+
+TEST_F(ModelControlTest, UnloadDrainsInFlightRequests) {
+  WriteModel("slow", Config("identity", 1, 300000));  // 300 ms per execution
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {"slow"});
+  auto model = manager->Find("slow", 0);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::promise<Result<runtime::InferOutcome>> first_promise, second_promise;
+  auto first = first_promise.get_future();
+  auto second = second_promise.get_future();
+  std::thread caller([m = *model, &first_promise] {
+    first_promise.set_value(m->Infer(Request("in-flight")));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the first is executing
+  (*model)->InferAsync(std::make_shared<InferRequest>(Request("queued")),
+                       [&second_promise](Result<runtime::InferOutcome> outcome) {
+                         second_promise.set_value(std::move(outcome));
+                       });
+  model = Status::NotFound("dropped");  // only the caller thread holds the version now
+
+  auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE(manager->Unload("slow").ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(200));
+  caller.join();
+  auto a = first.get();
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  auto b = second.get();
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  a = Status::NotFound("dropped");
+  b = Status::NotFound("dropped");
+
+  EXPECT_EQ(manager->Find("slow", 0).status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(LedgerHasOwnerNamed("slow"));
+  EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()), 0);
+  EXPECT_TRUE(ledger_.Leaks().empty());
+}
+
+TEST_F(ModelControlTest, BrokenReloadKeepsTheServingVersion) {
+  WriteModel("m", Config("identity", 1));
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {"m"});
+  auto before = manager->Find("m", 0);
+  ASSERT_TRUE(before.ok());
+  const runtime::LoadedModel* serving = before->get();
+  before = Status::NotFound("dropped");
+
+  std::ofstream(root_ / "m" / "config.pbtxt") << "backend: \"identity\"\ninput [ { name: \"X\" dims: [ 1 }\n";
+  Status load = manager->Load("m");
+  ASSERT_FALSE(load.ok());
+  EXPECT_NE(load.message().find("config.pbtxt:"), std::string::npos) << load.message();
+  auto after = manager->Find("m", 0);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->get(), serving);
+  EXPECT_TRUE((*after)->Infer(Request("still")).ok());
+  const auto index = manager->Index();
+  const auto* row = Row(index, "m");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->state, runtime::ModelState::kReady);
+  EXPECT_NE(row->reason.find("last load failed"), std::string::npos) << row->reason;
+
+  // A good config again: the reload replaces the version (released first, so that the old
+  // version's owner closes before Load returns).
+  after = Status::NotFound("dropped");
+  std::ofstream(root_ / "m" / "config.pbtxt") << Config("identity", 2);
+  ASSERT_TRUE(manager->Load("m").ok());
+  after = manager->Find("m", 0);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)->instance_count(), 2u);
+  EXPECT_TRUE(Row(manager->Index(), "m")->reason.empty());
+  after = Status::NotFound("dropped");
+  int models = 0;
+  for (const auto& o : ledger_.Snapshot()) models += o.name == "m";
+  EXPECT_EQ(models, 1);  // the replaced version's model owner closed
+  EXPECT_TRUE(ledger_.Leaks().empty());
+}
+
+TEST_F(ModelControlTest, CyclesLeaveTheLedgerAtBaseline) {
+  WriteModel("alloc", Config("control_alloc_test", 2));
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {});
+  const int64_t baseline = *ledger_.SubtreeLiveBytes(ledger_.root());
+  const size_t owners = ledger_.Snapshot().size();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(manager->Load("alloc").ok()) << i;
+    if (i % 2 == 0) ASSERT_TRUE(manager->Load("alloc").ok()) << i;  // a reload too
+    EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()),
+              baseline + int64_t(kWeights + 2 * kWorkspace));
+    {
+      auto model = manager->Find("alloc", 0);
+      ASSERT_TRUE(model.ok());
+      ASSERT_TRUE((*model)->Infer(Request("c" + std::to_string(i))).ok());
+    }
+    ASSERT_TRUE(manager->Unload("alloc").ok()) << i;
+    EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()), baseline) << i;
+  }
+  EXPECT_EQ(ledger_.Snapshot().size(), owners);
+  EXPECT_TRUE(ledger_.Leaks().empty());
+  EXPECT_EQ(ledger_.leaked_bytes_total(), 0u);
+}
+
+}  // namespace
+}  // namespace vramd
