@@ -278,7 +278,9 @@ TEST_F(ModelControlTest, CyclesLeaveTheLedgerAtBaseline) {
   const size_t owners = ledger_.Snapshot().size();
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE(manager->Load("alloc").ok()) << i;
-    if (i % 2 == 0) ASSERT_TRUE(manager->Load("alloc").ok()) << i;  // a reload too
+    if (i % 2 == 0) {
+      ASSERT_TRUE(manager->Load("alloc").ok()) << i;  // a reload too
+    }
     EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()),
               baseline + int64_t(kWeights + 2 * kWorkspace));
     {

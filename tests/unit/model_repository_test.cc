@@ -6,47 +6,14 @@
 #include <fstream>
 
 #include "runtime/model_manager.h"
+#include "support/scratch_repository.h"
 
 namespace vramd {
 namespace {
 namespace fs = std::filesystem;
 
-// A scratch repository folder, removed at the end of the test.
-class ScratchRepo {
- public:
-  ScratchRepo() {
-    root_ = fs::temp_directory_path() /
-            ("vramd-repo-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  ~ScratchRepo() { fs::remove_all(root_); }
-  const fs::path& root() const { return root_; }
-
-  void AddModel(const std::string& name, const std::string& config,
-                std::initializer_list<const char*> version_dirs) {
-    fs::create_directories(root_ / name);
-    std::ofstream(root_ / name / "config.pbtxt") << config;
-    for (const char* v : version_dirs) fs::create_directories(root_ / name / v);
-  }
-
- private:
-  static inline int counter_ = 0;
-  fs::path root_;
-};
-
-// A ledger and an allocator for the models a test loads.
-struct Memory {
-  memory::Ledger ledger;
-  memory::Allocator allocator{&ledger};
-  runtime::ModelManager::Options Options(std::vector<fs::path> repos, bool exit_on_error) {
-    runtime::ModelManager::Options o;
-    o.repositories = std::move(repos);
-    o.exit_on_error = exit_on_error;
-    o.memory = {&ledger, &allocator, nullptr};
-    return o;
-  }
-};
+using ScratchRepo = testing::ScratchRepository;
+using Memory = testing::TestMemory;
 
 const char* kIdentityConfig = R"(
 backend: "identity"

@@ -14,34 +14,13 @@
 #include <vector>
 
 #include "server/http/kserve_routes.h"
+#include "support/scratch_repository.h"
 
 namespace vramd {
 namespace {
 namespace fs = std::filesystem;
 
-// A scratch repository folder, removed at the end of the test.
-class ScratchRepo {
- public:
-  ScratchRepo() {
-    root_ = fs::temp_directory_path() /
-            ("vramd-stats-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  ~ScratchRepo() { fs::remove_all(root_); }
-  const fs::path& root() const { return root_; }
-
-  void AddModel(const std::string& name, const std::string& config,
-                std::initializer_list<const char*> version_dirs) {
-    fs::create_directories(root_ / name);
-    std::ofstream(root_ / name / "config.pbtxt") << config;
-    for (const char* v : version_dirs) fs::create_directories(root_ / name / v);
-  }
-
- private:
-  static inline int counter_ = 0;
-  fs::path root_;
-};
+using ScratchRepo = testing::ScratchRepository;
 
 // A batching identity model: INPUT0 is [batch, 2] INT32, batch 1..4; versions 1 and 2 load.
 const char* kBatchingIdentity = R"(
