@@ -29,14 +29,10 @@ std::string ErrorMessage(const std::string& body) {
   return body.size() > 200 ? body.substr(0, 200) + "..." : body;
 }
 
-int Memory(const std::string& url_text, bool raw_json, int timeout_ms) {
-  auto url = vramd::cli::ParseUrl(url_text);
-  if (!url.ok()) {
-    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
-    return 2;
-  }
-  const std::string target = url->path + "/v2/memory";
-  auto response = vramd::cli::HttpGet(*url, target, std::chrono::milliseconds(timeout_ms));
+// 0 for a 200 answer; otherwise says why on stderr and returns vramctl's exit code: 2 when
+// vramd could not be reached, 1 when it answered an error.
+int ExitCodeFor(const vramd::Result<vramd::cli::HttpGetResponse>& response,
+                const std::string& url_text, const std::string& target) {
   if (!response.ok()) {
     std::fprintf(stderr, "vramctl: cannot reach vramd at %s: %s\n", url_text.c_str(),
                  response.status().message().c_str());
@@ -47,6 +43,18 @@ int Memory(const std::string& url_text, bool raw_json, int timeout_ms) {
                  response->status, target.c_str(), ErrorMessage(response->body).c_str());
     return 1;
   }
+  return 0;
+}
+
+int Memory(const std::string& url_text, bool raw_json, int timeout_ms) {
+  auto url = vramd::cli::ParseUrl(url_text);
+  if (!url.ok()) {
+    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  const std::string target = url->path + "/v2/memory";
+  auto response = vramd::cli::HttpGet(*url, target, std::chrono::milliseconds(timeout_ms));
+  if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   if (raw_json) {
     std::printf("%s\n", response->body.c_str());
     return 0;
@@ -87,16 +95,7 @@ int Control(const std::string& url_text, const std::string& model, bool load, in
   // Loading a model can take a while: the answer may take ten times the step deadline.
   auto response = vramd::cli::HttpPost(*url, target, "{}", std::chrono::milliseconds(timeout_ms),
                                        std::chrono::milliseconds(timeout_ms) * 10);
-  if (!response.ok()) {
-    std::fprintf(stderr, "vramctl: cannot reach vramd at %s: %s\n", url_text.c_str(),
-                 response.status().message().c_str());
-    return 2;
-  }
-  if (response->status != 200) {
-    std::fprintf(stderr, "vramctl: vramd at %s answered %u for %s: %s\n", url_text.c_str(),
-                 response->status, target.c_str(), ErrorMessage(response->body).c_str());
-    return 1;
-  }
+  if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   std::printf("%s '%s'\n", load ? "loaded" : "unloaded", model.c_str());
   return 0;
 }

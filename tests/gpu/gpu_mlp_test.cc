@@ -35,6 +35,7 @@
 #include "memory/cuda_devices.h"
 #include "memory/ledger.h"
 #include "memory/nvml.h"
+#include "support/mlp_reference.h"
 
 namespace vramd::backends {
 namespace {
@@ -56,10 +57,11 @@ void Figure(const std::string& name, double value, const char* unit) {
 
 // ---- a model written here, and a reference computed here ------------------------------------
 
-struct Weights {
-  std::vector<int64_t> widths;
-  std::vector<std::vector<float>> w, b;  // FP16 models: already rounded to FP16
-};
+using Weights = vramd::testing::MlpWeights;
+using vramd::testing::MlpReference;
+using vramd::testing::MlpTensors;
+using vramd::testing::RandomMlpInput;
+
 
 Weights RandomWeights(std::vector<int64_t> widths, bool fp16, uint32_t seed) {
   Weights m;
@@ -83,49 +85,10 @@ Weights RandomWeights(std::vector<int64_t> widths, bool fp16, uint32_t seed) {
   return m;
 }
 
-std::string Encode(const std::vector<float>& v, bool fp16) {
-  if (!fp16) return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = HalfFromFloat(v[i]);
-  return std::string(reinterpret_cast<const char*>(h.data()), h.size() * 2);
-}
-
 void WriteModel(const fs::path& file, const Weights& m, bool fp16) {
-  std::vector<TensorToWrite> t;
-  const Dtype dtype = fp16 ? Dtype::kF16 : Dtype::kF32;
-  for (size_t i = 0; i < m.w.size(); ++i) {
-    t.push_back({"layers." + std::to_string(i) + ".weight", dtype,
-                 {m.widths[i + 1], m.widths[i]}, Encode(m.w[i], fp16)});
-    t.push_back({"layers." + std::to_string(i) + ".bias", dtype, {m.widths[i + 1]},
-                 Encode(m.b[i], fp16)});
-  }
+  const auto t = MlpTensors(m, fp16);
   fs::create_directories(file.parent_path());
   ASSERT_TRUE(safetensors::WriteFile(file, t).ok());
-}
-
-std::vector<float> Reference(const Weights& m, const std::vector<float>& x, int64_t batch) {
-  std::vector<double> cur(x.begin(), x.end());
-  for (size_t l = 0; l < m.w.size(); ++l) {
-    const int64_t in = m.widths[l], out = m.widths[l + 1];
-    std::vector<double> next(batch * out);
-    for (int64_t r = 0; r < batch; ++r) {
-      for (int64_t o = 0; o < out; ++o) {
-        double acc = m.b[l][o];
-        for (int64_t i = 0; i < in; ++i) acc += cur[r * in + i] * double(m.w[l][o * in + i]);
-        next[r * out + o] = (l + 1 < m.w.size() && acc < 0) ? 0.0 : acc;
-      }
-    }
-    cur = std::move(next);
-  }
-  return std::vector<float>(cur.begin(), cur.end());
-}
-
-std::vector<float> RandomInput(int64_t batch, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(batch * k);
-  for (auto& v : x) v = dist(rng);
-  return x;
 }
 
 // The largest |got - want| / max(1, |want|).
@@ -263,12 +226,12 @@ class GpuMlpTest : public ::testing::Test {
       ASSERT_TRUE(s.ok()) << s.ToString();
       double worst = 0, worst_cpu = 0;
       for (int64_t batch : {1, 7, 32}) {
-        const auto x = RandomInput(batch, 256, 300 + batch);
+        const auto x = RandomMlpInput(batch, 256, 300 + batch);
         auto cpu = l.Run(0, x, batch, 256);
         auto gpu = l.Run(1, x, batch, 256);
         ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
         ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-        const double cpu_err = MaxRelError(*cpu, Reference(m, x, batch));
+        const double cpu_err = MaxRelError(*cpu, MlpReference(m, x, batch));
         const double gpu_err = MaxRelError(*gpu, *cpu);
         EXPECT_LE(cpu_err, kCpuTol) << "batch " << batch;
         EXPECT_LE(gpu_err, tol) << "batch " << batch;
@@ -305,10 +268,10 @@ TEST_F(GpuMlpTest, InstancesRunConcurrentlyOnTheSharedHandle) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<std::vector<float>> inputs, want;
   for (int i = 0; i < 4; ++i) {
-    inputs.push_back(RandomInput(8, 128, 500 + i));
+    inputs.push_back(RandomMlpInput(8, 128, 500 + i));
     auto y = l.Run(i, inputs[i], 8, 128);
     ASSERT_TRUE(y.ok()) << y.status().ToString();
-    EXPECT_LE(MaxRelError(*y, Reference(m, inputs[i], 8)), kFp32Tol);
+    EXPECT_LE(MaxRelError(*y, MlpReference(m, inputs[i], 8)), kFp32Tol);
     want.push_back(*y);
   }
   std::vector<int> mismatches(4, 0);
@@ -353,7 +316,7 @@ TEST_F(GpuMlpTest, InstancesShareOneCopyOfTheWeightsAndEachCostsOnlyItsWorkspace
 
   memory::Ledger ledger;
   memory::Allocator allocator(&ledger);
-  const auto x = RandomInput(kMaxBatch, 1024, 5);
+  const auto x = RandomMlpInput(kMaxBatch, 1024, 5);
   const int64_t base = NvmlUsed();
   ASSERT_GE(base, 0) << "NVML is needed for this test";
   std::vector<std::pair<int, int64_t>> totals;  // instances, NVML bytes above the base

@@ -27,6 +27,7 @@
 #include "core/half.h"
 #include "memory/allocator.h"
 #include "memory/ledger.h"
+#include "support/mlp_reference.h"
 
 namespace vramd::backends {
 namespace {
@@ -42,10 +43,11 @@ using safetensors::TensorToWrite;
 constexpr double kRelTol = 1e-5;
 
 // Weights of an MLP, held as floats (FP16 ones already rounded to FP16).
-struct Weights {
-  std::vector<int64_t> widths;  // K, hidden..., N
-  std::vector<std::vector<float>> w, b;
-};
+using Weights = vramd::testing::MlpWeights;
+using vramd::testing::EncodeWeights;
+using vramd::testing::MlpReference;
+using vramd::testing::MlpTensors;
+using vramd::testing::RandomMlpInput;
 
 Weights RandomWeights(std::vector<int64_t> widths, bool fp16, uint32_t seed) {
   Weights m;
@@ -65,51 +67,6 @@ Weights RandomWeights(std::vector<int64_t> widths, bool fp16, uint32_t seed) {
     m.b.push_back(std::move(b));
   }
   return m;
-}
-
-std::string Encode(const std::vector<float>& v, bool fp16) {
-  if (!fp16) return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = HalfFromFloat(v[i]);
-  return std::string(reinterpret_cast<const char*>(h.data()), h.size() * 2);
-}
-
-std::vector<TensorToWrite> Tensors(const Weights& m, bool fp16) {
-  std::vector<TensorToWrite> t;
-  const Dtype dtype = fp16 ? Dtype::kF16 : Dtype::kF32;
-  for (size_t i = 0; i < m.w.size(); ++i) {
-    t.push_back({"layers." + std::to_string(i) + ".weight", dtype,
-                 {m.widths[i + 1], m.widths[i]}, Encode(m.w[i], fp16)});
-    t.push_back({"layers." + std::to_string(i) + ".bias", dtype, {m.widths[i + 1]},
-                 Encode(m.b[i], fp16)});
-  }
-  return t;
-}
-
-// The reference: y = x W^T + b per layer with three plain loops in double, ReLU between layers.
-std::vector<float> Reference(const Weights& m, const std::vector<float>& x, int64_t batch) {
-  std::vector<double> cur(x.begin(), x.end());
-  for (size_t l = 0; l < m.w.size(); ++l) {
-    const int64_t in = m.widths[l], out = m.widths[l + 1];
-    std::vector<double> next(batch * out);
-    for (int64_t r = 0; r < batch; ++r) {
-      for (int64_t o = 0; o < out; ++o) {
-        double acc = m.b[l][o];
-        for (int64_t i = 0; i < in; ++i) acc += cur[r * in + i] * double(m.w[l][o * in + i]);
-        next[r * out + o] = (l + 1 < m.w.size() && acc < 0) ? 0.0 : acc;
-      }
-    }
-    cur = std::move(next);
-  }
-  return std::vector<float>(cur.begin(), cur.end());
-}
-
-std::vector<float> RandomInput(int64_t batch, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(batch * k);
-  for (auto& v : x) v = dist(rng);
-  return x;
 }
 
 std::string Config(const std::string& name, int64_t k, int64_t n, int max_batch,
@@ -228,40 +185,40 @@ TEST_F(MlpBackendTest, IsABuiltInBackend) {
 
 TEST_F(MlpBackendTest, Fp32OutputsEqualTheNaiveReferenceAtBatchOneAndMax) {
   const Weights m = RandomWeights({16, 48, 40, 8}, false, 1);
-  WriteWeights(Tensors(m, false));
+  WriteWeights(MlpTensors(m, false));
   ASSERT_TRUE(Load(Config("m", 16, 8, 5)).ok());
   for (int64_t batch : {1, 5}) {
-    const auto x = RandomInput(batch, 16, 100 + batch);
+    const auto x = RandomMlpInput(batch, 16, 100 + batch);
     auto y = Run(x, batch, 16);
     ASSERT_TRUE(y.ok()) << y.status().ToString();
-    ExpectClose(*y, Reference(m, x, batch), kRelTol);
+    ExpectClose(*y, MlpReference(m, x, batch), kRelTol);
   }
 }
 
 TEST_F(MlpBackendTest, Fp16WeightsEqualTheReferenceOnTheirFp16Values) {
   const Weights m = RandomWeights({32, 64, 64, 64, 10}, true, 2);
-  WriteWeights(Tensors(m, true));
+  WriteWeights(MlpTensors(m, true));
   ASSERT_TRUE(Load(Config("m", 32, 10, 7)).ok());
   for (int64_t batch : {1, 7}) {
-    const auto x = RandomInput(batch, 32, 200 + batch);
+    const auto x = RandomMlpInput(batch, 32, 200 + batch);
     auto y = Run(x, batch, 32);
     ASSERT_TRUE(y.ok()) << y.status().ToString();
-    ExpectClose(*y, Reference(m, x, batch), kRelTol);
+    ExpectClose(*y, MlpReference(m, x, batch), kRelTol);
   }
 }
 
 TEST_F(MlpBackendTest, OneLayerAndWideLayers) {
   const Weights m = RandomWeights({300, 1}, false, 3);  // a single linear layer, no ReLU
-  WriteWeights(Tensors(m, false));
+  WriteWeights(MlpTensors(m, false));
   ASSERT_TRUE(Load(Config("m", 300, 1, 3)).ok());
-  const auto x = RandomInput(3, 300, 7);
+  const auto x = RandomMlpInput(3, 300, 7);
   auto y = Run(x, 3, 300);
   ASSERT_TRUE(y.ok()) << y.status().ToString();
-  ExpectClose(*y, Reference(m, x, 3), kRelTol);
+  ExpectClose(*y, MlpReference(m, x, 3), kRelTol);
   // A negative output stays negative: no ReLU after the last layer.
   auto w = m;
   w.b[0][0] = -1000.0f;
-  WriteWeights(Tensors(w, false));
+  WriteWeights(MlpTensors(w, false));
   ASSERT_TRUE(Load(Config("m", 300, 1, 3)).ok());
   y = Run(x, 3, 300);
   ASSERT_TRUE(y.ok());
@@ -270,7 +227,7 @@ TEST_F(MlpBackendTest, OneLayerAndWideLayers) {
 
 TEST_F(MlpBackendTest, DefaultModelFilenameIsHonoured) {
   const Weights m = RandomWeights({4, 4}, false, 4);
-  WriteWeights(Tensors(m, false), "weights.st");
+  WriteWeights(MlpTensors(m, false), "weights.st");
   EXPECT_EQ(LoadStatus(Config("m", 4, 4, 1)).code(), StatusCode::kNotFound);
   ASSERT_TRUE(Load(Config("m", 4, 4, 1) + "default_model_filename: \"weights.st\"\n").ok());
   auto s = LoadStatus(Config("m", 4, 4, 1) + "default_model_filename: \"../x\"\n");
@@ -279,12 +236,12 @@ TEST_F(MlpBackendTest, DefaultModelFilenameIsHonoured) {
 
 TEST_F(MlpBackendTest, BadRequestsAreRefused) {
   const Weights m = RandomWeights({4, 6, 2}, false, 5);
-  WriteWeights(Tensors(m, false));
+  WriteWeights(MlpTensors(m, false));
   ASSERT_TRUE(Load(Config("m", 4, 2, 2)).ok());
-  auto y = Run(RandomInput(3, 4, 1), 3, 4);  // batch above max_batch_size
+  auto y = Run(RandomMlpInput(3, 4, 1), 3, 4);  // batch above max_batch_size
   EXPECT_EQ(y.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(y.status().message(), HasSubstr("[B, 4] with 1 <= B <= 2"));
-  y = Run(RandomInput(1, 5, 1), 1, 5);  // wrong width
+  y = Run(RandomMlpInput(1, 5, 1), 1, 5);  // wrong width
   EXPECT_EQ(y.status().code(), StatusCode::kInvalidArgument);
   InferRequest r;  // no input at all
   std::vector<Tensor> out;
@@ -297,7 +254,7 @@ TEST_F(MlpBackendTest, BadRequestsAreRefused) {
 
 TEST_F(MlpBackendTest, ShapeMismatchesNameTheTensor) {
   const Weights m = RandomWeights({8, 16, 16, 4}, false, 6);
-  auto t = Tensors(m, false);
+  auto t = MlpTensors(m, false);
 
   WriteWeights(t);  // the input is 8 wide; say 9
   auto s = LoadStatus(Config("m", 9, 4, 1));
@@ -331,7 +288,7 @@ TEST_F(MlpBackendTest, ShapeMismatchesNameTheTensor) {
 
 TEST_F(MlpBackendTest, MissingStrayAndMixedTensorsAreRefused) {
   const Weights m = RandomWeights({8, 16, 4}, false, 7);
-  auto t = Tensors(m, false);
+  auto t = MlpTensors(m, false);
   auto broken = t;
   broken.erase(broken.begin() + 3);  // layers.1.bias
   WriteWeights(broken);
@@ -351,7 +308,7 @@ TEST_F(MlpBackendTest, MissingStrayAndMixedTensorsAreRefused) {
               HasSubstr("tensor 'embedding' is not an mlp tensor"));
 
   broken = t;
-  broken[1] = {"layers.0.bias", Dtype::kF16, {16}, Encode(m.b[0], true)};
+  broken[1] = {"layers.0.bias", Dtype::kF16, {16}, EncodeWeights(m.b[0], true)};
   WriteWeights(broken);
   EXPECT_THAT(LoadStatus(Config("m", 8, 4, 1)).message(), HasSubstr("all weights must share"));
 
@@ -381,7 +338,7 @@ TEST_F(MlpBackendTest, CorruptOrMissingFilesAreRefused) {
 
 TEST_F(MlpBackendTest, ConfigErrorsNameTheField) {
   const Weights m = RandomWeights({4, 4}, false, 8);
-  WriteWeights(Tensors(m, false));
+  WriteWeights(MlpTensors(m, false));
   auto expect = [&](const std::string& text, const std::string& field) {
     auto s = LoadStatus(text);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
@@ -403,7 +360,7 @@ TEST_F(MlpBackendTest, ConfigErrorsNameTheField) {
 
 TEST_F(MlpBackendTest, WeightsAreLoadedOnceAndSharedByEveryInstance) {
   const Weights m = RandomWeights({64, 256, 256, 32}, false, 9);
-  WriteWeights(Tensors(m, false));
+  WriteWeights(MlpTensors(m, false));
   constexpr int kMaxBatch = 8;
   ASSERT_TRUE(Load(Config("m", 64, 32, kMaxBatch, "instance_group [ { kind: KIND_CPU count: 4 } ]"),
                    4)
@@ -427,8 +384,8 @@ TEST_F(MlpBackendTest, WeightsAreLoadedOnceAndSharedByEveryInstance) {
   EXPECT_EQ(*ledger_.SubtreeLiveBytes(version_owner_.id()), weights + 4 * workspace);
 
   // Every instance computes the same, concurrently, from the shared weights.
-  const auto x = RandomInput(kMaxBatch, 64, 10);
-  const auto want = Reference(m, x, kMaxBatch);
+  const auto x = RandomMlpInput(kMaxBatch, 64, 10);
+  const auto want = MlpReference(m, x, kMaxBatch);
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);
   for (int i = 0; i < 4; ++i) {

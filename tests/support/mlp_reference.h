@@ -1,0 +1,70 @@
+// Test support for the mlp backend: weights held as floats, their safetensors tensors, and an
+// independent reference (plain loops in double) the backend's outputs are checked against.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/mlp/safetensors_writer.h"
+#include "core/half.h"
+
+namespace vramd::testing {
+
+struct MlpWeights {
+  std::vector<int64_t> widths;  // K, hidden..., N
+  std::vector<std::vector<float>> w, b;  // w[l] is [out, in]; FP16 models: already rounded
+};
+
+// Raw little-endian bytes of `v` as F32, or as F16 when `fp16`.
+inline std::string EncodeWeights(const std::vector<float>& v, bool fp16) {
+  if (!fp16) return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = HalfFromFloat(v[i]);
+  return std::string(reinterpret_cast<const char*>(h.data()), h.size() * 2);
+}
+
+// The tensors of model.safetensors: layers.{i}.weight [out, in] and layers.{i}.bias [out].
+inline std::vector<backends::safetensors::TensorToWrite> MlpTensors(const MlpWeights& m,
+                                                                    bool fp16) {
+  std::vector<backends::safetensors::TensorToWrite> t;
+  const auto dtype = fp16 ? backends::safetensors::Dtype::kF16 : backends::safetensors::Dtype::kF32;
+  for (size_t i = 0; i < m.w.size(); ++i) {
+    t.push_back({"layers." + std::to_string(i) + ".weight", dtype,
+                 {m.widths[i + 1], m.widths[i]}, EncodeWeights(m.w[i], fp16)});
+    t.push_back({"layers." + std::to_string(i) + ".bias", dtype, {m.widths[i + 1]},
+                 EncodeWeights(m.b[i], fp16)});
+  }
+  return t;
+}
+
+// y = x W^T + b per layer with three plain loops in double, ReLU between layers.
+inline std::vector<float> MlpReference(const MlpWeights& m, const std::vector<float>& x,
+                                       int64_t batch) {
+  std::vector<double> cur(x.begin(), x.end());
+  for (size_t l = 0; l < m.w.size(); ++l) {
+    const int64_t in = m.widths[l], out = m.widths[l + 1];
+    std::vector<double> next(batch * out);
+    for (int64_t r = 0; r < batch; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double acc = m.b[l][o];
+        for (int64_t i = 0; i < in; ++i) acc += cur[r * in + i] * double(m.w[l][o * in + i]);
+        next[r * out + o] = (l + 1 < m.w.size() && acc < 0) ? 0.0 : acc;
+      }
+    }
+    cur = std::move(next);
+  }
+  return std::vector<float>(cur.begin(), cur.end());
+}
+
+// `batch` x `k` inputs uniform in [-1, 1), reproducible from `seed`.
+inline std::vector<float> RandomMlpInput(int64_t batch, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(batch * k);
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+}  // namespace vramd::testing
