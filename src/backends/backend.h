@@ -23,6 +23,7 @@
 
 #include "config/model_config.pb.h"
 #include "core/infer_request.h"
+#include "core/load_timing.h"
 #include "core/status.h"
 #include "memory/allocator.h"
 #include "memory/ledger.h"
@@ -40,6 +41,8 @@ struct ModelContext {
   // an explicit owner are charged to the version.
   memory::Allocator* allocator = nullptr;
   memory::OwnerId owner = memory::kNoOwner;
+  // Where the backend records the phases of its load (load_timing.h); may be null.
+  LoadTiming* timing = nullptr;
 };
 
 enum class DeviceKind { kCpu, kGpu };
@@ -52,6 +55,8 @@ struct InstanceContext {
   // The instance's ledger owner: CreateInstance runs under it, and Execute under the owner of
   // the request being run (a child of this one).
   memory::OwnerId owner = memory::kNoOwner;
+  // The load's timing, as ModelContext::timing (a device's first instance may upload weights).
+  LoadTiming* timing = nullptr;
 };
 
 class BackendInstance {

@@ -1,20 +1,28 @@
 // vramctl: asks a running vramd about itself. `vramctl memory` prints the memory report
 // (GET /v2/memory) as a tree: devices, pools, owners, leaks. `vramctl load MODEL` and
 // `vramctl unload MODEL` ask a server in explicit model control mode to load or unload a model
-// (POST /v2/repository/models/MODEL/load|unload).
+// (POST /v2/repository/models/MODEL/load|unload); `--config FILE` sends FILE (a JSON model
+// config) as the load's config override. `vramctl lifecycle MODEL` prints the model's state,
+// its last load (policy, footprint, phases) and recent transitions.
 //
 // Exit status: 0 on success; 1 when vramd answers with an error or something unreadable;
 // 2 when vramd cannot be reached.
 #include <CLI/CLI.hpp>
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <string>
 
 #include "cli/http_client.h"
+#include "server/metrics/lifecycle_text.h"
 #include "server/metrics/memory_report_text.h"
 
 namespace {
@@ -46,20 +54,23 @@ int ExitCodeFor(const vramd::Result<vramd::cli::HttpGetResponse>& response,
   return 0;
 }
 
-int Memory(const std::string& url_text, bool raw_json, int timeout_ms) {
+// GETs `path` and prints it: the JSON itself with `raw_json`, else `render`'s text.
+int FetchAndPrint(const std::string& url_text, const std::string& path, bool raw_json,
+                  int timeout_ms,
+                  const std::function<vramd::Result<std::string>(std::string_view)>& render) {
   auto url = vramd::cli::ParseUrl(url_text);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
     return 2;
   }
-  const std::string target = url->path + "/v2/memory";
+  const std::string target = url->path + path;
   auto response = vramd::cli::HttpGet(*url, target, std::chrono::milliseconds(timeout_ms));
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   if (raw_json) {
     std::printf("%s\n", response->body.c_str());
     return 0;
   }
-  auto text = vramd::metrics::RenderMemoryReportText(response->body);
+  auto text = render(response->body);
   if (!text.ok()) {
     std::fprintf(stderr, "vramctl: %s answered %s with %s\n", url_text.c_str(), target.c_str(),
                  text.status().message().c_str());
@@ -84,16 +95,42 @@ std::string EncodeSegment(const std::string& s) {
   return out;
 }
 
-int Control(const std::string& url_text, const std::string& model, bool load, int timeout_ms) {
+// The body of a load request: {} or {"parameters": {"config": "<FILE's text>"}}.
+vramd::Result<std::string> ControlBody(const std::string& config_file) {
+  if (config_file.empty()) return std::string("{}");
+  std::ifstream in(config_file);
+  if (!in) return vramd::Status::NotFound("cannot read the config override '" + config_file + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  rapidjson::Document doc;
+  doc.SetObject();
+  auto& a = doc.GetAllocator();
+  rapidjson::Value parameters(rapidjson::kObjectType);
+  const std::string config = text.str();
+  parameters.AddMember("config", rapidjson::Value(config.c_str(), a), a);
+  doc.AddMember("parameters", parameters, a);
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  doc.Accept(w);
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+int Control(const std::string& url_text, const std::string& model, bool load,
+            const std::string& config_file, int timeout_ms) {
   auto url = vramd::cli::ParseUrl(url_text);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
     return 2;
   }
+  auto body = ControlBody(config_file);
+  if (!body.ok()) {
+    std::fprintf(stderr, "vramctl: %s\n", body.status().message().c_str());
+    return 1;
+  }
   const std::string target =
       url->path + "/v2/repository/models/" + EncodeSegment(model) + (load ? "/load" : "/unload");
   // Loading a model can take a while: the answer may take ten times the step deadline.
-  auto response = vramd::cli::HttpPost(*url, target, "{}", std::chrono::milliseconds(timeout_ms),
+  auto response = vramd::cli::HttpPost(*url, target, *body, std::chrono::milliseconds(timeout_ms),
                                        std::chrono::milliseconds(timeout_ms) * 10);
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   std::printf("%s '%s'\n", load ? "loaded" : "unloaded", model.c_str());
@@ -120,7 +157,14 @@ int main(int argc, char** argv) {
   std::string model;
   CLI::App* load = app.add_subcommand("load", "Load (or reload) a model (explicit mode)");
   CLI::App* unload = app.add_subcommand("unload", "Unload a model (explicit mode)");
-  for (CLI::App* sub : {load, unload}) {
+  std::string config_file;
+  load->add_option("--config", config_file,
+                   "A JSON model config to load instead of the repository's config.pbtxt");
+  CLI::App* lifecycle = app.add_subcommand(
+      "lifecycle", "Print a model's state, its last load (policy, footprint, phases) and "
+                   "recent transitions");
+  lifecycle->add_flag("--json", raw_json, "Print the server's JSON");
+  for (CLI::App* sub : {load, unload, lifecycle}) {
     sub->add_option("model", model, "The model's name")->required();
     sub->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
     sub->add_option("--timeout-ms", timeout_ms, "Deadline for each network step")
@@ -129,8 +173,18 @@ int main(int argc, char** argv) {
   }
 
   CLI11_PARSE(app, argc, argv);
-  if (memory->parsed()) return Memory(url, raw_json, timeout_ms);
-  if (load->parsed()) return Control(url, model, true, timeout_ms);
-  if (unload->parsed()) return Control(url, model, false, timeout_ms);
+  if (memory->parsed()) {
+    return FetchAndPrint(url, "/v2/memory", raw_json, timeout_ms, [](std::string_view json) {
+      return vramd::metrics::RenderMemoryReportText(json);
+    });
+  }
+  if (load->parsed()) return Control(url, model, true, config_file, timeout_ms);
+  if (unload->parsed()) return Control(url, model, false, "", timeout_ms);
+  if (lifecycle->parsed()) {
+    return FetchAndPrint(url, "/v2/repository/models/" + EncodeSegment(model) + "/lifecycle",
+                         raw_json, timeout_ms, [](std::string_view json) {
+                           return vramd::metrics::RenderLifecycleText(json);
+                         });
+  }
   return 0;
 }

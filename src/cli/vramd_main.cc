@@ -43,6 +43,10 @@ struct ServeOptions {
   int exit_timeout_secs = 30;
   std::string model_control_mode = "none";
   std::vector<std::string> load_models;  // explicit mode: loaded at start-up ("*": all)
+  int repository_poll_secs = 15;
+  int model_load_thread_count = 4;
+  int64_t reload_headroom_mib = 256;
+  int64_t reload_unavailable_wait_ms = 5000;
 };
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
@@ -106,10 +110,16 @@ int Serve(const ServeOptions& options) {
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
   manager_options.exit_on_error = options.exit_on_error;
   manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr};
-  manager_options.model_control_mode = options.model_control_mode == "explicit"
-                                           ? vramd::runtime::ModelControlMode::kExplicit
-                                           : vramd::runtime::ModelControlMode::kNone;
+  manager_options.model_control_mode =
+      options.model_control_mode == "explicit" ? vramd::runtime::ModelControlMode::kExplicit
+      : options.model_control_mode == "poll"   ? vramd::runtime::ModelControlMode::kPoll
+                                               : vramd::runtime::ModelControlMode::kNone;
   manager_options.startup_models = options.load_models;
+  manager_options.poll_interval = std::chrono::seconds(options.repository_poll_secs);
+  manager_options.load_thread_count = options.model_load_thread_count;
+  manager_options.reload.headroom_bytes = options.reload_headroom_mib << 20;
+  manager_options.reload.unavailable_wait =
+      std::chrono::milliseconds(options.reload_unavailable_wait_ms);
   if (!options.load_models.empty() && options.model_control_mode != "explicit") {
     spdlog::warn("--load-model is ignored unless --model-control-mode is explicit");
   }
@@ -231,8 +241,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--model-control-mode", options.model_control_mode,
                     "none: load every model at start-up, refuse load/unload requests; "
+                    "poll: load every model, then follow the repositories' changes; "
                     "explicit: load the --load-model models, then load/unload on request")
-      ->check(CLI::IsMember({"none", "explicit"}))
+      ->check(CLI::IsMember({"none", "poll", "explicit"}))
+      ->capture_default_str();
+  serve->add_option("--repository-poll-secs", options.repository_poll_secs,
+                    "Poll mode: seconds between scans; a change is acted on once two scans "
+                    "agree (docs/model-control.md)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--model-load-thread-count", options.model_load_thread_count,
+                    "Models that may load at the same time")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--reload-headroom-mib", options.reload_headroom_mib,
+                    "A reload keeps the old versions serving only if the new ones' predicted "
+                    "footprint plus this much fits in free memory")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--reload-unavailable-wait-ms", options.reload_unavailable_wait_ms,
+                    "During a resource-preserving reload, how long a request waits for the "
+                    "model before an unavailable error")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   serve->add_option("--load-model", options.load_models,
                     "Explicit mode: a model to load at start-up; repeat for several, '*' for all");

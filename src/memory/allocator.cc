@@ -22,6 +22,20 @@ void Buffer::Reset() {
   size_ = 0;
 }
 
+namespace {
+
+Result<std::unique_ptr<SegmentSource>> MakeSource(Device device) {
+  switch (device.type) {
+    case DeviceType::kCpu: return MakeHostSegmentSource();
+    case DeviceType::kCuda: return MakeCudaSegmentSource(device.index);
+    case DeviceType::kCudaHost: return MakeCudaHostSegmentSource();
+  }
+  return Status::InvalidArgument(
+      fmt::format("no memory source for device type {}", static_cast<int>(device.type)));
+}
+
+}  // namespace
+
 Allocator::Allocator(Ledger* ledger) : ledger_(ledger) {}
 
 Allocator::~Allocator() = default;
@@ -31,12 +45,8 @@ Result<CachingPool*> Allocator::Pool(Device device) {
   auto key = std::make_pair(static_cast<int>(device.type), device.index);
   auto it = pools_.find(key);
   if (it != pools_.end()) return it->second.get();
-  std::unique_ptr<SegmentSource> source;
-  if (device.is_cuda()) {
-    VRAMD_ASSIGN_OR_RETURN(source, MakeCudaSegmentSource(device.index));
-  } else {
-    source = MakeHostSegmentSource();
-  }
+  // A source that is unavailable leaves no pool behind: the next call asks again.
+  VRAMD_ASSIGN_OR_RETURN(std::unique_ptr<SegmentSource> source, MakeSource(device));
   auto pool = std::make_unique<CachingPool>(std::move(source));
   CachingPool* raw = pool.get();
   pools_.emplace(key, std::move(pool));
@@ -44,6 +54,15 @@ Result<CachingPool*> Allocator::Pool(Device device) {
 }
 
 Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream, OwnerId owner) {
+  for (uint64_t n = fail_countdown_.load(); n > 0;) {
+    if (fail_countdown_.compare_exchange_weak(n, n - 1)) {
+      if (n == 1) {
+        return Status::ResourceExhausted(fmt::format(
+            "injected allocation failure ({} bytes on {})", size, device.ToString()));
+      }
+      break;
+    }
+  }
   VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(device));
   VRAMD_ASSIGN_OR_RETURN(void* ptr, pool->Allocate(size, stream));
   ledger_->RecordAllocation(ptr, size, device, owner);

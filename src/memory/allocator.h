@@ -5,6 +5,7 @@
 // Thread safety: all methods are safe from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -54,7 +55,8 @@ class Allocator {
   Ledger* ledger() const { return ledger_; }
 
   // `size` bytes on `device`, charged to `owner` (kNoOwner: the thread's current OwnerScope).
-  // ResourceExhausted when the device is full; Unavailable for a device that does not exist.
+  // ResourceExhausted when the device is full; Unavailable for a device that does not exist
+  // (cuda_host without CUDA or a GPU included).
   Result<Buffer> Allocate(Device device, size_t size, StreamId stream = 0,
                           OwnerId owner = kNoOwner);
 
@@ -66,6 +68,8 @@ class Allocator {
   void Free(Device device, void* ptr);
 
   // Returns cached, unused memory of one device / of all devices to the system; bytes returned.
+  // TrimAll includes the pinned host pool (cuda_host): pinned pages cannot be swapped, so a
+  // load's staging images must not stay pinned once the load is done.
   size_t Trim(Device device);
   size_t TrimAll();
 
@@ -74,8 +78,14 @@ class Allocator {
   // The pool of `device`, created if needed; Unavailable if the device does not exist.
   Result<CachingPool*> Pool(Device device);
 
+  // Fault injection, for tests of what a failed allocation leaves behind: the `nth` allocation
+  // from now (1 = the next one) answers ResourceExhausted "injected allocation failure"; later
+  // ones succeed again. 0 cancels a pending injection.
+  void InjectFailure(uint64_t nth) { fail_countdown_.store(nth); }
+
  private:
   Ledger* const ledger_;
+  std::atomic<uint64_t> fail_countdown_{0};  // 0: none pending
   mutable std::mutex mu_;
   std::map<std::pair<int, int>, std::unique_ptr<CachingPool>> pools_;  // guarded by mu_
 };

@@ -6,13 +6,18 @@
 namespace vramd::memory {
 
 std::string Device::ToString() const {
-  if (type == DeviceType::kCpu) return "cpu";
-  return "cuda:" + std::to_string(index);
+  switch (type) {
+    case DeviceType::kCpu: return "cpu";
+    case DeviceType::kCuda: return "cuda:" + std::to_string(index);
+    case DeviceType::kCudaHost: return "cuda_host";
+  }
+  return "unknown";
 }
 
 Result<Device> Device::Parse(std::string_view text) {
   if (text == "cpu") return Device::Cpu();
   if (text == "cuda") return Device::Cuda(0);
+  if (text == "cuda_host") return Device::CudaHost();
   constexpr std::string_view kCudaPrefix = "cuda:";
   if (text.starts_with(kCudaPrefix)) {
     std::string_view digits = text.substr(kCudaPrefix.size());
@@ -24,8 +29,8 @@ Result<Device> Device::Parse(std::string_view text) {
     }
   }
   return Status::InvalidArgument("invalid device \"" + std::string(text) +
-                                 "\": expected \"cpu\", \"cuda\" or \"cuda:N\" (N a device "
-                                 "ordinal, 0 or more)");
+                                 "\": expected \"cpu\", \"cuda\", \"cuda:N\" (N a device "
+                                 "ordinal, 0 or more) or \"cuda_host\" (pinned host memory)");
 }
 
 }  // namespace vramd::memory

@@ -70,17 +70,28 @@ namespace {
 constexpr int kShards = 64;
 constexpr size_t kMaxLeakHistory = 1000;
 constexpr size_t kMaxLeakAllocations = 16;
-// Per-device slots: cpu, cuda:0..15, and one shared by every other CUDA ordinal.
+// Per-device slots: cpu, cuda:0..15, one shared by every other CUDA ordinal, and cuda_host.
 constexpr int kCudaSlots = 16;
-constexpr int kDeviceSlots = 1 + kCudaSlots + 1;
+constexpr int kCudaOverflowSlot = 1 + kCudaSlots;
+constexpr int kCudaHostSlot = kCudaOverflowSlot + 1;
+constexpr int kDeviceSlots = kCudaHostSlot + 1;
 
 int DeviceSlot(Device device) {
-  if (!device.is_cuda()) return 0;
-  if (device.index >= 0 && device.index < kCudaSlots) return 1 + device.index;
-  return kDeviceSlots - 1;
+  switch (device.type) {
+    case DeviceType::kCpu: return 0;
+    case DeviceType::kCudaHost: return kCudaHostSlot;
+    case DeviceType::kCuda:
+      if (device.index >= 0 && device.index < kCudaSlots) return 1 + device.index;
+      return kCudaOverflowSlot;
+  }
+  return 0;
 }
 
-Device SlotDevice(int slot) { return slot == 0 ? Device::Cpu() : Device::Cuda(slot - 1); }
+Device SlotDevice(int slot) {
+  if (slot == 0) return Device::Cpu();
+  if (slot == kCudaHostSlot) return Device::CudaHost();
+  return Device::Cuda(slot - 1);  // the overflow slot reads as cuda:16
+}
 
 // Owner ids are unique in the process, across ledgers, and never reused.
 std::atomic<OwnerId> g_next_owner_id{1};

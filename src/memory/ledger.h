@@ -75,7 +75,8 @@ struct OwnerSnapshot {
   OwnerStats self;
   int64_t subtree_live_bytes = 0;  // self + every descendant
   int64_t subtree_live_count = 0;
-  // Self only, non-zero entries. CUDA ordinals outside 0..15 share one entry, cuda:16.
+  // Self only, non-zero entries, in the order cpu, cuda:0.., cuda_host. CUDA ordinals outside
+  // 0..15 share one entry, cuda:16.
   std::vector<std::pair<Device, int64_t>> live_bytes_by_device;
 };
 

@@ -72,7 +72,7 @@ struct MemoryReport {
   int cuda_device_count = 0;
   std::string cuda_reason;  // why there is no CUDA device, when cuda_device_count == 0
   std::vector<DeviceMemoryReport> devices;  // CUDA devices by ordinal
-  std::vector<PoolStats> pools;             // every pool, the CPU's included
+  std::vector<PoolStats> pools;             // every pool, the CPU's and cuda_host's included
   std::optional<OwnerNode> owners;          // the root ("server")
   std::vector<LeakReport> leaks;            // Ledger::Leaks
   uint64_t leaked_bytes_total = 0;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include "core/infer_request.h"
 #include "core/status.h"
@@ -13,6 +14,10 @@ namespace vramd::runtime {
 // closing checks that the request left nothing behind. Keep it alive until the response has
 // been sent.
 struct InferOutcome {
+  // Keeps the version that ran the request (its instance's ledger owner, the parent of
+  // request_owner) alive until the outcome is gone: declared first, destroyed last, so an
+  // unload never closes an instance owner under a request that still holds its outputs.
+  std::shared_ptr<const void> version_hold;
   RequestOwner request_owner;
   InferResponse response;
 };

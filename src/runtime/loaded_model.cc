@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <future>
+#include <thread>
 
 #include "memory/cuda_devices.h"
 #include "runtime/batch_assembly.h"
@@ -95,11 +96,23 @@ LoadedModel::~LoadedModel() {
 
 Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     std::shared_ptr<const config::ModelConfig> config, const std::filesystem::path& model_dir,
-    int64_t version, const MemoryContext& memory, memory::OwnerId model_owner) {
+    int64_t version, const MemoryContext& memory, memory::OwnerId model_owner,
+    LoadTiming* timing) {
   const std::string where = fmt::format("model '{}' version {}", config->name(), version);
   // On any failure below, destroying `model` releases what was created and closes its owners,
   // so a failed load leaves its owner at zero or files a leak naming it.
-  std::shared_ptr<LoadedModel> model(new LoadedModel(config, version, memory, model_owner));
+  // An outcome holds its version (InferOutcome::version_hold), so the last reference can drop
+  // on one of the version's own instance threads (a callback dropping its outcome), and
+  // destroying it there would join that thread from itself: then another thread destroys it,
+  // as Triton's model deleter does.
+  std::shared_ptr<LoadedModel> model(
+      new LoadedModel(config, version, memory, model_owner), [](LoadedModel* doomed) {
+        if (doomed->scheduler_ != nullptr && doomed->scheduler_->OnWorkerThread()) {
+          std::thread([doomed] { delete doomed; }).detach();
+        } else {
+          delete doomed;
+        }
+      });
 
   auto backend = backends::FindBackend(*config);  // its errors name the model already
   if (!backend.ok()) return backend.status();
@@ -114,6 +127,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   ctx.config = config.get();
   ctx.allocator = memory.allocator;
   ctx.owner = model->owner_.id();
+  ctx.timing = timing;
   {
     memory::OwnerScope scope(ctx.owner);
     auto backend_model = (*backend)->LoadModel(ctx);
@@ -121,8 +135,22 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     model->backend_model_ = std::move(backend_model).value();
   }
 
+  // "instances" is the time of creating them less the h2d the backend recorded meanwhile
+  // (a device's first instance may upload the weights), so phases add up.
+  auto h2d_seconds = [timing] {
+    double seconds = 0;
+    if (timing != nullptr) {
+      for (const auto& phase : timing->phases()) {
+        if (phase.name == "h2d") seconds += phase.seconds;
+      }
+    }
+    return seconds;
+  };
+  const double h2d_before = h2d_seconds();
+  const auto instances_start = std::chrono::steady_clock::now();
   model->instances_.reserve(plan->size());
   for (auto& instance_ctx : *plan) {
+    instance_ctx.timing = timing;
     memory::ScopedOwner owner(memory.ledger, ctx.owner, memory::OwnerKind::kInstance,
                               instance_ctx.name);
     instance_ctx.owner = owner.id();
@@ -133,6 +161,11 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
           fmt::format("{}: instance '{}'", where, instance_ctx.name));
     }
     model->instances_.emplace_back(std::move(owner), std::move(instance).value());
+  }
+  if (timing != nullptr) {
+    const std::chrono::duration<double> elapsed =
+        std::chrono::steady_clock::now() - instances_start;
+    timing->Add("instances", elapsed.count() - (h2d_seconds() - h2d_before));
   }
 
   Scheduler::Options options;
@@ -163,11 +196,26 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
 }
 
 void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
+  // Each outcome holds this version (InferOutcome::version_hold), so that an unload waits for
+  // the outputs of its requests instead of closing their owners under them. Null while the
+  // version is being destroyed (its last holder let go with requests still queued).
+  std::shared_ptr<const void> hold;
+  if (outcomes_hold_version_) hold = weak_from_this().lock();
+  if (hold != nullptr) {
+    for (auto& queued : batch) {
+      queued.done = [hold, done = std::move(queued.done)](Result<InferOutcome> outcome) mutable {
+        if (outcome.ok()) outcome->version_hold = std::move(hold);
+        hold.reset();  // only the outcome may keep the version, not this callback
+        done(std::move(outcome));
+      };
+    }
+  }
   Instance& instance = instances_[index];
   executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));
 }
 
-void LoadedModel::InferAsync(std::shared_ptr<const InferRequest> request, InferCallback done) {
+std::optional<QueuedRequest> LoadedModel::Admit(std::shared_ptr<const InferRequest> request,
+                                                InferCallback done) {
   QueuedRequest queued;
   queued.arrival = SchedulerClock::now();
   Status valid = ValidateInferRequest(*config_, *request);
@@ -178,12 +226,27 @@ void LoadedModel::InferAsync(std::shared_ptr<const InferRequest> request, InferC
                                   .count()),
         FailureReason::kOther);
     done(std::move(valid));
-    return;
+    return std::nullopt;
   }
   queued.batch_size = config_->max_batch_size() > 0 ? RequestBatchSize(*request) : 1;
   queued.request = std::move(request);
   queued.done = std::move(done);
-  scheduler_->Submit(std::move(queued));
+  return queued;
+}
+
+void LoadedModel::InferAsync(std::shared_ptr<const InferRequest> request, InferCallback done) {
+  auto queued = Admit(std::move(request), std::move(done));
+  if (queued) scheduler_->Submit(std::move(*queued));
+}
+
+bool LoadedModel::TryInferAsync(const std::shared_ptr<const InferRequest>& request,
+                                InferCallback* done) {
+  auto queued = Admit(request, std::move(*done));
+  if (!queued) return true;
+  auto refused = scheduler_->SubmitOrReturn(std::move(*queued));
+  if (!refused) return true;
+  *done = std::move(refused->done);
+  return false;
 }
 
 Result<InferOutcome> LoadedModel::Infer(const InferRequest& request) {

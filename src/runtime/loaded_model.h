@@ -22,12 +22,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
 #include "config/model_config.pb.h"
 #include "core/infer_request.h"
+#include "core/load_timing.h"
 #include "core/status.h"
 #include "memory/ledger.h"
 #include "runtime/batch_executor.h"
@@ -39,17 +41,19 @@
 
 namespace vramd::runtime {
 
-class LoadedModel {
+class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
  public:
   // Loads version `version` of the model in `model_dir` with `config` (validated and
   // normalized): finds its backend, loads the model, creates every instance. Any failure
   // releases what was created and names the model (and the version,
   // unless the model's backend itself is missing).
   // What `memory` points to must outlive the LoadedModel; `model_owner` is the model's owner.
+  // The backend and the instances' creation record their phases in `timing` (may be null).
   static Result<std::shared_ptr<LoadedModel>> Load(std::shared_ptr<const config::ModelConfig> config,
                                                    const std::filesystem::path& model_dir,
                                                    int64_t version, const MemoryContext& memory,
-                                                   memory::OwnerId model_owner);
+                                                   memory::OwnerId model_owner,
+                                                   LoadTiming* timing = nullptr);
 
   ~LoadedModel();
   LoadedModel(const LoadedModel&) = delete;
@@ -73,6 +77,12 @@ class LoadedModel {
   // The request's `timeout_us` is honoured as dynamic_batching.default_queue_policy allows.
   void InferAsync(std::shared_ptr<const InferRequest> request, InferCallback done);
 
+  // InferAsync, except for a version whose Shutdown has begun: then nothing is answered or
+  // counted, `*done` is left as it was and the result is false, so the caller can find the
+  // version that replaced this one (a reload swaps versions between a caller's lookup and its
+  // submit) instead of failing the request.
+  bool TryInferAsync(const std::shared_ptr<const InferRequest>& request, InferCallback* done);
+
   // InferAsync, waiting for the outcome. REQUIRES: not called from an instance thread (a
   // callback), which could wait on itself.
   Result<InferOutcome> Infer(const InferRequest& request);
@@ -82,6 +92,13 @@ class LoadedModel {
   // Idempotent; the destructor calls it. REQUIRES: not called from a callback.
   void Shutdown();
 
+  // Makes every successful outcome hold this version (InferOutcome::version_hold) until it is
+  // destroyed, so the version's owners never close under a request's outputs. REQUIRES: set
+  // before the version takes requests, and whoever drops the version's last reference other
+  // than outcomes calls Shutdown first (ModelManager does): then no outcome releases it on an
+  // instance thread (and if one did, the version is destroyed on another thread).
+  void set_outcomes_hold_version(bool on) { outcomes_hold_version_ = on; }
+
   // Counters of this version's requests and executions.
   const InferenceStatistics& statistics() const { return stats_; }
 
@@ -89,6 +106,10 @@ class LoadedModel {
   LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
               const MemoryContext& memory, memory::OwnerId model_owner);
 
+  // Validates `request`: a QueuedRequest ready to submit, or nullopt once `done` has been
+  // given the validation error (counted as a failure).
+  std::optional<QueuedRequest> Admit(std::shared_ptr<const InferRequest> request,
+                                     InferCallback done);
   // Runs a batch the scheduler formed on instance `index`.
   void RunBatch(size_t index, std::vector<QueuedRequest> batch);
 
@@ -110,6 +131,7 @@ class LoadedModel {
   std::unique_ptr<backends::BackendModel> backend_model_;
   std::vector<Instance> instances_;
   std::unique_ptr<Scheduler> scheduler_;  // null until Load has created every instance
+  bool outcomes_hold_version_ = false;  // constant once requests come
 };
 
 }  // namespace vramd::runtime

@@ -3,67 +3,118 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "config/model_config_parser.h"
+#include "memory/cuda_devices.h"
 #include "repository/model_repository.h"
+#include "repository/repository_watcher.h"
+#include "runtime/model_warmup.h"
 
 namespace vramd::runtime {
 namespace fs = std::filesystem;
+namespace {
 
-std::string_view ModelStateName(ModelState state) {
-  return state == ModelState::kReady ? "READY" : "UNAVAILABLE";
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-ModelManager::ModelEntry ModelManager::LoadModel(const fs::path& model_dir,
-                                                 const std::string& name) const {
-  ModelEntry entry;
-  auto parsed = config::LoadModelConfigFile(model_dir / "config.pbtxt");
-  if (!parsed.ok()) {
-    entry.reason = parsed.status().message();
-    return entry;
-  }
-  if (!parsed->unsupported_fields.empty()) {
-    spdlog::warn("model '{}': {} ignores fields it does not support: {}", name,
-                 (model_dir / "config.pbtxt").string(), fmt::join(parsed->unsupported_fields, ", "));
-  }
-  auto config = std::make_shared<config::ModelConfig>(std::move(parsed->config));
-  Status valid = config::ValidateAndNormalize(config.get(), name);
-  if (!valid.ok()) {
-    entry.reason = fmt::format("{}: {}", (model_dir / "config.pbtxt").string(), valid.message());
-    return entry;
-  }
-  entry.config = config;
+// Runs work(i) for i in [0, n) on up to `threads` threads.
+void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& work) {
+  std::atomic<size_t> next{0};
+  auto loop = [&] {
+    for (size_t i = next++; i < n; i = next++) work(i);
+  };
+  std::vector<std::jthread> pool;
+  const size_t count = std::min<size_t>(n, static_cast<size_t>(std::max(1, threads)));
+  for (size_t t = 1; t < count; ++t) pool.emplace_back(loop);
+  loop();
+}
 
-  std::vector<int64_t> versions =
-      repository::SelectVersions(config->version_policy(), repository::ListVersions(model_dir));
-  if (versions.empty()) {
-    entry.reason = fmt::format("model '{}' has no version folder that its version_policy selects "
-                               "in '{}'", name, model_dir.string());
-    return entry;
+struct ModelFiles {
+  fs::path dir;
+  std::shared_ptr<const config::ModelConfig> config;
+  std::vector<int64_t> versions;
+};
+
+// Finds `name` in the repositories and reads its config (or takes `config_override`), selects
+// its versions. NotFound when no repository has it; InvalidArgument (with file:line where the
+// config is at fault) for an unusable model. `config` is set whenever the config was usable.
+Status ReadModel(const std::vector<fs::path>& repositories, const std::string& name,
+                 std::shared_ptr<const config::ModelConfig> config_override, ModelFiles* files) {
+  VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(repositories));
+  const repository::ModelDirectory* dir = nullptr;
+  for (const auto& d : dirs) {
+    if (d.name == name) dir = &d;
   }
-  entry.owner = memory::ScopedOwner(memory_.ledger, memory_.ledger->root(),
-                                    memory::OwnerKind::kModel, name);
-  for (int64_t v : versions) {
-    auto loaded = LoadedModel::Load(config, model_dir, v, memory_, entry.owner.id());
-    if (loaded.ok()) {
-      entry.ready.emplace(v, std::move(loaded).value());
-    } else {
-      entry.failed.emplace(v, loaded.status().message());
+  if (dir == nullptr) {
+    return Status::NotFound(
+        fmt::format("failed to load '{}': no model repository holds a model of that name", name));
+  }
+  if (!dir->status.ok()) return Status::InvalidArgument(dir->status.message());
+  files->dir = dir->path;
+  auto config = std::make_shared<config::ModelConfig>();
+  std::string where = "the config override";
+  if (config_override != nullptr) {
+    *config = *config_override;
+  } else {
+    where = (dir->path / "config.pbtxt").string();
+    auto parsed = config::LoadModelConfigFile(dir->path / "config.pbtxt");
+    if (!parsed.ok()) return Status::InvalidArgument(parsed.status().message());
+    if (!parsed->unsupported_fields.empty()) {
+      spdlog::warn("model '{}': {} ignores fields it does not support: {}", name, where,
+                   fmt::join(parsed->unsupported_fields, ", "));
     }
+    *config = std::move(parsed->config);
   }
-  return entry;
+  Status valid = config::ValidateAndNormalize(config.get(), name);
+  if (!valid.ok()) return Status::InvalidArgument(fmt::format("{}: {}", where, valid.message()));
+  files->config = config;
+  files->versions =
+      repository::SelectVersions(config->version_policy(), repository::ListVersions(dir->path));
+  if (files->versions.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "model '{}' has no version folder that its version_policy selects in '{}'", name,
+        dir->path.string()));
+  }
+  return Status::Ok();
 }
+
+}  // namespace
+
+ModelManager::ModelManager(const Options& options)
+    : memory_(options.memory),
+      mode_(options.model_control_mode),
+      repositories_(options.repositories),
+      reload_defaults_(options.reload),
+      free_bytes_(options.free_bytes
+                      ? options.free_bytes
+                      : [allocator = options.memory.allocator](const std::string& device) {
+                          return DeviceFreeBytes(device, allocator);
+                        }),
+      retire_timeout_(options.retire_timeout),
+      poll_interval_(options.poll_interval),
+      load_thread_count_(std::max(1, options.load_thread_count)),
+      load_slots_(std::max(1, options.load_thread_count)) {}
 
 Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& options) {
   if (options.memory.ledger == nullptr || options.memory.allocator == nullptr) {
     return Status::Internal("ModelManager needs a ledger and an allocator");
   }
-  VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(options.repositories));
   std::unique_ptr<ModelManager> manager(new ModelManager(options));
+  if (options.model_control_mode == ModelControlMode::kPoll) {
+    // The baseline comes before the start-up scan, so a change made while loading is seen.
+    manager->watcher_ = std::make_unique<repository::RepositoryWatcher>(options.repositories);
+    VRAMD_RETURN_IF_ERROR(manager->watcher_->Baseline());
+  }
+  VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(options.repositories));
   const bool explicit_mode = options.model_control_mode == ModelControlMode::kExplicit;
   std::set<std::string, std::less<>> startup(options.startup_models.begin(),
                                              options.startup_models.end());
@@ -79,43 +130,58 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
       if (options.exit_on_error) return Status::NotFound(message);
     }
   }
+  std::vector<std::string> names;
   for (const auto& dir : dirs) {
-    if (!all && startup.count(dir.name) == 0) continue;
-    ModelEntry entry;
-    if (!dir.status.ok()) {
-      entry.reason = dir.status.message();
-    } else {
-      entry = manager->LoadModel(dir.path, dir.name);
-    }
-    if (!entry.reason.empty()) {
-      spdlog::error("failed to load model '{}': {}", dir.name, entry.reason);
-      if (options.exit_on_error) {
-        return Status::InvalidArgument(fmt::format("failed to load model '{}': {}", dir.name, entry.reason));
-      }
-    }
-    for (const auto& [v, reason] : entry.failed) {
-      spdlog::error("failed to load: {}", reason);  // the reason names model and version
-      if (options.exit_on_error) return Status::InvalidArgument(reason);
-    }
-    for (const auto& [v, model] : entry.ready) {
-      spdlog::info("loaded model '{}' version {} ({} instance(s), backend '{}')", dir.name, v,
-                   model->instance_count(),
-                   model->config().backend().empty() ? model->config().platform()
-                                                     : model->config().backend());
-    }
-    std::unique_lock lock(manager->mu_);
-    manager->models_.emplace(dir.name, std::move(entry));
+    if (all || startup.count(dir.name) > 0) names.push_back(dir.name);
   }
-  // Loading leaves cached free blocks behind (host staging images of weights uploaded to a GPU,
-  // failed loads): hand them back rather than hold them for the server's lifetime.
-  size_t trimmed = options.memory.allocator->TrimAll();
-  if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
+  std::vector<Status> results(names.size());
+  ParallelFor(names.size(), manager->load_thread_count_, [&](size_t i) {
+    auto action = manager->ActionLock(names[i]);
+    std::lock_guard lock(*action);
+    manager->load_slots_.acquire();
+    results[i] = manager->LoadLocked(names[i], nullptr);
+    manager->load_slots_.release();
+  });
+  for (const auto& status : results) {
+    if (!status.ok() && options.exit_on_error) return status;
+  }
+  if (manager->watcher_ != nullptr) {
+    ModelManager* raw = manager.get();
+    manager->poller_ = std::jthread([raw](std::stop_token stop) {
+      std::mutex mu;
+      std::condition_variable_any wake;
+      std::unique_lock lock(mu);
+      while (!stop.stop_requested()) {
+        wake.wait_for(lock, stop, raw->poll_interval_, [] { return false; });
+        if (stop.stop_requested()) break;
+        Status polled = raw->PollOnce();
+        if (!polled.ok()) spdlog::error("repository poll: {}", polled.message());
+      }
+    });
+  }
   return manager;
 }
 
 ModelManager::~ModelManager() {
-  std::unique_lock lock(mu_);
-  models_.clear();  // versions first, then what was retired
+  poller_ = std::jthread();  // stops and joins the polling thread first
+  std::vector<std::pair<std::string, Versions>> serving;
+  {
+    std::unique_lock lock(mu_);
+    for (auto& [name, entry] : models_) serving.emplace_back(name, std::move(entry.serving));
+    models_.clear();
+  }
+  for (auto& [name, versions] : serving) versions.ready.clear();  // versions before owners
+  serving.clear();
+  std::lock_guard lock(retired_mu_);
+  retired_.clear();
+}
+
+Status ModelManager::CheckMode(std::string_view action) const {
+  if (mode_ == ModelControlMode::kExplicit) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "explicit model {} is not allowed if polling is enabled (the model control mode is '{}'; "
+      "start vramd with --model-control-mode explicit)",
+      action, mode_ == ModelControlMode::kPoll ? "poll" : "none"));
 }
 
 std::shared_ptr<std::mutex> ModelManager::ActionLock(std::string_view name) {
@@ -127,28 +193,65 @@ std::shared_ptr<std::mutex> ModelManager::ActionLock(std::string_view name) {
   return it->second;
 }
 
-void ModelManager::Retire(ModelEntry entry) {
-  Retired retired;
-  retired.owner = std::move(entry.owner);
-  // Drain first: requests already queued run; later ones are refused as unloading. Shutting
-  // down here also means no instance thread ever destroys its own LoadedModel.
-  for (auto& [v, model] : entry.ready) {
-    model->Shutdown();
-    retired.versions.push_back(model);
+void ModelManager::EndGap(ModelEntry& entry) {
+  if (!entry.gap) return;
+  entry.gap = false;
+  ++entry.gap_generation;
+}
+
+void ModelManager::Update(const std::string& name, const std::function<void(ModelEntry&)>& change) {
+  {
+    std::unique_lock lock(mu_);
+    change(models_[name]);
   }
-  entry.ready.clear();  // the last reference, unless a request still holds one
-  const std::vector<std::weak_ptr<LoadedModel>> versions = retired.versions;
+  changed_.notify_all();
+}
+
+ModelManager::Versions ModelManager::LoadVersions(
+    const std::string& name, std::shared_ptr<const config::ModelConfig> config,
+    const fs::path& model_dir, const std::vector<int64_t>& versions, LoadTiming* timing) const {
+  Versions loaded;
+  loaded.config = config;
+  loaded.owner = memory::ScopedOwner(memory_.ledger, memory_.ledger->root(),
+                                     memory::OwnerKind::kModel, name);
+  for (int64_t v : versions) {
+    auto model = LoadedModel::Load(config, model_dir, v, memory_, loaded.owner.id(), timing);
+    if (!model.ok()) {
+      loaded.failed.emplace(v, model.status().message());
+      continue;
+    }
+    (*model)->set_outcomes_hold_version(true);  // Retire shuts versions down before release
+    const auto warmup_start = Clock::now();
+    Status warmed = RunModelWarmup(**model, model_dir);
+    if (timing != nullptr && config->model_warmup_size() > 0) {
+      timing->Add("warmup", SecondsSince(warmup_start));
+    }
+    if (!warmed.ok()) {
+      loaded.failed.emplace(
+          v, fmt::format("model '{}' version {}: model_warmup failed: {}", name, v,
+                         warmed.message()));
+      continue;  // destroying the version releases what it holds
+    }
+    loaded.ready.emplace(v, std::move(model).value());
+  }
+  return loaded;
+}
+
+void ModelManager::Retire(const std::string& model, Versions versions) {
+  Retired retired;
+  retired.model = model;
+  // Drain first: requests already queued run; later ones are refused and go to the version
+  // that replaced these (TryInferAsync). Shutting down here also means no instance thread ever
+  // destroys its own LoadedModel.
+  for (auto& [v, loaded] : versions.ready) {
+    loaded->Shutdown();
+    retired.weak.push_back(loaded);
+  }
+  versions.ready.clear();  // the last reference, unless a request still holds one
+  retired.versions = std::move(versions);
   {
     std::lock_guard lock(retired_mu_);
     retired_.push_back(std::move(retired));
-  }
-  // A request that was answered drops its reference right after its callback: wait a moment
-  // (up to 2 s) so that the owner usually closes before this returns.
-  for (int i = 0; i < 2000; ++i) {
-    bool gone = true;
-    for (const auto& w : versions) gone = gone && w.expired();
-    if (gone) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   SweepRetired();
 }
@@ -159,7 +262,7 @@ void ModelManager::SweepRetired() {
     std::lock_guard lock(retired_mu_);
     for (auto it = retired_.begin(); it != retired_.end();) {
       bool gone = true;
-      for (const auto& w : it->versions) gone = gone && w.expired();
+      for (const auto& w : it->weak) gone = gone && w.expired();
       if (gone) {
         done.push_back(std::move(*it));
         it = retired_.erase(it);
@@ -168,96 +271,304 @@ void ModelManager::SweepRetired() {
       }
     }
   }
-  done.clear();  // closes the owners, outside the lock
+  done.clear();  // closes the owners (filing leak reports for what they still hold), unlocked
 }
 
-Status ModelManager::Load(std::string_view name) {
-  if (mode_ != ModelControlMode::kExplicit) {
-    return Status::InvalidArgument(
-        "explicit model load / unload is not allowed if polling is enabled (the model control "
-        "mode is 'none'; start vramd with --model-control-mode explicit)");
-  }
-  auto action = ActionLock(name);
-  std::lock_guard action_lock(*action);
-  VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(repositories_));
-  const repository::ModelDirectory* dir = nullptr;
-  for (const auto& d : dirs) {
-    if (d.name == name) dir = &d;
-  }
-  if (dir == nullptr) {
-    return Status::NotFound(fmt::format(
-        "failed to load '{}': no model repository holds a model of that name", name));
-  }
-  ModelEntry entry;
-  if (!dir->status.ok()) {
-    entry.reason = dir->status.message();
-  } else {
-    entry = LoadModel(dir->path, dir->name);
-  }
-  std::string error = entry.reason;
-  if (error.empty() && !entry.failed.empty()) error = entry.failed.rbegin()->second;
-  if (error.empty() && entry.ready.empty()) error = "no version loaded";
-  if (!error.empty()) {
-    spdlog::error("failed to load model '{}': {}", name, error);
-    ModelEntry failed;  // the failed attempt, or the serving entry kept, goes back to the map
-    bool keep_serving = false;
+Status ModelManager::WaitRetired(const std::string& model) {
+  const auto deadline = Clock::now() + retire_timeout_;
+  for (;;) {
+    SweepRetired();
+    size_t alive = 0;
     {
-      std::unique_lock lock(mu_);
-      auto it = models_.find(name);
-      keep_serving = it != models_.end() && !it->second.ready.empty();
-      if (keep_serving) {
-        it->second.load_error = error;
-      } else if (it != models_.end()) {
-        std::swap(it->second, entry);  // `entry` now holds the old (empty) entry
-      } else {
-        models_.emplace(std::string(name), std::move(entry));
+      std::lock_guard lock(retired_mu_);
+      for (const auto& r : retired_) {
+        if (r.model != model) continue;
+        for (const auto& w : r.weak) alive += w.expired() ? 0 : 1;
       }
     }
-    if (keep_serving) Retire(std::move(entry));  // the failed attempt's partial versions
-    memory_.allocator->TrimAll();
-    return Status::InvalidArgument(fmt::format("failed to load '{}': {}", name, error));
+    if (alive == 0) return Status::Ok();
+    if (Clock::now() >= deadline) {
+      return Status::Unavailable(fmt::format(
+          "model '{}': {} version(s) it replaced are still held by requests after {} ms", model,
+          alive, retire_timeout_.count()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  for (const auto& [v, model] : entry.ready) {
-    spdlog::info("loaded model '{}' version {} ({} instance(s))", name, v,
-                 model->instance_count());
+}
+
+Status ModelManager::Load(std::string_view name,
+                          std::shared_ptr<const config::ModelConfig> config_override) {
+  VRAMD_RETURN_IF_ERROR(CheckMode("load"));
+  if (config_override != nullptr && !config_override->name().empty() &&
+      config_override->name() != name) {
+    return Status::InvalidArgument(fmt::format(
+        "failed to load '{}': the config override names model '{}'", name,
+        config_override->name()));
   }
+  const std::string model(name);
+  auto action = ActionLock(model);
+  std::lock_guard lock(*action);
+  load_slots_.acquire();
+  Status status = LoadLocked(model, std::move(config_override));
+  load_slots_.release();
+  return status;
+}
+
+Status ModelManager::LoadLocked(const std::string& name,
+                                std::shared_ptr<const config::ModelConfig> config_override) {
+  const auto start = Clock::now();
+  LoadTiming timing;
+  LoadReport report;
+
+  // What serves now, and the lifecycle it is in.
+  bool serving = false;
+  std::optional<DeviceBytes> measured;
   {
-    std::unique_lock lock(mu_);
-    auto it = models_.find(name);
-    if (it != models_.end()) {
-      std::swap(it->second, entry);  // `entry` now holds the replaced versions
-    } else {
-      models_.emplace(std::string(name), std::move(entry));
-      entry = ModelEntry();
+    std::shared_lock lock(mu_);
+    if (auto it = models_.find(name); it != models_.end()) {
+      serving = !it->second.serving.ready.empty();
+      measured = it->second.measured;
     }
   }
-  Retire(std::move(entry));
+
+  // Records a failure that happened before anything was unloaded or loaded.
+  auto fail_early = [&](const Status& error, std::shared_ptr<const config::ModelConfig> config) {
+    const std::string message = fmt::format("failed to load '{}': {}", name, error.message());
+    spdlog::error("{}", message);
+    report.error = error.message();
+    report.total_seconds = SecondsSince(start);
+    report.finished = std::chrono::system_clock::now();
+    bool known = false;
+    {
+      std::shared_lock lock(mu_);
+      known = models_.count(name) > 0;
+    }
+    // A name no repository holds and vramd never knew is not added to the index.
+    if (!known && error.code() == StatusCode::kNotFound) return Status::NotFound(message);
+    Update(name, [&](ModelEntry& entry) {
+      entry.last_load = report;
+      if (serving) {
+        entry.lifecycle.set_reason("serving; last load failed: " + error.message());
+        return;
+      }
+      (void)entry.lifecycle.Transition(LifecycleState::kLoading, "loading");
+      (void)entry.lifecycle.Transition(LifecycleState::kFailed, error.message());
+      entry.unloaded_on_request = false;
+      if (config != nullptr) entry.serving.config = std::move(config);
+    });
+    return error.code() == StatusCode::kNotFound ? Status::NotFound(message)
+                                                 : Status(error.code(), message);
+  };
+
+  ModelFiles files;
+  Status read = ReadModel(repositories_, name, std::move(config_override), &files);
+  if (!read.ok()) return fail_early(read, files.config);
+  auto settings = ReloadSettingsFromConfig(*files.config, reload_defaults_);
+  if (!settings.ok()) return fail_early(settings.status(), files.config);
+  // The model's previous actions must have finished unloading: its hooks never overlap.
+  Status quiet = WaitRetired(name);
+  if (!quiet.ok()) return fail_early(quiet, nullptr);
+
+  report.versions = files.versions;
+  report.predicted = PredictFootprint(*files.config, files.dir, files.versions, measured,
+                                      memory::CudaDeviceCount());
+  ReloadDecision decision = ChooseReloadPolicy(*settings, report.predicted, serving, free_bytes_);
+  report.policy = decision.policy;
+  report.policy_reason = decision.reason;
+  const bool resource_preserving =
+      serving && decision.policy == ReloadPolicy::kResourcePreserving;
+  spdlog::info("loading model '{}' version(s) {}: {} ({})", name, fmt::join(files.versions, ","),
+               ReloadPolicyName(decision.policy), decision.reason);
+
+  if (resource_preserving) {
+    // Requests that waited out the previous gap look first (bounded: a waiter that never
+    // wakes must not stall the reload), so back-to-back reloads cannot starve them.
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::shared_lock lock(mu_);
+        auto it = models_.find(name);
+        if (it == models_.end() || it->second.gap_waiters.load() == 0) break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    // Drain and unload the serving versions first; requests wait in Find meanwhile.
+    const auto drain_start = Clock::now();
+    Versions old;
+    Update(name, [&](ModelEntry& entry) {
+      (void)entry.lifecycle.Transition(LifecycleState::kDraining,
+                                       "resource-preserving reload: " + decision.reason);
+      entry.gap = true;
+      entry.gap_wait = settings->unavailable_wait;
+      old = std::move(entry.serving);
+      entry.serving = Versions();
+      entry.serving.config = old.config;
+    });
+    Retire(name, std::move(old));
+    Update(name, [&](ModelEntry& entry) {
+      (void)entry.lifecycle.Transition(LifecycleState::kUnloading, "unloading the old versions");
+    });
+    Status gone = WaitRetired(name);
+    memory_.allocator->TrimAll();
+    timing.Add("drain_unload", SecondsSince(drain_start));
+    if (!gone.ok()) spdlog::error("{}", gone.message());
+  }
+  Update(name, [&](ModelEntry& entry) {
+    (void)entry.lifecycle.Transition(
+        LifecycleState::kLoading,
+        fmt::format("loading version(s) {} ({})", fmt::join(files.versions, ","),
+                    ReloadPolicyName(decision.policy)));
+    entry.loading = files.versions;
+    entry.unloaded_on_request = false;
+  });
+
+  Versions attempt = LoadVersions(name, files.config, files.dir, files.versions, &timing);
+  std::string error;
+  if (!attempt.failed.empty()) error = attempt.failed.rbegin()->second;
+
+  if (!error.empty()) {
+    spdlog::error("failed to load model '{}': {}", name, error);
+    bool keep_old = false;
+    Versions discard;
+    Update(name, [&](ModelEntry& entry) {
+      entry.loading.clear();
+      EndGap(entry);
+      keep_old = !entry.serving.ready.empty();
+      if (keep_old) {
+        (void)entry.lifecycle.Transition(LifecycleState::kReady,
+                                         "serving; last load failed: " + error);
+        discard = std::move(attempt);  // the serving versions stay; the attempt goes
+      } else {
+        // Nothing to preserve: what loaded serves, and the failures show.
+        const bool any = !attempt.ready.empty();
+        discard = std::move(entry.serving);
+        entry.serving = std::move(attempt);
+        (void)entry.lifecycle.Transition(any ? LifecycleState::kReady : LifecycleState::kFailed,
+                                         error);
+      }
+    });
+    Retire(name, std::move(discard));
+    (void)WaitRetired(name);
+    memory_.allocator->TrimAll();
+    report.error = error;
+    report.phases = timing.phases();
+    report.total_seconds = SecondsSince(start);
+    report.finished = std::chrono::system_clock::now();
+    Update(name, [&](ModelEntry& entry) { entry.last_load = report; });
+    return Status::InvalidArgument(fmt::format("failed to load '{}': {}", name, error));
+  }
+
+  std::vector<memory::OwnerId> owners;
+  for (const auto& [v, model] : attempt.ready) owners.push_back(model->owner());
+  report.measured = MeasureFootprint(*memory_.ledger, owners);
+
+  // The switch: new requests go to the new versions from here on.
+  const auto switch_start = Clock::now();
+  Versions old;
+  Update(name, [&](ModelEntry& entry) {
+    old = std::move(entry.serving);
+    entry.serving = std::move(attempt);
+    entry.loading.clear();
+    EndGap(entry);
+    entry.measured = report.measured;
+    (void)entry.lifecycle.Transition(LifecycleState::kReady, "");
+  });
+  timing.Add("switch", SecondsSince(switch_start));
+  for (const auto& [v, model] : old.ready) {
+    spdlog::info("model '{}': version {} replaced; it drains", name, v);
+  }
+  const auto retire_start = Clock::now();
+  const bool had_old = !old.ready.empty();
+  Retire(name, std::move(old));
+  if (had_old) {
+    Status gone = WaitRetired(name);
+    if (!gone.ok()) spdlog::warn("{}", gone.message());
+    timing.Add("retire_old", SecondsSince(retire_start));
+  }
   size_t trimmed = memory_.allocator->TrimAll();
   if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
+
+  report.ok = true;
+  report.phases = timing.phases();
+  report.total_seconds = SecondsSince(start);
+  report.finished = std::chrono::system_clock::now();
+  std::string phases;
+  for (const auto& phase : report.phases) {
+    phases += fmt::format(" {}={:.3f}s", phase.name, phase.seconds);
+  }
+  spdlog::info("loaded model '{}' version(s) {} in {:.3f}s:{}", name,
+               fmt::join(files.versions, ","), report.total_seconds, phases);
+  Update(name, [&](ModelEntry& entry) { entry.last_load = report; });
   return Status::Ok();
 }
 
 Status ModelManager::Unload(std::string_view name) {
-  if (mode_ != ModelControlMode::kExplicit) {
-    return Status::InvalidArgument(
-        "explicit model load / unload is not allowed if polling is enabled (the model control "
-        "mode is 'none'; start vramd with --model-control-mode explicit)");
-  }
-  auto action = ActionLock(name);
-  std::lock_guard action_lock(*action);
-  ModelEntry old;
+  VRAMD_RETURN_IF_ERROR(CheckMode("unload"));
+  const std::string model(name);
+  auto action = ActionLock(model);
+  std::lock_guard lock(*action);
+  return UnloadLocked(model, /*on_request=*/true);
+}
+
+Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
+  // on_request: Unload (else the poller, for a model gone from the repository); either way the
+  // model no longer counts for readiness.
+  Versions old;
+  bool known = false;
+  Update(name, [&](ModelEntry& entry) {
+    known = entry.lifecycle.state() != LifecycleState::kUnloaded;
+    if (!known) return;
+    if (entry.lifecycle.state() == LifecycleState::kReady) {
+      (void)entry.lifecycle.Transition(LifecycleState::kDraining, "unloading");
+    }
+    old = std::move(entry.serving);
+    entry.serving = Versions();
+  });
   {
+    // An Unload of a name never seen leaves no entry behind.
     std::unique_lock lock(mu_);
-    auto it = models_.find(name);
-    if (it == models_.end()) return Status::Ok();  // not loaded: nothing to do (Triton's answer)
-    std::swap(it->second, old);
-    it->second.reason = "unloaded";
-    it->second.unloaded = true;
+    if (auto it = models_.find(name); it != models_.end() && !known && on_request) {
+      if (it->second.lifecycle.history().empty()) models_.erase(it);
+    }
   }
+  if (!known) return Status::Ok();  // not loaded: nothing to do (Triton's answer)
   const bool had_versions = !old.ready.empty();
-  Retire(std::move(old));
+  Retire(name, std::move(old));
+  Update(name, [&](ModelEntry& entry) {
+    if (entry.lifecycle.state() == LifecycleState::kDraining) {
+      (void)entry.lifecycle.Transition(LifecycleState::kUnloading, "unloading");
+    }
+  });
+  Status gone = WaitRetired(name);
+  if (!gone.ok()) spdlog::warn("{}", gone.message());
   size_t trimmed = memory_.allocator->TrimAll();
+  Update(name, [&](ModelEntry& entry) {
+    (void)entry.lifecycle.Transition(LifecycleState::kUnloaded, "unloaded");
+    entry.unloaded_on_request = true;
+  });
   if (had_versions) spdlog::info("unloaded model '{}'; returned {} bytes", name, trimmed);
+  return Status::Ok();
+}
+
+Status ModelManager::PollOnce() {
+  if (watcher_ == nullptr) return Status::InvalidArgument("the model control mode is not poll");
+  std::lock_guard poll(poll_mu_);
+  VRAMD_ASSIGN_OR_RETURN(auto changes, watcher_->Poll());
+  ParallelFor(changes.size(), load_thread_count_, [&](size_t i) {
+    const auto& change = changes[i];
+    auto action = ActionLock(change.model);
+    std::lock_guard lock(*action);
+    if (change.kind == repository::ChangeKind::kRemoved) {
+      spdlog::info("repository poll: model '{}' was removed; unloading it", change.model);
+      (void)UnloadLocked(change.model, /*on_request=*/false);
+      return;
+    }
+    spdlog::info("repository poll: model '{}' {}; loading it", change.model,
+                 change.kind == repository::ChangeKind::kAdded ? "appeared"
+                                                                           : "changed");
+    load_slots_.acquire();
+    (void)LoadLocked(change.model, nullptr);  // its failure is logged and in the index
+    load_slots_.release();
+  });
   return Status::Ok();
 }
 
@@ -265,25 +576,50 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
                                                         int64_t version) const {
   std::shared_lock lock(mu_);
   auto it = models_.find(name);
-  if (it == models_.end()) {
+  if (it == models_.end() || (it->second.lifecycle.state() == LifecycleState::kUnloaded &&
+                              it->second.lifecycle.history().empty())) {
     return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
   }
-  const ModelEntry& entry = it->second;
-  if (version == 0) {
-    if (entry.ready.empty()) {
-      // Say why: the model's own reason, else the newest version's failure.
-      std::string why = !entry.reason.empty()       ? entry.reason
-                        : !entry.failed.empty() ? entry.failed.rbegin()->second
-                                                : "";
-      return Status::Unavailable(
-          fmt::format("model '{}' has no ready version{}", name, why.empty() ? "" : ": " + why));
+  if (it->second.gap) {
+    // A resource-preserving reload: wait for the new versions, not forever. Waiting for the
+    // end of the gap seen (its generation), not for "no gap": back-to-back reloads could
+    // otherwise start the next gap before this thread looks, every time.
+    const auto deadline = Clock::now() + it->second.gap_wait;
+    const auto wait = it->second.gap_wait;
+    while (it != models_.end() && it->second.gap) {
+      const uint64_t generation = it->second.gap_generation;
+      ++it->second.gap_waiters;  // the next gap waits until this thread has looked
+      const bool ended = changed_.wait_until(lock, deadline, [&] {
+        it = models_.find(name);
+        return it == models_.end() || it->second.gap_generation != generation;
+      });
+      if (it != models_.end()) --it->second.gap_waiters;
+      if (!ended) {
+        return Status::Unavailable(fmt::format(
+            "model '{}' is unavailable: a resource-preserving reload is in progress and it was "
+            "not ready within {} ms",
+            name, wait.count()));
+      }
     }
-    return entry.ready.rbegin()->second;
+    if (it == models_.end()) {
+      return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
+    }
   }
-  auto v = entry.ready.find(version);
-  if (v != entry.ready.end()) return v->second;
-  auto f = entry.failed.find(version);
-  if (f != entry.failed.end()) {
+  const ModelEntry& entry = it->second;
+  const Versions& serving = entry.serving;
+  if (version == 0) {
+    if (serving.ready.empty()) {
+      const std::string& why = entry.lifecycle.reason();
+      return Status::Unavailable(fmt::format("model '{}' has no ready version ({}{}{})", name,
+                                             LifecycleStateName(entry.lifecycle.state()),
+                                             why.empty() ? "" : ": ", why));
+    }
+    return serving.ready.rbegin()->second;
+  }
+  auto v = serving.ready.find(version);
+  if (v != serving.ready.end()) return v->second;
+  auto f = serving.failed.find(version);
+  if (f != serving.failed.end()) {
     return Status::Unavailable(
         fmt::format("model '{}' version {} is not ready: {}", name, version, f->second));
   }
@@ -298,11 +634,11 @@ Result<std::shared_ptr<const config::ModelConfig>> ModelManager::FindConfig(
   if (it == models_.end()) {
     return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
   }
-  if (!it->second.config) {
-    return Status::Unavailable(
-        fmt::format("model '{}' has no usable config: {}", name, it->second.reason));
+  if (!it->second.serving.config) {
+    return Status::Unavailable(fmt::format("model '{}' has no usable config: {}", name,
+                                           it->second.lifecycle.reason()));
   }
-  return it->second.config;
+  return it->second.serving.config;
 }
 
 Result<std::vector<int64_t>> ModelManager::ReadyVersions(std::string_view name) const {
@@ -312,7 +648,7 @@ Result<std::vector<int64_t>> ModelManager::ReadyVersions(std::string_view name) 
     return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
   }
   std::vector<int64_t> versions;
-  for (const auto& [v, m] : it->second.ready) versions.push_back(v);
+  for (const auto& [v, m] : it->second.serving.ready) versions.push_back(v);
   return versions;
 }
 
@@ -320,35 +656,86 @@ std::vector<std::shared_ptr<LoadedModel>> ModelManager::LoadedVersions() const {
   std::shared_lock lock(mu_);
   std::vector<std::shared_ptr<LoadedModel>> loaded;
   for (const auto& [name, entry] : models_) {  // models_ and ready are ordered maps
-    for (const auto& [v, model] : entry.ready) loaded.push_back(model);
+    for (const auto& [v, model] : entry.serving.ready) loaded.push_back(model);
   }
   return loaded;
 }
 
 std::vector<ModelIndexEntry> ModelManager::Index() const {
+  // Models of the repositories that were never loaded (explicit mode) are listed too, as
+  // Triton lists them; scanned before taking the lock.
+  std::set<std::string, std::less<>> on_disk;
+  if (auto dirs = repository::ScanRepositories(repositories_); dirs.ok()) {
+    for (const auto& dir : *dirs) on_disk.insert(dir.name);
+  }
   std::shared_lock lock(mu_);
   std::vector<ModelIndexEntry> index;
+  for (const auto& name : on_disk) {
+    auto it = models_.find(name);
+    if (it != models_.end() && !it->second.lifecycle.history().empty()) continue;
+    index.push_back({name, 0, std::string(TritonStateName(LifecycleState::kUnloaded)),
+                     LifecycleState::kUnloaded, "not loaded"});
+  }
   for (const auto& [name, entry] : models_) {
-    if (!entry.reason.empty()) {
-      index.push_back({name, 0, ModelState::kUnavailable, entry.reason});
+    const LifecycleState state = entry.lifecycle.state();
+    if (state == LifecycleState::kUnloaded && entry.lifecycle.history().empty()) continue;
+    std::map<int64_t, ModelIndexEntry> rows;  // ascending versions
+    // Serving versions are READY while a reload loads beside them; they are what drains.
+    const LifecycleState serving_state =
+        state == LifecycleState::kLoading ? LifecycleState::kReady : state;
+    for (const auto& [v, m] : entry.serving.ready) {
+      rows[v] = {name, v, std::string(TritonStateName(serving_state)), serving_state,
+                 entry.lifecycle.reason()};
+    }
+    for (const auto& [v, why] : entry.serving.failed) {
+      rows[v] = {name, v, std::string(TritonStateName(LifecycleState::kFailed)),
+                 LifecycleState::kFailed, why};
+    }
+    for (int64_t v : entry.loading) {
+      if (rows.count(v) > 0) continue;  // a reload of a serving version: it shows as serving
+      rows[v] = {name, v, std::string(TritonStateName(LifecycleState::kLoading)),
+                 LifecycleState::kLoading, entry.lifecycle.reason()};
+    }
+    if (rows.empty()) {
+      index.push_back({name, 0, std::string(TritonStateName(state)), state,
+                       entry.lifecycle.reason()});
       continue;
     }
-    // Versions in ascending order, ready and failed interleaved.
-    std::map<int64_t, ModelIndexEntry> rows;
-    const std::string serving_reason =
-        entry.load_error.empty() ? "" : "serving; last load failed: " + entry.load_error;
-    for (const auto& [v, m] : entry.ready) rows[v] = {name, v, ModelState::kReady, serving_reason};
-    for (const auto& [v, why] : entry.failed) rows[v] = {name, v, ModelState::kUnavailable, why};
     for (auto& [v, row] : rows) index.push_back(std::move(row));
   }
+  std::stable_sort(index.begin(), index.end(),
+                   [](const ModelIndexEntry& a, const ModelIndexEntry& b) { return a.name < b.name; });
   return index;
+}
+
+std::optional<ModelLifecycleView> ModelManager::Lifecycle(std::string_view name) const {
+  std::shared_lock lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return std::nullopt;
+  const ModelEntry& entry = it->second;
+  ModelLifecycleView view;
+  view.name = std::string(name);
+  view.state = entry.lifecycle.state();
+  view.reason = entry.lifecycle.reason();
+  for (const auto& [v, m] : entry.serving.ready) view.serving.push_back(v);
+  view.history.assign(entry.lifecycle.history().begin(), entry.lifecycle.history().end());
+  view.last_load = entry.last_load;
+  return view;
 }
 
 bool ModelManager::AllModelsReady() const {
   std::shared_lock lock(mu_);
   for (const auto& [name, entry] : models_) {
-    if (entry.unloaded) continue;
-    if (!entry.reason.empty() || !entry.failed.empty() || entry.ready.empty()) return false;
+    if (entry.unloaded_on_request) continue;
+    if (entry.lifecycle.state() == LifecycleState::kUnloaded &&
+        entry.lifecycle.history().empty()) {
+      continue;
+    }
+    if (entry.serving.ready.empty() || !entry.serving.failed.empty()) return false;
+    if (entry.lifecycle.state() != LifecycleState::kReady &&
+        entry.lifecycle.state() != LifecycleState::kLoading) {
+      return false;
+    }
   }
   return true;
 }

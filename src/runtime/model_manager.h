@@ -1,43 +1,93 @@
-// ModelManager: the models of the repositories, each version with its state, and the lookup
-// the request path uses to find the version that serves a request.
+// ModelManager: the models of the repositories, each with its lifecycle (model_lifecycle.h)
+// and serving versions, and the lookup the request path uses to find the version that serves
+// a request. docs/model-control.md is the user's view of what follows.
 //
-// Model control modes (Triton's): "none" loads every model at start-up and refuses Load and
-// Unload; "explicit" loads the start-up models named in Options and then loads and unloads
-// models on request. Thread safety: all methods are safe from any thread; the request path
-// takes a shared lock only long enough to copy a shared_ptr. Load and Unload of one model are
-// serialized by a per-model action lock; the map's lock is never held while loading.
+// Model control modes (Triton's):
+//   - none: every model loads at start-up; Load and Unload are refused.
+//   - explicit: the start-up models named in Options load; then Load and Unload act.
+//   - poll: every model loads at start-up; then a thread scans the repositories every
+//     poll_interval and loads, reloads or unloads what changed, once the change is complete
+//     (repository/repository_watcher.h gives the rule). Load and Unload are refused.
+//
+// A (re)load: reads the config (or takes the override), selects versions, waits until what
+// an earlier action retired is destroyed (so a model's load and unload hooks never overlap),
+// picks the policy (reload_policy.h), loads every selected version, runs model_warmup, and
+// only then publishes them; the versions they replace drain and unload. A load that fails
+// leaves the serving versions serving (availability-preserving), releases all it allocated and
+// shows its reason in the index. Under resource-preserving, the old versions drain and unload
+// first and requests arriving meanwhile wait (Find) up to the model's unavailable wait.
+//
+// Thread safety: all methods are safe from any thread. The request path takes a shared lock
+// long enough to copy a shared_ptr (or to wait out a resource-preserving gap). Actions on one
+// model are serialized by its action lock; different models load in parallel, at most
+// load_thread_count at a time. The map's lock is never held while loading or unloading.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <semaphore>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "config/model_config.pb.h"
+#include "core/load_timing.h"
 #include "core/status.h"
 #include "runtime/loaded_model.h"
 #include "runtime/memory_context.h"
+#include "runtime/model_lifecycle.h"
+#include "runtime/reload_policy.h"
+
+namespace vramd::repository {
+class RepositoryWatcher;
+}
 
 namespace vramd::runtime {
 
-enum class ModelState { kReady, kUnavailable };
-enum class ModelControlMode { kNone, kExplicit };
-std::string_view ModelStateName(ModelState state);  // "READY", "UNAVAILABLE" as Triton's index
+enum class ModelControlMode { kNone, kPoll, kExplicit };
 
-// One row of the repository index: a version, or the model alone when no version could be
-// loaded (version 0).
+// One row of the repository index: a version, or the model alone (version 0) when it has no
+// version to show.
 struct ModelIndexEntry {
   std::string name;
   int64_t version = 0;
-  ModelState state = ModelState::kUnavailable;
-  // Empty when ready, unless a later Load of the model failed while these versions kept
-  // serving (then "serving; last load failed: ..."). "unloaded" after Unload.
+  std::string state;  // Triton's: READY, LOADING, UNLOADING or UNAVAILABLE
+  LifecycleState lifecycle = LifecycleState::kUnloaded;  // vramd's, exact
   std::string reason;
+};
+
+// What a model's last load did: the policy and why, the footprint predicted and measured,
+// and where the time went.
+struct LoadReport {
+  bool ok = false;
+  std::string error;
+  std::vector<int64_t> versions;
+  ReloadPolicy policy = ReloadPolicy::kAvailabilityPreserving;
+  std::string policy_reason;
+  Footprint predicted;
+  DeviceBytes measured;  // live bytes of the new versions once warmed up (empty on failure)
+  std::vector<LoadPhase> phases;  // load_timing.h; the manager adds warmup, switch, drain
+  double total_seconds = 0;
+  std::chrono::system_clock::time_point finished;
+};
+
+struct ModelLifecycleView {
+  std::string name;
+  LifecycleState state = LifecycleState::kUnloaded;
+  std::string reason;
+  std::vector<int64_t> serving;  // ready versions
+  std::vector<LifecycleTransition> history;
+  std::optional<LoadReport> last_load;
 };
 
 class ModelManager {
@@ -51,37 +101,49 @@ class ModelManager {
     ModelControlMode model_control_mode = ModelControlMode::kNone;
     // Explicit mode only: the models Create loads ("*" = all); the others wait for Load.
     std::vector<std::string> startup_models;
+    // Poll mode: time between two scans of the repositories.
+    std::chrono::milliseconds poll_interval{15000};
+    // Loads that may run at once (start-up, poll, and concurrent Load calls).
+    int load_thread_count = 4;
+    // Server-wide reload settings; a model's config parameters override them.
+    ReloadSettings reload;
+    // How much memory a device ("cpu", "cuda:0") could still give; DeviceFreeBytes when unset.
+    std::function<Result<int64_t>(const std::string&)> free_bytes;
+    // How long an action waits for requests still holding versions it retired (so that the
+    // model's next load does not overlap their unload) before it fails as Unavailable.
+    std::chrono::milliseconds retire_timeout{30000};
   };
 
-  // Scans the repositories and loads every model's selected versions. A broken model is
+  // Scans the repositories and loads the start-up models (in parallel). A broken model is
   // recorded (with its file and line where the config is at fault) and the others still load,
   // unless options.exit_on_error. A repository that is missing fails Create. Afterwards the
-  // pools are trimmed, so memory used only while loading goes back to the system.
+  // pools are trimmed, so memory used only while loading goes back to the system. In poll
+  // mode the polling thread starts.
   static Result<std::unique_ptr<ModelManager>> Create(const Options& options);
 
+  // Stops polling, then unloads every model.
   ~ModelManager();
 
-  // Explicit mode: re-scans the repositories for `name`, reads its config and loads the
-  // versions its policy selects. On success they replace the model's serving versions at once
-  // (the old ones are shut down once what is queued on them has run; requests holding them
-  // finish). On failure the serving versions are untouched, the failure shows in Index, and
-  // the error is returned (with file:line for a config at fault). NotFound when no repository
-  // holds the model. InvalidArgument in mode none.
-  Status Load(std::string_view name);
+  // Explicit mode: (re)loads `name` from the repositories, with `config_override` in place of
+  // its config.pbtxt when given (validated as one). Returns once the new versions serve, or
+  // with the error (the serving versions untouched where the policy kept them). NotFound when
+  // no repository holds the model; InvalidArgument in the other modes.
+  Status Load(std::string_view name,
+              std::shared_ptr<const config::ModelConfig> config_override = nullptr);
 
-  // Explicit mode: stops serving `name`: its versions leave the map, each drains what is
-  // queued, and once the last reference is gone the model's ledger owners close; then the
-  // pools are trimmed. Afterwards Index shows the model UNAVAILABLE, reason "unloaded". A model
-  // that is not loaded (or unknown) is a success, as in Triton. InvalidArgument in mode none.
+  // Explicit mode: stops serving `name`: its versions leave the map, drain what they hold,
+  // and unload; the model's ledger owners close and the pools are trimmed. A model that is not
+  // loaded (or unknown) is a success, as in Triton. InvalidArgument in the other modes.
   Status Unload(std::string_view name);
 
   ModelControlMode model_control_mode() const { return mode_; }
 
-  // The version serving `name`: `version`, or the highest ready version when it is 0.
-  // NotFound for an unknown model or version; Unavailable for one that is not ready.
+  // The version serving `name`: `version`, or the highest ready version when it is 0. During a
+  // resource-preserving reload it waits for the new versions up to the model's unavailable
+  // wait. NotFound for an unknown model or version; Unavailable for one that is not ready.
   Result<std::shared_ptr<LoadedModel>> Find(std::string_view name, int64_t version) const;
 
-  // The model's config (the one its versions were loaded with); NotFound if unknown, and
+  // The model's config (the one its serving versions were loaded with); NotFound if unknown,
   // Unavailable if the model has no usable config.
   Result<std::shared_ptr<const config::ModelConfig>> FindConfig(std::string_view name) const;
 
@@ -94,40 +156,81 @@ class ModelManager {
 
   std::vector<ModelIndexEntry> Index() const;
 
-  // True when every model found in the repositories has at least one ready version and none
-  // failed (Triton's strict readiness).
+  // The lifecycle of `name` (state, history, last load); nullopt for a model never seen.
+  std::optional<ModelLifecycleView> Lifecycle(std::string_view name) const;
+
+  // True when every model found in the repositories (and not unloaded on request) has at least
+  // one ready version and none failed (Triton's strict readiness).
   bool AllModelsReady() const;
 
+  // Poll mode: one scan and the actions it calls for, now (the polling thread calls it too).
+  Status PollOnce();
+
  private:
-  struct ModelEntry {
-    memory::ScopedOwner owner;  // the model's ledger owner; closed after its versions unload
+  // One load's versions, under one model-level ledger owner.
+  struct Versions {
+    memory::ScopedOwner owner;  // closed once the versions are destroyed
     std::shared_ptr<const config::ModelConfig> config;  // null when the config is unusable
     std::map<int64_t, std::shared_ptr<LoadedModel>> ready;
     std::map<int64_t, std::string> failed;  // version -> reason
-    std::string reason;  // why the model as a whole is unavailable; empty otherwise
-    std::string load_error;  // a later Load's failure while `ready` kept serving
-    bool unloaded = false;   // by Unload: not counted by AllModelsReady
   };
 
-  // The owner of versions taken out of the map: closed once none of them is referenced.
+  struct ModelEntry {
+    ModelLifecycle lifecycle;
+    Versions serving;
+    std::vector<int64_t> loading;  // versions a load in progress is bringing up
+    // A resource-preserving reload's gap: nothing serves; Find waits up to gap_wait.
+    bool gap = false;
+    std::chrono::milliseconds gap_wait{0};
+    uint64_t gap_generation = 0;  // counts the gaps that ended
+    // Requests waiting in Find for the gap to end: changed under the shared lock.
+    mutable std::atomic<int> gap_waiters{0};
+    bool unloaded_on_request = false;  // not counted by AllModelsReady
+    std::optional<DeviceBytes> measured;  // the last successful load's footprint
+    std::optional<LoadReport> last_load;
+  };
+
+  // Versions taken out of the map: their owner closes once none of them is referenced.
   struct Retired {
-    memory::ScopedOwner owner;
-    std::vector<std::weak_ptr<LoadedModel>> versions;
+    std::string model;
+    Versions versions;
+    std::vector<std::weak_ptr<LoadedModel>> weak;
   };
 
-  ModelManager(const Options& options)
-      : memory_(options.memory), mode_(options.model_control_mode),
-        repositories_(options.repositories) {}
-  ModelEntry LoadModel(const std::filesystem::path& model_dir, const std::string& name) const;
-  std::shared_ptr<std::mutex> ActionLock(std::string_view name);
-  // Shuts down `entry`'s versions, drops them and closes its owner once they are gone
-  // (waiting up to a moment for requests that still hold them; later sweeps close it else).
-  void Retire(ModelEntry entry);
+  explicit ModelManager(const Options& options);
+
+  // The load proper, under the model's action lock and a load slot.
+  Status LoadLocked(const std::string& name,
+                    std::shared_ptr<const config::ModelConfig> config_override);
+  Status UnloadLocked(const std::string& name, bool on_request);
+  // Loads `versions` with `config` into a fresh Versions; warms each ready one up.
+  Versions LoadVersions(const std::string& name, std::shared_ptr<const config::ModelConfig> config,
+                        const std::filesystem::path& model_dir,
+                        const std::vector<int64_t>& versions, LoadTiming* timing) const;
+  // Shuts `versions` down (queued requests run) and hands them to the retired list, whose
+  // owner closes once no request holds them.
+  void Retire(const std::string& model, Versions versions);
+  // Closes the owners of retired versions nobody holds.
   void SweepRetired();
+  // Waits until nothing retired of `model` is alive, up to retire_timeout.
+  Status WaitRetired(const std::string& model);
+  // Ends a resource-preserving gap (if one is open). REQUIRES: mu_ held exclusively.
+  static void EndGap(ModelEntry& entry);
+  // Applies `change` to the model's entry under the map lock and wakes waiters.
+  void Update(const std::string& name, const std::function<void(ModelEntry&)>& change);
+  std::shared_ptr<std::mutex> ActionLock(std::string_view name);
+  Status CheckMode(std::string_view action) const;
 
   const MemoryContext memory_;
   const ModelControlMode mode_;
   const std::vector<std::filesystem::path> repositories_;
+  const ReloadSettings reload_defaults_;
+  const std::function<Result<int64_t>(const std::string&)> free_bytes_;
+  const std::chrono::milliseconds retire_timeout_;
+  const std::chrono::milliseconds poll_interval_;
+  const int load_thread_count_;
+
+  std::counting_semaphore<> load_slots_;
 
   std::mutex actions_mu_;
   std::map<std::string, std::shared_ptr<std::mutex>, std::less<>> actions_;  // by actions_mu_
@@ -135,7 +238,12 @@ class ModelManager {
   std::vector<Retired> retired_;  // guarded by retired_mu_
 
   mutable std::shared_mutex mu_;
+  mutable std::condition_variable_any changed_;  // notified when an entry changes
   std::map<std::string, ModelEntry, std::less<>> models_;  // guarded by mu_
+
+  std::mutex poll_mu_;  // serializes PollOnce
+  std::unique_ptr<repository::RepositoryWatcher> watcher_;  // poll mode only
+  std::jthread poller_;  // last: stops (and joins) first
 };
 
 }  // namespace vramd::runtime

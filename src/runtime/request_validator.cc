@@ -58,12 +58,6 @@ std::string JoinNames(const Tensors& tensors) {
   return out.empty() ? "none" : out;
 }
 
-const config::ModelInput* FindConfigInput(const config::ModelConfig& config,
-                                          const std::string& name) {
-  for (const auto& in : config.input())
-    if (in.name() == name) return &in;
-  return nullptr;
-}
 
 Status CheckDatatype(const config::ModelInput& in, const Tensor& t) {
   const DataType expected = CoreType(in.data_type());
@@ -210,5 +204,14 @@ Status ValidateInferRequest(const config::ModelConfig& config, const InferReques
   }
   return CheckOutputs(config, request);
 }
+
+const config::ModelInput* FindConfigInput(const config::ModelConfig& config,
+                                          const std::string& name) {
+  for (const auto& in : config.input())
+    if (in.name() == name) return &in;
+  return nullptr;
+}
+
+std::string ConfigInputNames(const config::ModelConfig& config) { return JoinNames(config.input()); }
 
 }  // namespace vramd::runtime

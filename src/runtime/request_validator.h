@@ -1,6 +1,8 @@
 // Checking an InferRequest against its model's config before it reaches a backend.
 #pragma once
 
+#include <string>
+
 #include "config/model_config.pb.h"
 #include "core/infer_request.h"
 #include "core/status.h"
@@ -15,5 +17,12 @@ namespace vramd::runtime {
 // byte sizes equal elements x type size (BYTES: well-formed and the right element count);
 // requested outputs exist and are not repeated.
 Status ValidateInferRequest(const config::ModelConfig& config, const InferRequest& request);
+
+// The config's input named `name`, or null.
+const config::ModelInput* FindConfigInput(const config::ModelConfig& config,
+                                          const std::string& name);
+
+// "A, B, C" (the config's input names), or "none", for error messages.
+std::string ConfigInputNames(const config::ModelConfig& config);
 
 }  // namespace vramd::runtime

@@ -30,15 +30,17 @@ Scheduler::Scheduler(Options options, RunBatch run, InferenceStatistics* stats)
 Scheduler::~Scheduler() { Shutdown(); }
 
 void Scheduler::Submit(QueuedRequest request) {
+  auto refused = SubmitOrReturn(std::move(request));
+  if (!refused) return;
+  std::vector<QueuedRequest> one;
+  one.push_back(std::move(*refused));
+  Reject(std::move(one), Status::Unavailable(fmt::format("{} is unloading", options_.name)));
+}
+
+std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request) {
   request.enqueued = SchedulerClock::now();
   std::unique_lock lock(mu_);
-  if (stopping_) {
-    lock.unlock();
-    std::vector<QueuedRequest> one;
-    one.push_back(std::move(request));
-    Reject(std::move(one), Status::Unavailable(fmt::format("{} is unloading", options_.name)));
-    return;
-  }
+  if (stopping_) return request;
   if (!options_.batching && queue_.empty()) {
     for (size_t i = 0; i < workers_.size(); ++i) {
       Worker& worker = *workers_[i];
@@ -53,9 +55,11 @@ void Scheduler::Submit(QueuedRequest request) {
       lock.lock();
       worker.busy = false;
       --inline_running_;
-      if (!queue_.empty()) worker.wake.notify_one();  // its thread takes what came meanwhile
+      // Its thread takes what came meanwhile, or, once stopping, sees that it may exit: it was
+      // told to stop while this call held the instance, and nothing else wakes it again.
+      if (!queue_.empty() || stopping_) worker.wake.notify_one();
       if (inline_running_ == 0) inline_done_.notify_all();
-      return;
+      return std::nullopt;
     }
   }
   if (queue_.Full()) {
@@ -68,12 +72,13 @@ void Scheduler::Submit(QueuedRequest request) {
                "Exceeds maximum queue size: {} already has {} request(s) queued "
                "(dynamic_batching.default_queue_policy.max_queue_size {})",
                options_.name, queued, options_.queue_policy.max_queue_size)));
-    return;
+    return std::nullopt;
   }
   const auto enqueued = request.enqueued;
   queue_.Push(std::move(request), enqueued);
   stats_->AddPending(1);
   WakeIdleWorker();
+  return std::nullopt;
 }
 
 void Scheduler::WakeIdleWorker() {
@@ -135,6 +140,14 @@ void Scheduler::Reject(std::vector<QueuedRequest> requests, const Status& status
     stats_->RecordFailure(NsSince(r.arrival), FailureReason::kRejected);
     r.done(status);
   }
+}
+
+bool Scheduler::OnWorkerThread() const {
+  const auto self = std::this_thread::get_id();
+  for (const auto& worker : workers_) {
+    if (worker->thread.get_id() == self) return true;
+  }
+  return false;
 }
 
 void Scheduler::Shutdown() {

@@ -77,6 +77,14 @@ class Scheduler {
   // path), queues it, or answers it with one of the errors above.
   void Submit(QueuedRequest request);
 
+  // Submit, except that a request arriving after Shutdown began is handed back untouched
+  // (nothing answered or counted), so the caller can take it to the version that replaced this
+  // one.
+  std::optional<QueuedRequest> SubmitOrReturn(QueuedRequest request);
+
+  // Whether the calling thread is one of this scheduler's instance threads.
+  bool OnWorkerThread() const;
+
   // Stops accepting, runs what is queued, waits for executions in flight, joins the threads.
   // Idempotent. REQUIRES: not called from RunBatch or a request's callback.
   void Shutdown();

@@ -3,21 +3,24 @@
 See conftest.py for the environment variables.
 """
 
+import json
 import os
 import pathlib
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
 import urllib.request
 import urllib.error
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from v2client import V2Client  # noqa: E402
+from v2client import InferResult, Input, V2Client  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCE_DIR = pathlib.Path(os.environ.get("VRAMD_SOURCE_DIR", HERE.parent.parent)).resolve()
@@ -253,3 +256,135 @@ def require_model(name, what):
     if name is None or not (FIXTURE_REPO / name).is_dir():
         pytest.fail("fixture model for %s is missing from %s" % (what, FIXTURE_REPO))
     return name
+
+
+# ------------------------------------------------------------------------------------------------
+# Polling the server, and model-control views (repository index, lifecycle).
+
+
+def wait_for(predicate, timeout=10.0, interval=0.05, what="the condition"):
+    """Calls `predicate` until it returns something truthy, and returns that. Raises
+    AssertionError naming `what` (a string, or a callable giving the last state) on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            desc = what() if callable(what) else what
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, desc))
+        time.sleep(interval)
+
+
+def repository_index(client, ready=None):
+    """POST /v2/repository/index; the rows as a list."""
+    body = b"{}" if ready is None else json.dumps({"ready": ready}).encode()
+    r = client.post("/v2/repository/index", body, {"Content-Type": "application/json"})
+    assert r.status == 200, r
+    return r.json()
+
+
+def index_rows(client, model):
+    return [row for row in repository_index(client) if row["name"] == model]
+
+
+def model_lifecycle(client, model):
+    """GET /v2/repository/models/{m}/lifecycle as a dict (asserts 200)."""
+    r = client.get("/v2/repository/models/%s/lifecycle" % model)
+    assert r.status == 200, r
+    return r.json()
+
+
+def model_config(client, model):
+    r = client.get("/v2/models/%s/config" % model)
+    assert r.status == 200, r
+    return r.json()
+
+
+def load_model(client, model, config=None, parameters=None):
+    """POST /v2/repository/models/{m}/load; `config` (a dict or a JSON string) goes in
+    parameters.config. Returns the Response."""
+    params = dict(parameters or {})
+    if config is not None:
+        params["config"] = config if isinstance(config, str) else json.dumps(config)
+    body = json.dumps({"parameters": params}).encode() if params else b""
+    return client.post("/v2/repository/models/%s/load" % model, body,
+                       {"Content-Type": "application/json"})
+
+
+# ------------------------------------------------------------------------------------------------
+# "affine" models for the built-in mlp backend, written by the tests: one dense layer,
+# OUTPUT0 = INPUT0 + offset (weight = identity, bias = offset everywhere). Giving each version
+# its own offset (affine_offset) makes every answer say which version computed it.
+
+AFFINE_WIDTH = 4
+
+
+def affine_offset(version):
+    return 100.0 * int(version)
+
+
+def safetensors_bytes(tensors):
+    """A safetensors file (8-byte little-endian header size, JSON header padded to 8 bytes,
+    raw little-endian data) holding `tensors`: a list of (name, float32 numpy array)."""
+    header, offset = {}, 0
+    for name, array in tensors:
+        header[name] = {"dtype": "F32", "shape": list(array.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return (struct.pack("<Q", len(text)) + text
+            + b"".join(np.ascontiguousarray(a, dtype="<f4").tobytes() for _, a in tensors))
+
+
+def affine_weights(version, width=AFFINE_WIDTH):
+    """The model.safetensors bytes of an affine version."""
+    return safetensors_bytes([
+        ("layers.0.weight", np.eye(width, dtype=np.float32)),
+        ("layers.0.bias", np.full(width, affine_offset(version), dtype=np.float32)),
+    ])
+
+
+def affine_config_text(name, version_policy="", width=AFFINE_WIDTH, extra=""):
+    return """name: "%s"
+backend: "mlp"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ %d ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ %d ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+%s
+%s
+""" % (name, width, width, version_policy, extra)
+
+
+def write_affine_model(model_dir, versions, name=None, version_policy=""):
+    """Writes config.pbtxt and <v>/model.safetensors for each of `versions`."""
+    model_dir = pathlib.Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(
+        affine_config_text(name or model_dir.name, version_policy))
+    for v in versions:
+        write_affine_version(model_dir / str(v), v)
+    return model_dir
+
+
+def write_affine_version(version_dir, version):
+    version_dir = pathlib.Path(version_dir)
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / "model.safetensors").write_bytes(affine_weights(version))
+
+
+def affine_infer(client, model, version=None, rows=1, seed=None):
+    """Infers once; returns (model_version as int, input, output), after checking that the
+    output is the input plus the offset of the version the response names."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-50, 50, size=(rows, AFFINE_WIDTH)).astype(np.float32)
+    r = client.infer_raw(model, [Input("INPUT0", "FP32", x)], version=version)
+    assert r.status == 200, "infer %s: HTTP %d %r" % (model, r.status, r.body[:500])
+    res = InferResult(r)
+    v = int(res.json["model_version"])
+    y = res.outputs["OUTPUT0"]
+    np.testing.assert_array_equal(y, x + np.float32(affine_offset(v)),
+                                  err_msg="the output is not that of version %d" % v)
+    return v, x, y

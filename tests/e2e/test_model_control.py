@@ -70,11 +70,12 @@ def test_explicit_mode_loads_and_unloads(start_server, repo):
     r = c.post("/v2/repository/models/no_such_model/load")
     assert r.status == 404, r
     assert "no_such_model" in r.error_message()
-    # A config override is not supported yet.
+    # A config override is validated as a config.pbtxt would be: an empty one names no backend.
     body = json.dumps({"parameters": {"config": "{}"}}).encode()
     r = c.post("/v2/repository/models/identity_int32/load", body)
-    assert r.status == 501, r
-    assert "config override is not supported yet" in r.error_message()
+    assert r.status == 400, r
+    assert "sets neither 'backend' nor 'platform'" in r.error_message()
+    assert index(c)["identity_int32"]["lifecycle"] == "failed"
     # Reloading a loaded model works and it keeps serving.
     assert c.post("/v2/repository/models/identity_fp32/load").status == 200
     assert c.get("/v2/models/identity_fp32/ready").status == 200

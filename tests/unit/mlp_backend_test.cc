@@ -1,8 +1,9 @@
 // The built-in mlp backend on the CPU: outputs equal an independent reference (a naive triple
 // loop in double, written here), for FP32 and FP16 weights and batch sizes 1 and max; load
 // errors name the tensor or config field; the weights are loaded once and shared by every
-// instance, as the ledger shows; the example model matches the numpy reference that
-// scripts/make_mlp_model.py wrote.
+// instance, as the ledger shows; a load records its file_read and host_stage phases, and stages
+// a GPU image in pinned memory where there is a GPU (ordinary host memory, silently, where
+// not); the example model matches the numpy reference that scripts/make_mlp_model.py wrote.
 #include <gmock/gmock.h>
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -25,7 +27,9 @@
 #include "backends/mlp/safetensors.h"
 #include "backends/mlp/safetensors_writer.h"
 #include "core/half.h"
+#include "core/load_timing.h"
 #include "memory/allocator.h"
+#include "memory/cuda_devices.h"
 #include "memory/ledger.h"
 #include "support/mlp_reference.h"
 
@@ -111,6 +115,8 @@ class MlpBackendTest : public ::testing::Test {
                                          "1");
     ModelContext ctx{config_->name(), 1,         root_,           root_ / "1",
                      config_.get(),   &allocator_, version_owner_.id()};
+    timing_ = std::make_unique<LoadTiming>();
+    ctx.timing = timing_.get();
     {
       memory::OwnerScope scope(ctx.owner);
       VRAMD_ASSIGN_OR_RETURN(model_, backend->LoadModel(ctx));
@@ -119,7 +125,7 @@ class MlpBackendTest : public ::testing::Test {
       instance_owners_.emplace_back(&ledger_, version_owner_.id(), memory::OwnerKind::kInstance,
                                     "i" + std::to_string(i));
       InstanceContext ictx{"i" + std::to_string(i), i, DeviceKind::kCpu, -1,
-                           instance_owners_.back().id()};
+                           instance_owners_.back().id(), timing_.get()};
       memory::OwnerScope scope(ictx.owner);
       VRAMD_ASSIGN_OR_RETURN(auto instance, model_->CreateInstance(ictx));
       instances_.push_back(std::move(instance));
@@ -163,12 +169,32 @@ class MlpBackendTest : public ::testing::Test {
 
   int64_t SelfBytes(memory::OwnerId owner) { return ledger_.Stats(owner)->live_bytes; }
 
+  // The last load's phase `name`; a zero phase named "" when it was not recorded.
+  LoadPhase Phase(std::string_view name) const {
+    for (const LoadPhase& p : timing_->phases()) {
+      if (p.name == name) return p;
+    }
+    return {};
+  }
+
+  // Live bytes of `owner` on `device`.
+  int64_t BytesOn(memory::OwnerId owner, memory::Device device) const {
+    for (const auto& o : ledger_.Snapshot()) {
+      if (o.id != owner) continue;
+      for (const auto& [d, bytes] : o.live_bytes_by_device) {
+        if (d == device) return bytes;
+      }
+    }
+    return 0;
+  }
+
   fs::path root_;
   memory::Ledger ledger_;
   memory::Allocator allocator_{&ledger_};
   memory::ScopedOwner version_owner_;
   std::vector<memory::ScopedOwner> instance_owners_;
   std::unique_ptr<config::ModelConfig> config_;
+  std::unique_ptr<LoadTiming> timing_;  // the last load's
   // Destroyed first: instances, then the model (they free into the allocator above).
   std::unique_ptr<BackendModel> model_;
   std::vector<std::unique_ptr<BackendInstance>> instances_;
@@ -412,6 +438,47 @@ TEST_F(MlpBackendTest, WeightsAreLoadedOnceAndSharedByEveryInstance) {
 
   instances_.clear();
   for (const auto& owner : instance_owners_) EXPECT_EQ(SelfBytes(owner.id()), 0);
+  model_.reset();
+  EXPECT_EQ(SelfBytes(version_owner_.id()), 0);
+}
+
+TEST_F(MlpBackendTest, LoadTimingRecordsTheFileReadAndTheHostStage) {
+  const Weights m = RandomWeights({64, 256, 32}, false, 12);
+  WriteWeights(MlpTensors(m, false));
+  ASSERT_TRUE(Load(Config("m", 64, 32, 4, "instance_group [ { kind: KIND_CPU count: 2 } ]"), 2)
+                  .ok());
+  mlp::MlpPlan plan;
+  plan.layers = {{64, 256}, {256, 32}};
+  const LoadPhase read = Phase("file_read");
+  EXPECT_EQ(read.name, "file_read");
+  EXPECT_EQ(read.bytes, fs::file_size(root_ / "1" / "model.safetensors"));
+  EXPECT_GT(read.seconds, 0.0);
+  const LoadPhase stage = Phase("host_stage");
+  EXPECT_EQ(stage.name, "host_stage");
+  EXPECT_EQ(stage.bytes, mlp::MakeLayout(plan, 4).total_bytes);  // the CPU weights only
+  EXPECT_GT(stage.seconds, 0.0);
+  // CPU instances upload nothing.
+  EXPECT_EQ(Phase("h2d").name, "");
+  EXPECT_EQ(Phase("d2d").name, "");
+}
+
+TEST_F(MlpBackendTest, GpuStagingImageIsPinnedWhereItCanBeAndHostMemoryElse) {
+  // FP16 weights: the staged image keeps the file's element size. No GPU instance is created
+  // (this test runs without a GPU too): LoadModel alone stages the image.
+  const Weights m = RandomWeights({64, 128, 16}, true, 13);
+  WriteWeights(MlpTensors(m, true));
+  ASSERT_TRUE(Load(Config("m", 64, 16, 4, "instance_group [ { kind: KIND_GPU count: 1 } ]"), 0)
+                  .ok());
+  mlp::MlpPlan plan;
+  plan.layers = {{64, 128}, {128, 16}};
+  const int64_t image = static_cast<int64_t>(mlp::MakeLayout(plan, 2).total_bytes);
+  EXPECT_EQ(Phase("host_stage").bytes, static_cast<uint64_t>(image));
+  EXPECT_EQ(SelfBytes(version_owner_.id()), image);
+  // Pinned with a GPU; without one pinned memory is Unavailable and the image is ordinary host
+  // memory, with no error.
+  const bool gpu = memory::CudaDeviceCount() > 0;
+  EXPECT_EQ(BytesOn(version_owner_.id(), memory::Device::CudaHost()), gpu ? image : 0);
+  EXPECT_EQ(BytesOn(version_owner_.id(), memory::Device::Cpu()), gpu ? 0 : image);
   model_.reset();
   EXPECT_EQ(SelfBytes(version_owner_.id()), 0);
 }

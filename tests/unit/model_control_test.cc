@@ -170,7 +170,7 @@ TEST_F(ModelControlTest, ExplicitLoadUnloadCycle) {
   const auto index = manager->Index();
   const auto* row = Row(index, "b");
   ASSERT_NE(row, nullptr);
-  EXPECT_EQ(row->state, runtime::ModelState::kUnavailable);
+  EXPECT_EQ(row->state, "UNAVAILABLE");
   EXPECT_EQ(row->reason, "unloaded");
   EXPECT_TRUE(manager->AllModelsReady());  // an unloaded model does not count
   EXPECT_FALSE(LedgerHasOwnerNamed("b"));
@@ -187,7 +187,7 @@ TEST_F(ModelControlTest, ExplicitLoadUnloadCycle) {
   // And back again.
   ASSERT_TRUE(manager->Load("b").ok());
   EXPECT_TRUE(manager->Find("b", 0).ok());
-  EXPECT_EQ(Row(manager->Index(), "b")->state, runtime::ModelState::kReady);
+  EXPECT_EQ(Row(manager->Index(), "b")->state, "READY");
 }
 
 TEST_F(ModelControlTest, StarLoadsEverythingAtStartup) {
@@ -217,15 +217,19 @@ TEST_F(ModelControlTest, UnloadDrainsInFlightRequests) {
   model = Status::NotFound("dropped");  // only the caller thread holds the version now
 
   auto started = std::chrono::steady_clock::now();
-  ASSERT_TRUE(manager->Unload("slow").ok());
-  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(200));
+  auto unload = std::async(std::launch::async, [&] { return manager->Unload("slow"); });
   caller.join();
   auto a = first.get();
   EXPECT_TRUE(a.ok()) << a.status().ToString();
   auto b = second.get();
   EXPECT_TRUE(b.ok()) << b.status().ToString();
+  // The outcomes hold the version (their outputs belong to its request owners): the unload
+  // finishes only once they are dropped.
+  EXPECT_EQ(unload.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
   a = Status::NotFound("dropped");
   b = Status::NotFound("dropped");
+  ASSERT_TRUE(unload.get().ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(200));
 
   EXPECT_EQ(manager->Find("slow", 0).status().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(LedgerHasOwnerNamed("slow"));
@@ -252,7 +256,7 @@ TEST_F(ModelControlTest, BrokenReloadKeepsTheServingVersion) {
   const auto index = manager->Index();
   const auto* row = Row(index, "m");
   ASSERT_NE(row, nullptr);
-  EXPECT_EQ(row->state, runtime::ModelState::kReady);
+  EXPECT_EQ(row->state, "READY");
   EXPECT_NE(row->reason.find("last load failed"), std::string::npos) << row->reason;
 
   // A good config again: the reload replaces the version (released first, so that the old

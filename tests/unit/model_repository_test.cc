@@ -97,9 +97,9 @@ TEST(ModelManagerTest, BrokenModelIsReportedAndOthersServe) {
   std::map<std::string, runtime::ModelIndexEntry> index;
   for (auto& e : (*manager)->Index()) index[e.name] = e;
   ASSERT_EQ(index.size(), 4u);
-  EXPECT_EQ(index["good"].state, runtime::ModelState::kReady);
+  EXPECT_EQ(index["good"].state, "READY");
   EXPECT_EQ(index["good"].version, 2);
-  EXPECT_EQ(index["broken"].state, runtime::ModelState::kUnavailable);
+  EXPECT_EQ(index["broken"].state, "UNAVAILABLE");
   EXPECT_NE(index["no_versions"].reason.find("no version folder"), std::string::npos);
   EXPECT_NE(index["no_backend"].reason.find("tensorflow_magic"), std::string::npos);
 }

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "server/metrics/lifecycle_text.h"
 #include "server/metrics/memory_report_text.h"
 
 namespace vramd::metrics {
@@ -158,6 +159,50 @@ TEST(VramctlRenderTest, HumanBytesUsesPowersOf1024WithOneDecimal) {
   EXPECT_EQ(HumanBytes(int64_t{3} << 30), "3.0 GiB");
   EXPECT_EQ(HumanBytes(-(int64_t{28} << 20)), "-28.0 MiB");
   EXPECT_EQ(HumanBytes(INT64_MIN), "-8.0 EiB");
+}
+
+TEST(VramctlRenderTest, LifecycleShowsStateLastLoadPhasesAndRecentTransitions) {
+  const char* json = R"({"name": "big", "state": "ready", "reason": "", "serving": ["2"],
+    "history": [
+      {"from": "unloaded", "to": "loading", "reason": "first", "at_ms": 1000},
+      {"from": "loading", "to": "ready", "reason": "", "at_ms": 2500},
+      {"from": "ready", "to": "loading", "reason": "reload", "at_ms": 3000},
+      {"from": "loading", "to": "ready", "reason": "", "at_ms": 4000}],
+    "last_load": {"ok": true, "error": "", "versions": ["2"],
+      "policy": "availability_preserving", "policy_reason": "the new versions fit",
+      "predicted_bytes": {"cuda:0": 1342177280}, "predicted_from": "file sizes x 1.25",
+      "measured_bytes": {"cuda:0": 1073741824},
+      "phases": [{"name": "file_read", "seconds": 0.25, "bytes": 1073741824},
+                 {"name": "h2d", "seconds": 0.02, "bytes": 1000000000},
+                 {"name": "switch", "seconds": 0.00001, "bytes": 0}],
+      "total_seconds": 0.9, "finished_ms": 4000}})";
+  auto text = RenderLifecycleText(json, 3);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("model 'big': ready"), std::string::npos) << *text;
+  EXPECT_NE(text->find("serving versions: 2"), std::string::npos) << *text;
+  EXPECT_NE(text->find("succeeded, 0.900 s, availability_preserving"), std::string::npos)
+      << *text;
+  EXPECT_NE(text->find("cuda:0 1.2 GiB (from file sizes x 1.25)"), std::string::npos) << *text;
+  EXPECT_NE(text->find("measured:  cuda:0 1.0 GiB"), std::string::npos) << *text;
+  EXPECT_NE(text->find("h2d"), std::string::npos);
+  EXPECT_NE(text->find("50.0 GB/s"), std::string::npos) << *text;  // 1e9 bytes in 0.02 s
+  EXPECT_NE(text->find("transitions (last 3 of 4)"), std::string::npos) << *text;
+  EXPECT_EQ(text->find("first"), std::string::npos) << *text;  // the oldest row is cut
+  EXPECT_NE(text->find("00:00:03.000Z ready -> loading: reload"), std::string::npos) << *text;
+}
+
+TEST(VramctlRenderTest, LifecycleOfAFailedModelWithoutLoadAndBadJson) {
+  auto failed = RenderLifecycleText(
+      R"({"name": "m", "state": "failed", "reason": "bad weights", "serving": [],
+          "history": [], "last_load": {"ok": false, "error": "bad weights", "versions": ["1"]}})");
+  ASSERT_TRUE(failed.ok());
+  EXPECT_NE(failed->find("model 'm': failed (bad weights)"), std::string::npos) << *failed;
+  EXPECT_NE(failed->find("serving versions: none"), std::string::npos) << *failed;
+  EXPECT_NE(failed->find("failed: bad weights"), std::string::npos) << *failed;
+  auto never = RenderLifecycleText(R"({"name": "m", "state": "unloaded", "last_load": null})");
+  ASSERT_TRUE(never.ok());
+  EXPECT_NE(never->find("last load: none"), std::string::npos) << *never;
+  EXPECT_EQ(RenderLifecycleText("not json").status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -17,15 +17,23 @@
 // Weights are loaded once per device and shared read-only by that device's instances:
 //   - LoadModel reads and checks the file. When an instance group is KIND_CPU or KIND_AUTO (or
 //     there is none), it packs the FP32 host copy all CPU instances share. When one is
-//     KIND_GPU, it keeps a packed host image in the file's dtype for the first GPU upload.
+//     KIND_GPU, it keeps a packed host image in the file's dtype for the first GPU upload, in
+//     pinned host memory (Device::CudaHost()) so the upload runs at the DMA rate; in ordinary
+//     host memory where pinned memory is unavailable (slower, not an error).
 //   - The first instance on GPU d uploads that image (or copies from a GPU that has the
 //     weights) under the version's owner, and creates the model's cuBLAS handle for d (shared:
 //     mlp_cuda.h says why); later instances on d reuse both. The host image is dropped after
-//     the first upload.
+//     the first upload (the server's trim after the load then unpins it).
 //   - Each instance owns only its workspace: on the CPU its activations; on a GPU its stream,
 //     its cuBLAS workspace and its activations.
 // So the ledger shows, under the version, one copy of the weights per device whatever the
 // instance count, and under each instance only its workspace.
+//
+// Load timing (ModelContext::timing and InstanceContext::timing, either may be null), in the
+// phases of core/load_timing.h: "file_read" (reading the safetensors file; bytes: its size),
+// "host_stage" (allocating and packing the host images above; bytes: their sizes), "h2d" (the
+// first upload's copy alone, in the first GPU instance's CreateInstance; bytes: the weights),
+// and "d2d" for a later GPU's peer copy (bytes: the weights).
 //
 // Thread safety: the backend is stateless; a model's CreateInstance serializes on the model's
 // own mutex (held while a device's weights are uploaded, never on the request path); an

@@ -169,7 +169,8 @@ class GpuInstance final : public BackendInstance {
 Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
                                                            const PackedLayout& layout, int device,
                                                            memory::Allocator* allocator,
-                                                           memory::OwnerId owner) {
+                                                           memory::OwnerId owner,
+                                                           LoadTiming* timing) {
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(device));
   auto weights = std::make_shared<GpuWeights>();
@@ -177,15 +178,25 @@ Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_imag
   weights->layout = layout;
   VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cuda(device),
                                                               layout.total_bytes, 0, owner));
-  VRAMD_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpy(weights->buffer.data(), host_image, layout.total_bytes, cudaMemcpyHostToDevice),
-      fmt::format("cudaMemcpy (weights to cuda:{})", device)));
+  const std::string call = fmt::format("cudaMemcpy (weights to cuda:{})", device);
+  {
+    LoadTiming::Scope phase(timing, "h2d", layout.total_bytes);
+    VRAMD_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(weights->buffer.data(), host_image, layout.total_bytes, cudaMemcpyHostToDevice),
+        call));
+    // From pinned memory cudaMemcpy returns once the bytes are on the device. From pageable
+    // memory (the fallback) it may return with the last chunk still in DMA, and the instances
+    // read the weights from non-blocking streams that would not wait for it: wait here, inside
+    // the phase, so its time is the whole copy.
+    VRAMD_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(nullptr), call));
+  }
   return std::shared_ptr<const GpuWeights>(std::move(weights));
 }
 
 Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
                                                          memory::Allocator* allocator,
-                                                         memory::OwnerId owner) {
+                                                         memory::OwnerId owner,
+                                                         LoadTiming* timing) {
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(device));
   auto weights = std::make_shared<GpuWeights>();
@@ -195,6 +206,7 @@ Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& sourc
                                                               source.layout.total_bytes, 0, owner));
   const std::string call = fmt::format("cudaMemcpyPeer (weights cuda:{} to cuda:{})",
                                        source.device, device);
+  LoadTiming::Scope phase(timing, "d2d", source.layout.total_bytes);
   VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpyPeer(weights->buffer.data(), device,
                                                   source.buffer.data(), source.device,
                                                   source.layout.total_bytes),

@@ -32,6 +32,7 @@
 
 #include "backends/backend.h"
 #include "backends/mlp/mlp_plan.h"
+#include "core/load_timing.h"
 #include "memory/allocator.h"
 
 namespace vramd::backends::mlp {
@@ -45,18 +46,23 @@ struct GpuWeights {
   }
 };
 
-// Copies `host_image` (layout.total_bytes, packed in `layout`) to new memory on `device`,
-// charged to `owner`. ResourceExhausted when the device is full; Internal for a CUDA error.
+// Copies `host_image` (layout.total_bytes, packed in `layout`; pinned for the full rate) to new
+// memory on `device`, charged to `owner`. The copy alone, complete on return, is recorded in
+// `timing` (may be null) as phase "h2d" with layout.total_bytes; the device allocation is not
+// part of it. ResourceExhausted when the device is full; Internal for a CUDA error.
 Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
                                                            const PackedLayout& layout, int device,
                                                            memory::Allocator* allocator,
-                                                           memory::OwnerId owner);
+                                                           memory::OwnerId owner,
+                                                           LoadTiming* timing = nullptr);
 
 // The same, copied from another device's copy (cudaMemcpyPeer), so the host image need not be
-// kept once one device holds the weights.
+// kept once one device holds the weights. Recorded as phase "d2d", not "h2d": a peer copy runs
+// over NVLink or PCIe peer-to-peer at its own rate, and would make h2d's rate meaningless.
 Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
                                                          memory::Allocator* allocator,
-                                                         memory::OwnerId owner);
+                                                         memory::OwnerId owner,
+                                                         LoadTiming* timing = nullptr);
 
 // A cuBLAS handle shared by the instances of one model on one device (see above).
 struct SharedCublas;

@@ -14,6 +14,7 @@
 #include "config/model_config_json.h"
 #include "core/data_type.h"
 #include "server/http/infer_codec.h"
+#include "server/http/lifecycle_routes.h"
 #include "server/http/memory_routes.h"
 #include "server/http/stats_routes.h"
 
@@ -222,6 +223,11 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
     return post ? RepositoryIndex(request) : method_not_allowed();
   }
   if (parts[1] == "repository" && parts.size() == 5 && parts[2] == "models" &&
+      parts[4] == "lifecycle") {
+    return get ? ModelLifecycleResponse(*manager_, PercentDecode(parts[3]))
+               : method_not_allowed();
+  }
+  if (parts[1] == "repository" && parts.size() == 5 && parts[2] == "models" &&
       (parts[4] == "load" || parts[4] == "unload")) {
     return post ? RepositoryControl(request, PercentDecode(parts[3]), parts[4] == "load")
                 : method_not_allowed();
@@ -336,7 +342,9 @@ void KServeRoutes::Infer(const HttpRequest& http, const std::string& model, int6
                          Responder respond) const {
   auto found = manager_->Find(model, version);
   if (!found.ok()) return respond(Error(found.status()));
-  const auto& loaded = *found;
+  // The only reference this request holds to its version: released before a retry's Find,
+  // which may wait for a resource-preserving reload that waits for this very reference.
+  std::shared_ptr<runtime::LoadedModel> target = std::move(found).value();
 
   Result<InferRequest> parsed = Status::InvalidArgument("unset");
   if (http.inference_header_length) {
@@ -347,7 +355,7 @@ void KServeRoutes::Infer(const HttpRequest& http, const std::string& model, int6
       return respond(Error(
           400, fmt::format("Inference-Header-Content-Length '{}' is not a byte count", text)));
     }
-    parsed = length == 0 ? ParseRawBinaryRequest(loaded->config(), http.body)
+    parsed = length == 0 ? ParseRawBinaryRequest(target->config(), http.body)
                          : ParseInferRequest(http.body, length);
   } else {
     parsed = ParseInferRequest(http.body, std::nullopt);
@@ -355,23 +363,31 @@ void KServeRoutes::Infer(const HttpRequest& http, const std::string& model, int6
   if (!parsed.ok()) return respond(Error(parsed.status()));
   auto request = std::make_shared<InferRequest>(std::move(parsed).value());
   request->model_name = model;
-  request->model_version = loaded->version();
+  request->model_version = target->version();
 
   // Parsed here, on the I/O thread; run by the model's scheduler, possibly on an instance
   // thread, which then encodes and responds (a Responder may be called from any thread).
   // The outcome holds the request's ledger owner: it closes (checking for leaks) when
   // `outcome` goes out of scope, after the response has been encoded and its tensors released.
   // The callback holds the request (the encoder needs it) but not the model.
-  std::shared_ptr<const InferRequest> shared = std::move(request);
-  loaded->InferAsync(shared, [shared, respond = std::move(respond)](
-                                 Result<runtime::InferOutcome> outcome) {
+  std::shared_ptr<const InferRequest> shared = request;
+  runtime::InferCallback done = [shared, respond](Result<runtime::InferOutcome> outcome) {
     if (!outcome.ok()) return respond(Error(outcome.status()));
     EncodedBody encoded = EncodeInferResponse(outcome->response, *shared);
     HttpResponse r = Json(200, std::move(encoded.body));
     r.inference_header_length = encoded.json_length;
     if (encoded.json_length) r.content_type = "application/octet-stream";
     respond(std::move(r));
-  });
+  };
+  // A reload may retire `target` between Find and here; then the request goes to the version
+  // that replaced it rather than failing. Each retry follows a completed switch, so this ends.
+  while (!target->TryInferAsync(shared, &done)) {
+    target.reset();
+    auto again = manager_->Find(model, version);
+    if (!again.ok()) return done(again.status());
+    target = std::move(again).value();
+    request->model_version = target->version();  // not yet seen by anyone else
+  }
 }
 
 HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
@@ -392,7 +408,7 @@ HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
   JsonWriter w(sb);
   w.StartArray();
   for (const auto& entry : manager_->Index()) {
-    if (ready_only && entry.state != runtime::ModelState::kReady) continue;
+    if (ready_only && entry.lifecycle != runtime::LifecycleState::kReady) continue;
     w.StartObject();
     w.Key("name");
     WriteString(w, entry.name);
@@ -401,20 +417,24 @@ HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
       WriteString(w, std::to_string(entry.version));
     }
     w.Key("state");
-    WriteString(w, runtime::ModelStateName(entry.state));
+    WriteString(w, entry.state);
     w.Key("reason");
     WriteString(w, entry.reason);
+    w.Key("lifecycle");  // vramd's exact state (docs/model-control.md); clients ignore it
+    WriteString(w, runtime::LifecycleStateName(entry.lifecycle));
     w.EndObject();
   }
   w.EndArray();
   return Json(200, sb.GetString());
 }
 
-// Body (optional): {"parameters": {...}}. Parameters are ignored, except "config" on load (a
-// config override), which is not supported yet.
+// Body (optional): {"parameters": {...}}. On load, "config" is a config override: a JSON
+// ModelConfig (as GET .../config writes it) used instead of config.pbtxt. Triton's "file:..."
+// parameters (model files sent in the request) are refused. Other parameters are ignored.
 HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const std::string& model,
                                              bool load) const {
   const char* what = load ? "load" : "unload";
+  std::shared_ptr<const config::ModelConfig> config_override;
   if (request.body && !request.body->empty()) {
     rapidjson::Document doc;
     doc.Parse(request.body->data(), request.body->size());
@@ -426,15 +446,36 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
       if (!params->value.IsObject()) {
         return Error(400, fmt::format("repository {}: 'parameters' must be an object", what));
       }
-      if (load && params->value.HasMember("config")) {
-        return Error(Status::Unsupported("config override is not supported yet"));
+      for (const auto& p : params->value.GetObject()) {
+        std::string_view key(p.name.GetString(), p.name.GetStringLength());
+        if (load && key.substr(0, 5) == "file:") {
+          return Error(Status::Unsupported(fmt::format(
+              "repository load: parameter '{}': model files in the request are not supported; "
+              "put them in the model repository",
+              key)));
+        }
+      }
+      auto config = params->value.FindMember("config");
+      if (load && config != params->value.MemberEnd()) {
+        if (!config->value.IsString()) {
+          return Error(400, "repository load: parameter 'config' must be a string holding the "
+                            "model configuration as JSON");
+        }
+        auto parsed = config::ModelConfigFromJson(
+            std::string_view(config->value.GetString(), config->value.GetStringLength()));
+        if (!parsed.ok()) {
+          return Error(Status::InvalidArgument(fmt::format(
+              "repository load: parameter 'config': {}", parsed.status().message())));
+        }
+        config_override = std::make_shared<const config::ModelConfig>(std::move(parsed).value());
       }
     }
   }
   if (mutable_manager_ == nullptr) {
     return Error(400, "explicit model load / unload is not allowed if polling is enabled");
   }
-  Status status = load ? mutable_manager_->Load(model) : mutable_manager_->Unload(model);
+  Status status = load ? mutable_manager_->Load(model, std::move(config_override))
+                       : mutable_manager_->Unload(model);
   if (!status.ok()) return Error(status);
   return Empty(200);
 }

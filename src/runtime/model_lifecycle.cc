@@ -1,0 +1,58 @@
+#include "runtime/model_lifecycle.h"
+
+#include <fmt/format.h>
+
+namespace vramd::runtime {
+
+std::string_view LifecycleStateName(LifecycleState state) {
+  switch (state) {
+    case LifecycleState::kUnloaded: return "unloaded";
+    case LifecycleState::kLoading: return "loading";
+    case LifecycleState::kReady: return "ready";
+    case LifecycleState::kDraining: return "draining";
+    case LifecycleState::kUnloading: return "unloading";
+    case LifecycleState::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+std::string_view TritonStateName(LifecycleState state) {
+  switch (state) {
+    case LifecycleState::kReady: return "READY";
+    case LifecycleState::kLoading: return "LOADING";
+    case LifecycleState::kDraining:
+    case LifecycleState::kUnloading: return "UNLOADING";
+    case LifecycleState::kUnloaded:
+    case LifecycleState::kFailed: return "UNAVAILABLE";
+  }
+  return "UNAVAILABLE";
+}
+
+bool ModelLifecycle::Allowed(LifecycleState from, LifecycleState to) {
+  using S = LifecycleState;
+  switch (from) {
+    case S::kUnloaded: return to == S::kLoading;
+    // A load that fails while older versions serve goes back to ready.
+    case S::kLoading: return to == S::kReady || to == S::kFailed;
+    case S::kReady: return to == S::kLoading || to == S::kDraining;
+    case S::kDraining: return to == S::kUnloading;
+    // Loading after unloading is the second half of a resource-preserving reload.
+    case S::kUnloading: return to == S::kUnloaded || to == S::kLoading;
+    case S::kFailed: return to == S::kLoading || to == S::kUnloaded;
+  }
+  return false;
+}
+
+Status ModelLifecycle::Transition(LifecycleState to, std::string reason) {
+  if (!Allowed(state_, to)) {
+    return Status::Internal(fmt::format("model lifecycle: no transition from {} to {}",
+                                        LifecycleStateName(state_), LifecycleStateName(to)));
+  }
+  history_.push_back({state_, to, reason, std::chrono::system_clock::now()});
+  if (history_.size() > kHistory) history_.pop_front();
+  state_ = to;
+  reason_ = std::move(reason);
+  return Status::Ok();
+}
+
+}  // namespace vramd::runtime

@@ -1,0 +1,126 @@
+#include "server/http/lifecycle_routes.h"
+
+#include <fmt/format.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <chrono>
+#include <string>
+
+#include "server/http/infer_codec.h"
+
+namespace vramd::http {
+namespace {
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void WriteString(JsonWriter& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void WriteEpochMs(JsonWriter& w, std::chrono::system_clock::time_point at) {
+  w.Int64(std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count());
+}
+
+void WriteVersions(JsonWriter& w, const std::vector<int64_t>& versions) {
+  w.StartArray();
+  for (int64_t v : versions) WriteString(w, std::to_string(v));  // strings, as Triton's index
+  w.EndArray();
+}
+
+void WriteDeviceBytes(JsonWriter& w, const runtime::DeviceBytes& bytes) {
+  w.StartObject();
+  for (const auto& [device, n] : bytes) {
+    w.Key(device.c_str());
+    w.Int64(n);
+  }
+  w.EndObject();
+}
+
+void WriteLoadReport(JsonWriter& w, const runtime::LoadReport& load) {
+  w.StartObject();
+  w.Key("ok");
+  w.Bool(load.ok);
+  w.Key("error");
+  WriteString(w, load.error);
+  w.Key("versions");
+  WriteVersions(w, load.versions);
+  w.Key("policy");
+  WriteString(w, runtime::ReloadPolicyName(load.policy));
+  w.Key("policy_reason");
+  WriteString(w, load.policy_reason);
+  w.Key("predicted_bytes");
+  WriteDeviceBytes(w, load.predicted.bytes);
+  w.Key("predicted_from");
+  WriteString(w, load.predicted.source);
+  w.Key("measured_bytes");
+  WriteDeviceBytes(w, load.measured);
+  w.Key("phases");
+  w.StartArray();
+  for (const auto& phase : load.phases) {
+    w.StartObject();
+    w.Key("name");
+    WriteString(w, phase.name);
+    w.Key("seconds");
+    w.Double(phase.seconds);
+    w.Key("bytes");
+    w.Uint64(phase.bytes);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("total_seconds");
+  w.Double(load.total_seconds);
+  w.Key("finished_ms");
+  WriteEpochMs(w, load.finished);
+  w.EndObject();
+}
+
+}  // namespace
+
+HttpResponse ModelLifecycleResponse(const runtime::ModelManager& manager, std::string_view model) {
+  HttpResponse r;
+  auto view = manager.Lifecycle(model);
+  if (!view) {
+    r.status = 404;
+    r.body = EncodeError(fmt::format("Request for unknown model: '{}' is not found", model));
+    return r;
+  }
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  w.Key("name");
+  WriteString(w, view->name);
+  w.Key("state");
+  WriteString(w, runtime::LifecycleStateName(view->state));
+  w.Key("reason");
+  WriteString(w, view->reason);
+  w.Key("serving");
+  WriteVersions(w, view->serving);
+  w.Key("history");
+  w.StartArray();
+  for (const auto& t : view->history) {
+    w.StartObject();
+    w.Key("from");
+    WriteString(w, runtime::LifecycleStateName(t.from));
+    w.Key("to");
+    WriteString(w, runtime::LifecycleStateName(t.to));
+    w.Key("reason");
+    WriteString(w, t.reason);
+    w.Key("at_ms");
+    WriteEpochMs(w, t.at);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("last_load");
+  if (view->last_load) {
+    WriteLoadReport(w, *view->last_load);
+  } else {
+    w.Null();
+  }
+  w.EndObject();
+  r.status = 200;
+  r.body = sb.GetString();
+  return r;
+}
+
+}  // namespace vramd::http
