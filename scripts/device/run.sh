@@ -3,7 +3,8 @@
 # device-dist/ carried: every GPU test and GPU benchmark, results under $OUT.
 #   device tool: run  command="bash scripts/device/run.sh"  carry=["device-dist"]
 # Writes $OUT/summary.txt (figures and pass/fail lines), gpu_tests.log, benchmarks.log, one
-# <bench>.json per benchmark and server.log: at most 8 files come back, so keep it to these.
+# <bench>.json per benchmark (3), server.log and reload_bench.json: at most 8 files come back,
+# so keep it to these.
 # Later issues add their steps here.
 set -uo pipefail
 # cuBLAS (the mlp backend's GPU path) is too large to carry in device-dist: use the machine's, from
@@ -50,6 +51,9 @@ for b in "$BIN"/*_bench; do
   grep -E '^BM_' "$OUT/tmp.txt" | sed "s/^/$name: /" | tee -a "$summary"; rm -f "$OUT/tmp.txt"
 done
 
+grep -h '^h2d_' "$OUT/benchmarks.log" | tee -a "$summary"
+pinned_gbps=$(grep -ho 'h2d_pinned_gbps=[0-9.]*' "$OUT/benchmarks.log" | tail -1 | cut -d= -f2)
+
 # Ratios against the baselines of the same run, and the issue's targets.
 python3 bench/memory_ratios.py "$OUT/memory_pool_bench.json" "$OUT/ledger_bench.json" \
   | tee -a "$summary" || { say "FAIL memory targets"; status=1; }
@@ -80,5 +84,21 @@ PY
 "$BIN"/vramctl memory --url http://localhost:18000 >> "$OUT/server.log" 2>&1 && say "PASS vramctl memory" || { say "FAIL vramctl memory"; status=1; }
 curl -s localhost:18002/metrics | grep -E '^vramd_|^nv_' | grep -v ' 0$' | head -60 >> "$OUT/server.log"
 kill -TERM "$pid"; wait "$pid"; say "server exit code $?"
+
+# 4. Hot reload on the GPU (issue 5): RELOAD_CYCLES (default 100) reloads of a >= 1 GiB mlp under
+#    client load, NVML drift, the reload's phases and its h2d rate against the pinned rate above.
+if [ -n "$pinned_gbps" ]; then
+  python3 bench/reload_bench.py --vramd "$BIN"/vramd --pinned-gbps "$pinned_gbps" \
+    --cycles "${RELOAD_CYCLES:-100}" --target-bytes "${RELOAD_BYTES:-1GiB}" \
+    --out "$OUT/reload_bench.json" --server-log "$OUT/reload_server.tmp" > "$OUT/reload.tmp" 2>&1 \
+    || status=1
+  grep -E '^(PASS|FAIL|FIGURE) ' "$OUT/reload.tmp" | tee -a "$summary"
+  grep -E '"(phase_median_seconds|reload_median_seconds|h2d_median_gbps|nvml_|requests_)' -A9 \
+    "$OUT/reload.tmp" | head -40 >> "$summary"
+  { echo "# reload_bench server log (tail)"; tail -40 "$OUT/reload_server.tmp"; } >> "$OUT/server.log"
+  rm -f "$OUT/reload.tmp" "$OUT/reload_server.tmp"
+else
+  say "FAIL reload bench: no pinned H2D rate from h2d_bench"; status=1
+fi
 say "# done, status $status"
 exit $status
