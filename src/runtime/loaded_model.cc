@@ -209,6 +209,7 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
         done(std::move(outcome));
       };
     }
+    hold.reset();  // else this instance thread may hold the last reference once they ran
   }
   Instance& instance = instances_[index];
   executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));

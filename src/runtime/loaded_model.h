@@ -19,6 +19,7 @@
 // Thread safety: InferAsync and Infer may be called from any number of threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -102,6 +103,11 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // Counters of this version's requests and executions.
   const InferenceStatistics& statistics() const { return stats_; }
 
+  // Set once this version's destruction is complete (its memory returned, its owners closed).
+  // Unlike a weak_ptr's expiry, which comes when the last reference goes, before destruction
+  // has even begun (and the deleter may run it later, on another thread).
+  std::shared_ptr<const std::atomic<bool>> destroyed() const { return destroyed_.flag; }
+
  private:
   LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
               const MemoryContext& memory, memory::OwnerId model_owner);
@@ -120,6 +126,11 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
         : owner(std::move(o)), backend(std::move(b)) {}
   };
 
+  // First, so destroyed last: signals the end of the whole destruction.
+  struct DestroyedSignal {
+    std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
+    ~DestroyedSignal() { flag->store(true); }
+  } destroyed_;
   const std::shared_ptr<const config::ModelConfig> config_;
   const int64_t version_;
   const MemoryContext memory_;

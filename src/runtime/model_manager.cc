@@ -170,8 +170,23 @@ ModelManager::~ModelManager() {
     for (auto& [name, entry] : models_) serving.emplace_back(name, std::move(entry.serving));
     models_.clear();
   }
-  for (auto& [name, versions] : serving) versions.ready.clear();  // versions before owners
+  // As an unload does: shut the versions down, then wait (bounded) until each is destroyed,
+  // wherever its last reference goes, before the owners close.
+  for (auto& [name, versions] : serving) Retire(name, std::move(versions));
   serving.clear();
+  const auto deadline = Clock::now() + retire_timeout_;
+  for (;;) {
+    SweepRetired();
+    {
+      std::lock_guard lock(retired_mu_);
+      if (retired_.empty()) break;
+    }
+    if (Clock::now() >= deadline) {
+      spdlog::warn("model manager destroyed while versions are still held by requests");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::lock_guard lock(retired_mu_);
   retired_.clear();
 }
@@ -245,7 +260,7 @@ void ModelManager::Retire(const std::string& model, Versions versions) {
   // destroys its own LoadedModel.
   for (auto& [v, loaded] : versions.ready) {
     loaded->Shutdown();
-    retired.weak.push_back(loaded);
+    retired.destroyed.push_back(loaded->destroyed());
   }
   versions.ready.clear();  // the last reference, unless a request still holds one
   retired.versions = std::move(versions);
@@ -262,7 +277,7 @@ void ModelManager::SweepRetired() {
     std::lock_guard lock(retired_mu_);
     for (auto it = retired_.begin(); it != retired_.end();) {
       bool gone = true;
-      for (const auto& w : it->weak) gone = gone && w.expired();
+      for (const auto& d : it->destroyed) gone = gone && d->load();
       if (gone) {
         done.push_back(std::move(*it));
         it = retired_.erase(it);
@@ -278,15 +293,19 @@ Status ModelManager::WaitRetired(const std::string& model) {
   const auto deadline = Clock::now() + retire_timeout_;
   for (;;) {
     SweepRetired();
+    // Done only once SweepRetired has taken (and closed) every retired entry of the model: a
+    // version destroyed just after the sweep is not done yet, its owners still open.
+    bool pending = false;
     size_t alive = 0;
     {
       std::lock_guard lock(retired_mu_);
       for (const auto& r : retired_) {
         if (r.model != model) continue;
-        for (const auto& w : r.weak) alive += w.expired() ? 0 : 1;
+        pending = true;
+        for (const auto& d : r.destroyed) alive += d->load() ? 0 : 1;
       }
     }
-    if (alive == 0) return Status::Ok();
+    if (!pending) return Status::Ok();
     if (Clock::now() >= deadline) {
       return Status::Unavailable(fmt::format(
           "model '{}': {} version(s) it replaced are still held by requests after {} ms", model,

@@ -194,7 +194,7 @@ class ModelManager {
   struct Retired {
     std::string model;
     Versions versions;
-    std::vector<std::weak_ptr<LoadedModel>> weak;
+    std::vector<std::shared_ptr<const std::atomic<bool>>> destroyed;  // LoadedModel::destroyed()
   };
 
   explicit ModelManager(const Options& options);

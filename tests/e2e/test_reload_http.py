@@ -225,7 +225,10 @@ def in_background(fn):
 
 
 def test_index_rows_carry_state_lifecycle_and_reason(start_server, repo):
-    s = start_explicit(start_server, repo, "index_rows", load=("identity_fp32",))
+    # Three requests run at once below (an infer, an unload, the index): each holds an HTTP
+    # thread while it waits, so the server needs more than the 2 a 2-core machine defaults to.
+    s = start_explicit(start_server, repo, "index_rows", load=("identity_fp32",),
+                       extra=["--http-thread-count", "4"])
     c = s.client()
     c2 = s.client()
     c3 = s.client()
