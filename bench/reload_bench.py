@@ -143,7 +143,7 @@ def main():
     weights = os.path.getsize(os.path.join(model_dir, "1", "model.safetensors"))
     log = open(args.server_log, "w")
     server = subprocess.Popen([args.vramd, "serve", "--model-repository", repo,
-                               "--model-control-mode", "explicit", "--load-model", MODEL,
+                               "--model-control-mode", "explicit",
                                "--http-port", str(args.port), "--metrics-port", "0",
                                "--http-thread-count", str(args.clients + 4)],
                               stdout=log, stderr=subprocess.STDOUT)
@@ -152,13 +152,18 @@ def main():
     try:
         for _ in range(600):
             try:
-                if call(args.port, "GET", f"/v2/models/{MODEL}/ready", timeout=5)[0] == 200:
+                if call(args.port, "GET", "/v2/health/live", timeout=5)[0] == 200:
                     break
             except OSError:
                 pass
             time.sleep(0.5)
         else:
-            raise SystemExit("the server did not get ready")
+            raise SystemExit("the server did not start")
+        # Before the first load: the process's figure with its CUDA context only.
+        result["nvml_before_load"] = nvml_process_bytes(args.port)
+        status, answer = call(args.port, "POST", f"/v2/repository/models/{MODEL}/load", b"{}")
+        if status != 200:
+            raise SystemExit(f"the first load failed: {status} {answer[:500]!r}")
         status, config_body = call(args.port, "GET", f"/v2/models/{MODEL}/config")
         config = json.loads(config_body)
         cycles = []
@@ -182,6 +187,18 @@ def main():
                                "policy": last["policy"], "phases": phases})
                 nvml.append(nvml_process_bytes(args.port))
             time.sleep(0.5)
+        status, answer = call(args.port, "POST", f"/v2/repository/models/{MODEL}/unload", b"{}")
+        result["unload_status"] = status
+        time.sleep(0.5)
+        result["nvml_after_unload"] = nvml_process_bytes(args.port)
+        if result["nvml_before_load"] is not None and result["nvml_after_unload"] is not None:
+            result["nvml_after_unload_minus_before_load"] = (
+                result["nvml_after_unload"] - result["nvml_before_load"])
+        _, memory = call(args.port, "GET", "/v2/memory")
+        memory = json.loads(memory)
+        result["ledger_leak_reports_total"] = memory.get("leak_reports_total")
+        result["pools_reserved_after_unload"] = {
+            p["device"]: p["reserved_bytes"] for p in memory.get("pools", [])}
         result["requests_ok"] = clients.ok
         result["requests_failed"] = len(clients.failures)
         result["failures_sample"] = clients.failures[:5]
@@ -226,6 +243,14 @@ def main():
             abs(result.get("nvml_drift_ratio", 1.0)) <= 0.01,
         "h2d phase at >= 80% of the pinned rate": result.get("h2d_vs_pinned_ratio", 0) >= 0.8,
         "server exits cleanly": result.get("server_exit_code") == 0,
+        # What may stay after an unload: the kernel modules the model's first requests loaded
+        # into the CUDA context (cuBLAS's GEMM kernels, the mlp kernels), which live as long as
+        # the context. Nothing the pools or the ledger hold.
+        "after the unload NVML within 64 MiB of before the first load, pools empty, no leak":
+            result.get("unload_status") == 200
+            and 0 <= result.get("nvml_after_unload_minus_before_load", 1 << 40) <= 64 << 20
+            and not any(result.get("pools_reserved_after_unload", {"?": 1}).values())
+            and result.get("ledger_leak_reports_total") == 0,
     }
     result["checks"] = checks
     text = json.dumps(result, indent=1)
@@ -240,6 +265,9 @@ def main():
     if "h2d_vs_pinned_ratio" in result:
         print("FIGURE reload_h2d_vs_pinned_ratio %.3f ratio" % result["h2d_vs_pinned_ratio"])
     print("FIGURE reload_median_seconds %.3f s" % result.get("reload_median_seconds", -1))
+    if "nvml_after_unload_minus_before_load" in result:
+        print("FIGURE unload_nvml_minus_before_load_mib %.1f MiB"
+              % (result["nvml_after_unload_minus_before_load"] / 1048576))
     return 0 if all(checks.values()) else 1
 
 
