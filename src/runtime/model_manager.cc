@@ -730,7 +730,21 @@ std::vector<ModelIndexEntry> ModelManager::Index() const {
 std::optional<ModelLifecycleView> ModelManager::Lifecycle(std::string_view name) const {
   std::shared_lock lock(mu_);
   auto it = models_.find(name);
-  if (it == models_.end()) return std::nullopt;
+  if (it == models_.end()) {
+    lock.unlock();
+    // A model of the repositories that was never loaded (explicit mode): unloaded, as the
+    // index lists it.
+    auto dirs = repository::ScanRepositories(repositories_);
+    if (!dirs.ok()) return std::nullopt;
+    for (const auto& dir : *dirs) {
+      if (dir.name != name) continue;
+      ModelLifecycleView view;
+      view.name = std::string(name);
+      view.reason = "not loaded";
+      return view;
+    }
+    return std::nullopt;
+  }
   const ModelEntry& entry = it->second;
   ModelLifecycleView view;
   view.name = std::string(name);

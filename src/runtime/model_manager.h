@@ -156,7 +156,8 @@ class ModelManager {
 
   std::vector<ModelIndexEntry> Index() const;
 
-  // The lifecycle of `name` (state, history, last load); nullopt for a model never seen.
+  // The lifecycle of `name` (state, history, last load); unloaded with reason "not loaded" for
+  // a model of the repositories never loaded; nullopt for a name no repository holds.
   std::optional<ModelLifecycleView> Lifecycle(std::string_view name) const;
 
   // True when every model found in the repositories (and not unloaded on request) has at least

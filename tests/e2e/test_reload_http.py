@@ -337,6 +337,13 @@ def test_lifecycle_endpoint(start_server, repo):
     assert load["total_seconds"] >= max(p["seconds"] for p in load["phases"]), load
     assert before_ms - 60000 <= load["finished_ms"] <= time.time() * 1000 + 1000, load
 
+    # A model of the repository that was never loaded: unloaded, as the index lists it.
+    never = model_lifecycle(c, "identity_int32")
+    assert never["state"] == "unloaded" and never["reason"] == "not loaded", never
+    assert never["history"] == [] and never["last_load"] is None, never
+    row, = index_rows(c, "identity_int32")
+    assert row["lifecycle"] == "unloaded" and row["reason"] == "not loaded", row
+
     # Unknown model: 404 naming it.
     r = c.get("/v2/repository/models/no_such_model/lifecycle")
     assert r.status == 404, r
