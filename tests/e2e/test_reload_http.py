@@ -224,6 +224,25 @@ def in_background(fn):
     return t, result
 
 
+def test_a_slow_load_does_not_hold_the_http_thread(start_server, repo):
+    """With one HTTP thread, a load that takes 1.5 s (its warmup) still lets other requests
+    through: load and unload run on the server's control threads, not on the I/O thread."""
+    s = start_explicit(start_server, repo, "control_threads", load=("identity_fp32",),
+                       extra=["--http-thread-count", "1"])
+    c = s.client()
+    c2 = s.client(timeout=60)
+    slow = slow_warmup_config(model_config(c, "identity_fp32"), 1500000)
+    t, res = in_background(lambda: load_model(c2, "identity_fp32", slow))
+    wait_for(lambda: model_lifecycle(c, "identity_fp32")["state"] == "loading", 5.0,
+             interval=0.02, what="identity_fp32 loading")
+    start = time.monotonic()
+    assert c.get("/v2/health/live").status == 200
+    assert ready_status(c, "identity_fp32") == 200  # the old version still serves
+    assert time.monotonic() - start < 0.5, "a request waited for the load"
+    t.join(30)
+    assert res.get("value") is not None and res["value"].status == 200, res
+
+
 def test_index_rows_carry_state_lifecycle_and_reason(start_server, repo):
     # Three requests run at once below (an infer, an unload, the index): each holds an HTTP
     # thread while it waits, so the server needs more than the 2 a 2-core machine defaults to.

@@ -185,12 +185,23 @@ KServeRoutes::KServeRoutes(runtime::ModelManager* manager,
     : KServeRoutes(static_cast<const runtime::ModelManager*>(manager), memory_report,
                    std::move(info)) {
   mutable_manager_ = manager;
+  // As many control threads as loads may run at once are enough: more would only queue.
+  control_ = std::make_unique<ControlDispatcher>(4);
 }
 
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
   if (request.method == "POST") {
     if (auto infer = MatchInferTarget(request.target)) {
       Infer(request, infer->model, infer->version, std::move(respond));  // answers later
+      return;
+    }
+    const auto parts = SplitPath(request.target);
+    if (control_ != nullptr && parts.size() == 5 && parts[0] == "v2" &&
+        parts[1] == "repository" && parts[2] == "models" &&
+        (parts[4] == "load" || parts[4] == "unload")) {
+      control_->Post([this, request = std::move(request), respond = std::move(respond)] {
+        respond(Route(request));
+      });
       return;
     }
   }

@@ -9,17 +9,22 @@
 //   POST /v2/repository/index                     (model repository extension)
 //   POST /v2/repository/models/{m}/load           explicit mode only (else 400); 200, empty body
 //   POST /v2/repository/models/{m}/unload         explicit mode only (else 400); 200, empty body
+//   GET  /v2/repository/models/{m}/lifecycle      vramd's lifecycle view (lifecycle_routes.h)
+// Load and unload run on the routes' control threads (control_dispatcher.h), not on the HTTP
+// I/O thread that received them.
 //   GET  /v2/memory                               vramd's memory report (docs/memory.md)
 // Errors are {"error": "..."} with Triton's status codes (see HttpStatusFor).
 //
 // Thread safety: Handle may be called concurrently.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "core/status.h"
 #include "memory/memory_report.h"
 #include "runtime/model_manager.h"
+#include "server/http/control_dispatcher.h"
 #include "server/http/http_server.h"
 
 namespace vramd::http {
@@ -63,6 +68,9 @@ class KServeRoutes {
   runtime::ModelManager* mutable_manager_ = nullptr;  // null: load and unload are refused
   const memory::MemoryReportSource* memory_report_;
   const ServerInfo info_;
+  // Load and unload requests; null with a const manager. Last: joined (answering what was
+  // posted) before the rest goes.
+  std::unique_ptr<ControlDispatcher> control_;
 };
 
 }  // namespace vramd::http

@@ -1,0 +1,41 @@
+#include "server/http/control_dispatcher.h"
+
+#include <algorithm>
+
+namespace vramd::http {
+
+ControlDispatcher::ControlDispatcher(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Run(); });
+}
+
+ControlDispatcher::~ControlDispatcher() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ControlDispatcher::Post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
+void ControlDispatcher::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stopping, and nothing left to answer
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
+
+}  // namespace vramd::http
