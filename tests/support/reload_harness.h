@@ -111,6 +111,19 @@ inline std::shared_ptr<InferRequest> FloatRequest(const std::string& id,
 }
 
 // OUTPUT0 of a response as floats (empty when there is no such output).
+// What the test backends that mark their version in their output execute: OUTPUT0 =
+// INPUT0 (INT32) + 1000 * version, so an answer shows which version computed it.
+inline Status AddVersionOffset(const InferRequest& request, int64_t version,
+                               std::vector<Tensor>* outputs) {
+  const Tensor& in = request.inputs[0];
+  std::vector<int32_t> v(in.data.size() / sizeof(int32_t));
+  std::memcpy(v.data(), in.data.data(), v.size() * sizeof(int32_t));
+  for (auto& x : v) x += static_cast<int32_t>(1000 * version);
+  outputs->push_back(Tensor{"OUTPUT0", DataType::kInt32, in.shape,
+                            HostBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))});
+  return Status::Ok();
+}
+
 inline std::vector<float> FloatOutput(const InferResponse& response) {
   for (const auto& t : response.outputs) {
     if (t.name != "OUTPUT0" || t.datatype != DataType::kFp32) continue;
