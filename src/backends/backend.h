@@ -85,8 +85,21 @@ class Backend {
   virtual Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) = 0;
 };
 
+// Where FindBackend looks for backends that are not built in:
+// <directory>/<name>/libvramd_<name>.so (Triton's layout; vramd's --backend-directory).
+inline constexpr std::string_view kDefaultBackendDirectory = "/opt/vramd/backends";
+
+// Sets the backend directory for the whole process. vramd sets it once from its flag before
+// any model loads; a library already loaded stays in use.
+void SetBackendDirectory(std::filesystem::path directory);
+std::filesystem::path BackendDirectory();
+
 // The backend a config asks for: `backend`, else derived from `platform` (Triton's platform
-// names map to backend names). NotFound names the backend and lists those available.
+// names map to backend names). A name that is neither built in nor registered is loaded from
+// its shared library under BackendDirectory() (loaded once, kept for the process's lifetime).
+// Errors name the backend and list the built-in ones: NotFound for an unknown platform or a
+// missing library (naming the path tried), InvalidArgument for a library of another ABI
+// version, Internal when dlopen fails.
 Result<Backend*> FindBackend(const config::ModelConfig& config);
 
 // Names of every backend FindBackend can return, sorted.

@@ -1,12 +1,15 @@
 // FindBackend and AvailableBackends over the backends built into the server.
 //
 // The built-in backends are function-local statics: stateless apart from what each LoadModel
-// returns, created on first use and never destroyed before exit. When shared-library backends
-// arrive (DESIGN.md, decision 5) they join this table.
+// returns, created on first use and never destroyed before exit. A backend that is neither
+// built in nor registered is looked for as a shared library under the backend directory
+// (shared_library/shared_library_backend.h, include/vramd/backend.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -15,6 +18,7 @@
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
 #include "backends/mlp/mlp_backend.h"
+#include "backends/shared_library/shared_library_backend.h"
 
 namespace vramd::backends {
 namespace {
@@ -56,7 +60,36 @@ std::vector<Backend*> AllBackends() {
   return all;
 }
 
+// The backend directory; process-wide because it is one server flag, set before any load.
+std::mutex& DirectoryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::filesystem::path& Directory() {  // guarded by DirectoryMutex()
+  static std::filesystem::path directory(kDefaultBackendDirectory);
+  return directory;
+}
+
+// A backend name becomes a path component: one that could leave the backend directory
+// ("..", "a/b") or hide ("" or ".x") is refused rather than looked up.
+bool IsLibraryName(const std::string& name) {
+  if (name.empty() || name[0] == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
 }  // namespace
+
+void SetBackendDirectory(std::filesystem::path directory) {
+  std::lock_guard lock(DirectoryMutex());
+  Directory() = std::move(directory);
+}
+
+std::filesystem::path BackendDirectory() {
+  std::lock_guard lock(DirectoryMutex());
+  return Directory();
+}
 
 std::vector<std::string> AvailableBackends() {
   std::vector<std::string> names;
@@ -98,10 +131,21 @@ Result<Backend*> FindBackend(const config::ModelConfig& config) {
   for (Backend* b : AllBackends()) {
     if (b->name() == wanted) return b;
   }
-  return Status::NotFound(
-      fmt::format("model '{}': backend '{}'{} is not available (available "
-                  "backends: {})",
-                  config.name(), wanted, origin, AvailableList()));
+  if (!IsLibraryName(wanted)) {
+    return Status::NotFound(
+        fmt::format("model '{}': backend '{}'{} is not available and is not a valid backend "
+                    "library name (available backends: {})",
+                    config.name(), wanted, origin, AvailableList()));
+  }
+  // Not built in: the backend's shared library. Its error names the path tried; the code is
+  // kept (NotFound for a missing library, InvalidArgument for an ABI mismatch).
+  auto library = LoadSharedLibraryBackend(BackendDirectory(), wanted);
+  if (library.ok()) return library;
+  return Status(library.status().code(),
+                fmt::format("model '{}': backend '{}'{} is not available: {} (available "
+                            "backends: {})",
+                            config.name(), wanted, origin, library.status().message(),
+                            AvailableList()));
 }
 
 }  // namespace vramd::backends

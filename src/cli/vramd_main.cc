@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "memory/allocator.h"
 #include "memory/cuda_devices.h"
 #include "memory/growth_detector.h"
@@ -47,6 +48,7 @@ struct ServeOptions {
   int model_load_thread_count = 4;
   int64_t reload_headroom_mib = 256;
   int64_t reload_unavailable_wait_ms = 5000;
+  std::string backend_directory{vramd::backends::kDefaultBackendDirectory};
 };
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
@@ -105,6 +107,9 @@ int Serve(const ServeOptions& options) {
   vramd::memory::LiveMemoryReportSource memory_report(
       &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
       report_options);
+
+  // Backends that are not built in load from here; set before the manager loads any model.
+  vramd::backends::SetBackendDirectory(options.backend_directory);
 
   vramd::runtime::ModelManager::Options manager_options;
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
@@ -263,6 +268,10 @@ int main(int argc, char** argv) {
                     "During a resource-preserving reload, how long a request waits for the "
                     "model before an unavailable error")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--backend-directory", options.backend_directory,
+                    "Where backends that are not built in are found: "
+                    "<dir>/<name>/libvramd_<name>.so (docs/backends.md)")
       ->capture_default_str();
   serve->add_option("--load-model", options.load_models,
                     "Explicit mode: a model to load at start-up; repeat for several, '*' for all");

@@ -1,0 +1,142 @@
+#include "backends/shared_library/abi_bridge.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+namespace vramd::backends::abi {
+
+VramdCode ToVramdCode(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return VRAMD_OK;
+    case StatusCode::kInvalidArgument: return VRAMD_INVALID_ARGUMENT;
+    case StatusCode::kNotFound: return VRAMD_NOT_FOUND;
+    case StatusCode::kUnavailable: return VRAMD_UNAVAILABLE;
+    case StatusCode::kUnsupported: return VRAMD_UNSUPPORTED;
+    case StatusCode::kResourceExhausted: return VRAMD_RESOURCE_EXHAUSTED;
+    default: return VRAMD_INTERNAL;
+  }
+}
+
+Status FromVramd(VramdCode code, const VramdError& error, std::string_view backend) {
+  // The backend may have left the buffer without a terminator: never read past it.
+  const size_t length = strnlen(error.message, VRAMD_ERROR_MESSAGE_SIZE);
+  std::string text(error.message, length);
+  if (text.empty()) text = "failed without a message";
+  auto message = [&](std::string_view what) {
+    return fmt::format("backend '{}': {}", backend, what);
+  };
+  switch (code) {
+    case VRAMD_OK: return Status::Ok();
+    case VRAMD_INVALID_ARGUMENT: return Status::InvalidArgument(message(text));
+    case VRAMD_NOT_FOUND: return Status::NotFound(message(text));
+    case VRAMD_UNAVAILABLE: return Status::Unavailable(message(text));
+    case VRAMD_UNSUPPORTED: return Status::Unsupported(message(text));
+    case VRAMD_RESOURCE_EXHAUSTED: return Status::ResourceExhausted(message(text));
+    case VRAMD_INTERNAL: return Status::Internal(message(text));
+  }
+  return Status::Internal(
+      message(fmt::format("returned unknown code {}: {}", static_cast<int>(code), text)));
+}
+
+void SetError(VramdError* error, std::string_view message) {
+  if (error == nullptr) return;
+  const size_t n = std::min(message.size(), size_t{VRAMD_ERROR_MESSAGE_SIZE - 1});
+  std::memcpy(error->message, message.data(), n);
+  error->message[n] = '\0';
+}
+
+Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id) {
+  switch (kind) {
+    case VRAMD_DEVICE_CPU: return memory::Device::Cpu();
+    case VRAMD_DEVICE_CUDA_HOST: return memory::Device::CudaHost();
+    case VRAMD_DEVICE_GPU:
+      if (device_id < 0) {
+        return Status::InvalidArgument(fmt::format("GPU device id {} is negative", device_id));
+      }
+      return memory::Device::Cuda(device_id);
+  }
+  return Status::InvalidArgument(fmt::format("unknown device kind {}", static_cast<int>(kind)));
+}
+
+ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator)
+    : backend_name_(std::move(backend_name)), allocator_(allocator) {
+  table_.struct_size = sizeof(VramdServerApi);
+  table_.abi_version = VRAMD_BACKEND_ABI_VERSION;
+  table_.server = this;
+  table_.log = &ServerApi::Log;
+  table_.allocate = &ServerApi::Allocate;
+  table_.free = &ServerApi::Free;
+}
+
+void ServerApi::Log(void* server, VramdLogLevel level, const char* message) {
+  try {
+    const auto* self = static_cast<const ServerApi*>(server);
+    const char* text = message != nullptr ? message : "";
+    switch (level) {
+      case VRAMD_LOG_ERROR: spdlog::error("[backend {}] {}", self->backend_name_, text); break;
+      case VRAMD_LOG_WARNING: spdlog::warn("[backend {}] {}", self->backend_name_, text); break;
+      case VRAMD_LOG_INFO: spdlog::info("[backend {}] {}", self->backend_name_, text); break;
+      default: spdlog::debug("[backend {}] {}", self->backend_name_, text); break;
+    }
+  } catch (...) {
+    // Logging must never fail the backend's call; a lost log line is the lesser harm.
+  }
+}
+
+VramdCode ServerApi::Allocate(void* server, VramdOwner owner, VramdDeviceKind kind,
+                              int32_t device_id, size_t size, void* stream, void** out,
+                              VramdError* error) {
+  try {
+    if (out == nullptr) {
+      SetError(error, "allocate: `out` is NULL");
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    *out = nullptr;
+    const auto* self = static_cast<const ServerApi*>(server);
+    auto device = ToDevice(kind, device_id);
+    if (!device.ok()) {
+      SetError(error, "allocate: " + device.status().message());
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    auto ptr = self->allocator_->AllocateRaw(*device, size,
+                                             reinterpret_cast<memory::StreamId>(stream),
+                                             static_cast<memory::OwnerId>(owner));
+    if (!ptr.ok()) {
+      SetError(error, ptr.status().message());
+      return ToVramdCode(ptr.status().code());
+    }
+    *out = *ptr;
+    return VRAMD_OK;
+  } catch (const std::bad_alloc&) {
+    SetError(error, "allocate: out of host memory");
+    return VRAMD_RESOURCE_EXHAUSTED;
+  } catch (const std::exception& e) {
+    SetError(error, fmt::format("allocate: {}", e.what()));
+    return VRAMD_INTERNAL;
+  } catch (...) {
+    SetError(error, "allocate: unknown exception");
+    return VRAMD_INTERNAL;
+  }
+}
+
+void ServerApi::Free(void* server, VramdDeviceKind kind, int32_t device_id, void* ptr) {
+  try {
+    if (ptr == nullptr) return;
+    const auto* self = static_cast<const ServerApi*>(server);
+    auto device = ToDevice(kind, device_id);
+    if (!device.ok()) {
+      spdlog::error("[backend {}] free of {} with {}; the memory stays allocated",
+                    self->backend_name_, ptr, device.status().message());
+      return;
+    }
+    self->allocator_->Free(*device, ptr);
+  } catch (...) {
+    // Free has no way to report; the ledger counts unknown pointers itself.
+  }
+}
+
+}  // namespace vramd::backends::abi

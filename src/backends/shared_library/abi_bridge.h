@@ -1,0 +1,53 @@
+// The server's side of the backend C ABI (include/vramd/backend.h): code and device mapping,
+// and the VramdServerApi table a backend calls back into.
+//
+// Every function here that a backend calls is noexcept in effect: exceptions are caught and
+// turned into a VramdCode, because none may unwind through the backend's C frames.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "memory/allocator.h"
+#include "memory/device.h"
+#include "vramd/backend.h"
+
+namespace vramd::backends::abi {
+
+VramdCode ToVramdCode(StatusCode code);
+
+// A backend's failure as a Status: the code mapped, the message prefixed with the backend's
+// name (an empty message says the backend gave none; an unknown code is named).
+Status FromVramd(VramdCode code, const VramdError& error, std::string_view backend);
+
+// Writes `message` into `error` (may be null), truncated and NUL-terminated.
+void SetError(VramdError* error, std::string_view message);
+
+// VRAMD_DEVICE_GPU -> cuda:<id>, CUDA_HOST -> cuda_host, CPU -> cpu; InvalidArgument otherwise.
+Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id);
+
+// One VramdServerApi: allocate/free go to `allocator` (charged to the owner the backend names;
+// 0 means the calling thread's current owner), log goes to spdlog as "[backend <name>] ...".
+// Must outlive every use of table() by the backend: for a model, until model_destroy returns.
+class ServerApi {
+ public:
+  ServerApi(std::string backend_name, memory::Allocator* allocator);
+  ServerApi(const ServerApi&) = delete;
+  ServerApi& operator=(const ServerApi&) = delete;
+
+  const VramdServerApi* table() const { return &table_; }
+
+ private:
+  static void Log(void* server, VramdLogLevel level, const char* message);
+  static VramdCode Allocate(void* server, VramdOwner owner, VramdDeviceKind kind,
+                            int32_t device_id, size_t size, void* stream, void** out,
+                            VramdError* error);
+  static void Free(void* server, VramdDeviceKind kind, int32_t device_id, void* ptr);
+
+  const std::string backend_name_;
+  memory::Allocator* const allocator_;
+  VramdServerApi table_{};
+};
+
+}  // namespace vramd::backends::abi
