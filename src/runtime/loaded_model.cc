@@ -241,10 +241,10 @@ void LoadedModel::InferAsync(std::shared_ptr<const InferRequest> request, InferC
 }
 
 bool LoadedModel::TryInferAsync(const std::shared_ptr<const InferRequest>& request,
-                                InferCallback* done) {
+                                InferCallback* done, bool allow_inline) {
   auto queued = Admit(request, std::move(*done));
   if (!queued) return true;
-  auto refused = scheduler_->SubmitOrReturn(std::move(*queued));
+  auto refused = scheduler_->SubmitOrReturn(std::move(*queued), allow_inline);
   if (!refused) return true;
   *done = std::move(refused->done);
   return false;

@@ -82,7 +82,10 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // counted, `*done` is left as it was and the result is false, so the caller can find the
   // version that replaced this one (a reload swaps versions between a caller's lookup and its
   // submit) instead of failing the request.
-  bool TryInferAsync(const std::shared_ptr<const InferRequest>& request, InferCallback* done);
+  // `allow_inline` false: the request is never run on the calling thread (the fast path), for
+  // callers on a thread that must not be held by an execution.
+  bool TryInferAsync(const std::shared_ptr<const InferRequest>& request, InferCallback* done,
+                     bool allow_inline = true);
 
   // InferAsync, waiting for the outcome. REQUIRES: not called from an instance thread (a
   // callback), which could wait on itself.

@@ -102,7 +102,8 @@ ModelManager::ModelManager(const Options& options)
       retire_timeout_(options.retire_timeout),
       poll_interval_(options.poll_interval),
       load_thread_count_(std::max(1, options.load_thread_count)),
-      load_slots_(std::max(1, options.load_thread_count)) {}
+      load_slots_(std::max(1, options.load_thread_count)),
+      releaser_([this](std::stop_token stop) { ReleaseParked(stop); }) {}
 
 Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& options) {
   if (options.memory.ledger == nullptr || options.memory.allocator == nullptr) {
@@ -164,6 +165,7 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
 
 ModelManager::~ModelManager() {
   poller_ = std::jthread();  // stops and joins the polling thread first
+  releaser_ = std::jthread();  // answers the requests still parked in a gap
   std::vector<std::pair<std::string, Versions>> serving;
   {
     std::unique_lock lock(mu_);
@@ -220,6 +222,11 @@ void ModelManager::Update(const std::string& name, const std::function<void(Mode
     change(models_[name]);
   }
   changed_.notify_all();
+  {
+    std::lock_guard parked(parked_mu_);
+    parked_dirty_ = true;
+  }
+  parked_cv_.notify_all();
 }
 
 ModelManager::Versions ModelManager::LoadVersions(
@@ -591,38 +598,23 @@ Status ModelManager::PollOnce() {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
-                                                        int64_t version) const {
-  std::shared_lock lock(mu_);
+namespace {
+
+Status GapTimeout(std::string_view name, std::chrono::milliseconds wait) {
+  return Status::Unavailable(fmt::format(
+      "model '{}' is unavailable: a resource-preserving reload is in progress and it was not "
+      "ready within {} ms",
+      name, wait.count()));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<LoadedModel>> ModelManager::FindLocked(std::string_view name,
+                                                              int64_t version) const {
   auto it = models_.find(name);
   if (it == models_.end() || (it->second.lifecycle.state() == LifecycleState::kUnloaded &&
                               it->second.lifecycle.history().empty())) {
     return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
-  }
-  if (it->second.gap) {
-    // A resource-preserving reload: wait for the new versions, not forever. Waiting for the
-    // end of the gap seen (its generation), not for "no gap": back-to-back reloads could
-    // otherwise start the next gap before this thread looks, every time.
-    const auto deadline = Clock::now() + it->second.gap_wait;
-    const auto wait = it->second.gap_wait;
-    while (it != models_.end() && it->second.gap) {
-      const uint64_t generation = it->second.gap_generation;
-      ++it->second.gap_waiters;  // the next gap waits until this thread has looked
-      const bool ended = changed_.wait_until(lock, deadline, [&] {
-        it = models_.find(name);
-        return it == models_.end() || it->second.gap_generation != generation;
-      });
-      if (it != models_.end()) --it->second.gap_waiters;
-      if (!ended) {
-        return Status::Unavailable(fmt::format(
-            "model '{}' is unavailable: a resource-preserving reload is in progress and it was "
-            "not ready within {} ms",
-            name, wait.count()));
-      }
-    }
-    if (it == models_.end()) {
-      return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
-    }
   }
   const ModelEntry& entry = it->second;
   const Versions& serving = entry.serving;
@@ -644,6 +636,103 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
   }
   return Status::NotFound(
       fmt::format("Request for unknown model: '{}' version {} is not found", name, version));
+}
+
+Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
+                                                        int64_t version) const {
+  std::shared_lock lock(mu_);
+  auto it = models_.find(name);
+  if (it != models_.end() && it->second.gap) {
+    // A resource-preserving reload: wait for the new versions, not forever. Waiting for the
+    // end of the gap seen (its generation), not for "no gap": back-to-back reloads could
+    // otherwise start the next gap before this thread looks, every time.
+    const auto deadline = Clock::now() + it->second.gap_wait;
+    const auto wait = it->second.gap_wait;
+    while (it != models_.end() && it->second.gap) {
+      const uint64_t generation = it->second.gap_generation;
+      ++it->second.gap_waiters;  // the next gap waits until this thread has looked
+      const bool ended = changed_.wait_until(lock, deadline, [&] {
+        it = models_.find(name);
+        return it == models_.end() || it->second.gap_generation != generation;
+      });
+      if (it != models_.end()) --it->second.gap_waiters;
+      if (!ended) return GapTimeout(name, wait);
+    }
+  }
+  return FindLocked(name, version);
+}
+
+std::optional<Result<std::shared_ptr<LoadedModel>>> ModelManager::TryFind(std::string_view name,
+                                                                          int64_t version) const {
+  std::shared_lock lock(mu_);
+  auto it = models_.find(name);
+  if (it != models_.end() && it->second.gap) return std::nullopt;
+  return FindLocked(name, version);
+}
+
+void ModelManager::FindAsync(std::string_view name, int64_t version, FindCallback done) const {
+  Result<std::shared_ptr<LoadedModel>> found = Status::Internal("unset");
+  {
+    std::shared_lock lock(mu_);
+    auto it = models_.find(name);
+    if (it != models_.end() && it->second.gap) {
+      ++it->second.gap_waiters;  // the next gap waits until this request has been answered
+      std::lock_guard parked(parked_mu_);
+      parked_.push_back({std::string(name), version, it->second.gap_generation,
+                         Clock::now() + it->second.gap_wait, it->second.gap_wait,
+                         std::move(done)});
+      parked_dirty_ = true;  // a new deadline to wait for
+      parked_cv_.notify_all();
+      return;
+    }
+    found = FindLocked(name, version);
+  }
+  done(std::move(found), /*waited=*/false);
+}
+
+void ModelManager::ReleaseParked(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    std::vector<Parked> waiting;
+    {
+      std::unique_lock parked(parked_mu_);
+      auto earliest = Clock::time_point::max();
+      for (const auto& p : parked_) earliest = std::min(earliest, p.deadline);
+      parked_cv_.wait_until(parked, stop, earliest, [this] { return parked_dirty_; });
+      parked_dirty_ = false;
+      waiting.swap(parked_);  // looked at below without parked_mu_ (FindAsync takes it under mu_)
+    }
+    // Those whose gap ended (or whose wait ran out) are answered outside the locks.
+    std::vector<std::pair<Parked, Result<std::shared_ptr<LoadedModel>>>> ready;
+    std::vector<Parked> still;
+    {
+      std::shared_lock lock(mu_);
+      const auto now = Clock::now();
+      for (auto& p : waiting) {
+        auto it = models_.find(p.name);
+        const bool ended = it == models_.end() || it->second.gap_generation != p.generation;
+        if (!ended && now < p.deadline && !stop.stop_requested()) {
+          still.push_back(std::move(p));
+          continue;
+        }
+        Result<std::shared_ptr<LoadedModel>> result = GapTimeout(p.name, p.wait);
+        if (ended) result = FindLocked(p.name, p.version);
+        if (it != models_.end()) --it->second.gap_waiters;
+        ready.emplace_back(std::move(p), std::move(result));
+      }
+    }
+    if (!still.empty()) {
+      std::lock_guard parked(parked_mu_);
+      for (auto& p : still) parked_.push_back(std::move(p));
+    }
+    for (auto& [p, result] : ready) p.done(std::move(result), /*waited=*/true);
+  }
+  // Stopping: whoever is still parked gets an answer.
+  std::vector<Parked> left;
+  {
+    std::lock_guard parked(parked_mu_);
+    left.swap(parked_);
+  }
+  for (auto& p : left) p.done(Status::Unavailable("the server is shutting down"), true);
 }
 
 Result<std::shared_ptr<const config::ModelConfig>> ModelManager::FindConfig(

@@ -143,6 +143,18 @@ class ModelManager {
   // wait. NotFound for an unknown model or version; Unavailable for one that is not ready.
   Result<std::shared_ptr<LoadedModel>> Find(std::string_view name, int64_t version) const;
 
+  // Find without blocking the caller: `done` gets Find's answer at once, on this thread
+  // (waited = false), or, during a resource-preserving gap, once the gap ends or the model's
+  // unavailable wait runs out, on the manager's releasing thread (waited = true). `done` must
+  // not block for long there: it holds up the other parked requests.
+  // Find's answer when it needs no waiting; nullopt during a resource-preserving gap (then
+  // FindAsync parks the caller's work, Find blocks). The request path's cheap first try.
+  std::optional<Result<std::shared_ptr<LoadedModel>>> TryFind(std::string_view name,
+                                                              int64_t version) const;
+  using FindCallback =
+      std::function<void(Result<std::shared_ptr<LoadedModel>> found, bool waited)>;
+  void FindAsync(std::string_view name, int64_t version, FindCallback done) const;
+
   // The model's config (the one its serving versions were loaded with); NotFound if unknown,
   // Unavailable if the model has no usable config.
   Result<std::shared_ptr<const config::ModelConfig>> FindConfig(std::string_view name) const;
@@ -220,6 +232,10 @@ class ModelManager {
   // Applies `change` to the model's entry under the map lock and wakes waiters.
   void Update(const std::string& name, const std::function<void(ModelEntry&)>& change);
   std::shared_ptr<std::mutex> ActionLock(std::string_view name);
+  // Find's answer without waiting. REQUIRES: mu_ held (shared is enough).
+  Result<std::shared_ptr<LoadedModel>> FindLocked(std::string_view name, int64_t version) const;
+  // The releasing thread: answers parked FindAsync calls when their gap ends or times out.
+  void ReleaseParked(std::stop_token stop);
   Status CheckMode(std::string_view action) const;
 
   const MemoryContext memory_;
@@ -242,8 +258,23 @@ class ModelManager {
   mutable std::condition_variable_any changed_;  // notified when an entry changes
   std::map<std::string, ModelEntry, std::less<>> models_;  // guarded by mu_
 
+  // FindAsync calls waiting out a resource-preserving gap.
+  struct Parked {
+    std::string name;
+    int64_t version = 0;
+    uint64_t generation = 0;  // of the gap they wait for
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds wait{0};
+    FindCallback done;
+  };
+  mutable std::mutex parked_mu_;
+  mutable std::condition_variable_any parked_cv_;
+  mutable std::vector<Parked> parked_;  // guarded by parked_mu_
+  mutable bool parked_dirty_ = false;   // an entry changed; guarded by parked_mu_
+
   std::mutex poll_mu_;  // serializes PollOnce
   std::unique_ptr<repository::RepositoryWatcher> watcher_;  // poll mode only
+  std::jthread releaser_;  // answers parked FindAsync calls
   std::jthread poller_;  // last: stops (and joins) first
 };
 

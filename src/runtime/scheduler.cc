@@ -37,11 +37,12 @@ void Scheduler::Submit(QueuedRequest request) {
   Reject(std::move(one), Status::Unavailable(fmt::format("{} is unloading", options_.name)));
 }
 
-std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request) {
+std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request,
+                                                      bool allow_inline) {
   request.enqueued = SchedulerClock::now();
   std::unique_lock lock(mu_);
   if (stopping_) return request;
-  if (!options_.batching && queue_.empty()) {
+  if (allow_inline && !options_.batching && queue_.empty()) {
     for (size_t i = 0; i < workers_.size(); ++i) {
       Worker& worker = *workers_[i];
       if (worker.busy) continue;

@@ -80,7 +80,8 @@ class Scheduler {
   // Submit, except that a request arriving after Shutdown began is handed back untouched
   // (nothing answered or counted), so the caller can take it to the version that replaced this
   // one.
-  std::optional<QueuedRequest> SubmitOrReturn(QueuedRequest request);
+  // `allow_inline` false: never the fast path (the caller's thread must not run executions).
+  std::optional<QueuedRequest> SubmitOrReturn(QueuedRequest request, bool allow_inline = true);
 
   // Whether the calling thread is one of this scheduler's instance threads.
   bool OnWorkerThread() const;

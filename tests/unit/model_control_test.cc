@@ -300,5 +300,83 @@ TEST_F(ModelControlTest, CyclesLeaveTheLedgerAtBaseline) {
   EXPECT_EQ(ledger_.leaked_bytes_total(), 0u);
 }
 
+// A slow resource-preserving reload: every load runs a warmup execution of 300 ms, and
+// requests wait at most `wait_ms` in the gap.
+std::string SlowResourcePreservingConfig(int wait_ms) {
+  return Config("identity", 1, 300000) +
+         "parameters { key: \"vramd.reload_policy\" value { string_value: "
+         "\"resource_preserving\" } }\n"
+         "parameters { key: \"vramd.reload_unavailable_wait_ms\" value { string_value: \"" +
+         std::to_string(wait_ms) + "\" } }\n"
+         "model_warmup [ { name: \"w\" batch_size: 1 inputs { key: \"INPUT0\" value { "
+         "data_type: TYPE_INT32 dims: [ 2 ] zero_data: true } } } ]\n";
+}
+
+// Runs FindAsync in a resource-preserving gap: it returns at once, and its answer comes later.
+struct ParkedFind {
+  std::promise<std::pair<Status, bool>> answer;  // the lookup's status, and `waited`
+  std::chrono::steady_clock::duration call_time{};
+  int64_t version = 0;
+};
+
+void FindInGap(runtime::ModelManager& manager, const std::string& name, ParkedFind* parked) {
+  // The gap lasts from the old version's drain to the new one's warmup (300 ms of loading).
+  for (int i = 0; i < 2000; ++i) {
+    auto life = manager.Lifecycle(name);
+    if (life && life->serving.empty() &&
+        (life->state == runtime::LifecycleState::kDraining ||
+         life->state == runtime::LifecycleState::kUnloading ||
+         life->state == runtime::LifecycleState::kLoading)) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  manager.FindAsync(name, 0, [parked](Result<std::shared_ptr<runtime::LoadedModel>> found,
+                                      bool waited) {
+    if (found.ok()) parked->version = (*found)->version();
+    parked->answer.set_value({found.status(), waited});
+  });
+  parked->call_time = std::chrono::steady_clock::now() - start;
+}
+
+TEST_F(ModelControlTest, FindAsyncParksARequestInAResourcePreservingGapWithoutBlocking) {
+  WriteModel("slow", SlowResourcePreservingConfig(5000));
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {"slow"});
+  auto reload = std::async(std::launch::async, [&] { return manager->Load("slow"); });
+  ParkedFind parked;
+  FindInGap(*manager, "slow", &parked);
+  EXPECT_LT(parked.call_time, std::chrono::milliseconds(100)) << "FindAsync blocked its caller";
+  auto future = parked.answer.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto [status, waited] = future.get();
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_TRUE(waited);
+  EXPECT_EQ(parked.version, 1);
+  ASSERT_TRUE(reload.get().ok());
+  // Outside a gap the answer comes at once, on the caller's thread.
+  bool immediate = false;
+  manager->FindAsync("slow", 0, [&](Result<std::shared_ptr<runtime::LoadedModel>> found,
+                                    bool waited) { immediate = found.ok() && !waited; });
+  EXPECT_TRUE(immediate);
+}
+
+TEST_F(ModelControlTest, FindAsyncInAGapLongerThanTheWaitGetsTheDocumentedError) {
+  WriteModel("slow", SlowResourcePreservingConfig(50));  // the reload's gap lasts 300 ms or more
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {"slow"});
+  auto reload = std::async(std::launch::async, [&] { return manager->Load("slow"); });
+  ParkedFind parked;
+  FindInGap(*manager, "slow", &parked);
+  auto future = parked.answer.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto [status, waited] = future.get();
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(status.message().find("a resource-preserving reload is in progress and it was not "
+                                  "ready within 50 ms"),
+            std::string::npos)
+      << status.message();
+  ASSERT_TRUE(reload.get().ok());
+}
+
 }  // namespace
 }  // namespace vramd

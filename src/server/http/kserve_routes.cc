@@ -192,7 +192,7 @@ KServeRoutes::KServeRoutes(runtime::ModelManager* manager,
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
   if (request.method == "POST") {
     if (auto infer = MatchInferTarget(request.target)) {
-      Infer(request, infer->model, infer->version, std::move(respond));  // answers later
+      Infer(std::move(request), infer->model, infer->version, std::move(respond));  // later
       return;
     }
     const auto parts = SplitPath(request.target);
@@ -349,14 +349,36 @@ HttpResponse KServeRoutes::ModelConfig(const std::string& model, int64_t version
   return Json(200, config::ModelConfigToJson(**config));
 }
 
-void KServeRoutes::Infer(const HttpRequest& http, const std::string& model, int64_t version,
-                         Responder respond) const {
-  auto found = manager_->Find(model, version);
-  if (!found.ok()) return respond(Error(found.status()));
-  // The only reference this request holds to its version: released before a retry's Find,
-  // which may wait for a resource-preserving reload that waits for this very reference.
-  std::shared_ptr<runtime::LoadedModel> target = std::move(found).value();
+namespace {
 
+// Submits `request` to `target`. A reload may retire `target` between its lookup and here; then
+// the request goes to the version that replaced it rather than failing (each retry follows a
+// completed switch, so this ends). `allow_inline` is false on the manager's releasing thread,
+// which must not run executions. Free functions, not members: a request parked in a reload's
+// gap may be answered while the server shuts down, after the routes are gone; the manager
+// outlives both.
+void Submit(const runtime::ModelManager* manager, std::shared_ptr<InferRequest> request,
+            std::shared_ptr<runtime::LoadedModel> target, runtime::InferCallback done,
+            const std::string& model, int64_t version, bool allow_inline) {
+  std::shared_ptr<const InferRequest> shared = request;
+  if (target->TryInferAsync(shared, &done, allow_inline)) return;
+  // Released before the lookup, which may wait for a resource-preserving reload that waits for
+  // this very reference.
+  target.reset();
+  manager->FindAsync(model, version,
+                     [manager, request, done = std::move(done), model, version](
+                         Result<std::shared_ptr<runtime::LoadedModel>> found, bool waited) mutable {
+                       if (!found.ok()) return done(found.status());
+                       request->model_version = (*found)->version();  // not yet seen by others
+                       Submit(manager, request, std::move(found).value(), std::move(done), model,
+                              version, !waited);
+                     });
+}
+
+// Parses `http` for `target` and submits it.
+void InferOn(const runtime::ModelManager* manager, const HttpRequest& http,
+             const std::string& model, int64_t version,
+             std::shared_ptr<runtime::LoadedModel> target, Responder respond, bool allow_inline) {
   Result<InferRequest> parsed = Status::InvalidArgument("unset");
   if (http.inference_header_length) {
     const std::string& text = *http.inference_header_length;
@@ -376,11 +398,11 @@ void KServeRoutes::Infer(const HttpRequest& http, const std::string& model, int6
   request->model_name = model;
   request->model_version = target->version();
 
-  // Parsed here, on the I/O thread; run by the model's scheduler, possibly on an instance
-  // thread, which then encodes and responds (a Responder may be called from any thread).
-  // The outcome holds the request's ledger owner: it closes (checking for leaks) when
-  // `outcome` goes out of scope, after the response has been encoded and its tensors released.
-  // The callback holds the request (the encoder needs it) but not the model.
+  // Run by the model's scheduler, possibly on an instance thread, which then encodes and
+  // responds (a Responder may be called from any thread). The outcome holds the request's
+  // ledger owner: it closes (checking for leaks) when `outcome` goes out of scope, after the
+  // response has been encoded and its tensors released. The callback holds the request (the
+  // encoder needs it) but not the model.
   std::shared_ptr<const InferRequest> shared = request;
   runtime::InferCallback done = [shared, respond](Result<runtime::InferOutcome> outcome) {
     if (!outcome.ok()) return respond(Error(outcome.status()));
@@ -390,15 +412,31 @@ void KServeRoutes::Infer(const HttpRequest& http, const std::string& model, int6
     if (encoded.json_length) r.content_type = "application/octet-stream";
     respond(std::move(r));
   };
-  // A reload may retire `target` between Find and here; then the request goes to the version
-  // that replaced it rather than failing. Each retry follows a completed switch, so this ends.
-  while (!target->TryInferAsync(shared, &done)) {
-    target.reset();
-    auto again = manager_->Find(model, version);
-    if (!again.ok()) return done(again.status());
-    target = std::move(again).value();
-    request->model_version = target->version();  // not yet seen by anyone else
+  Submit(manager, std::move(request), std::move(target), std::move(done), model, version,
+         allow_inline);
+}
+
+}  // namespace
+
+void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t version,
+                         Responder respond) const {
+  if (auto found = manager_->TryFind(model, version)) {  // the common case: no reload gap
+    if (!found->ok()) return respond(Error(found->status()));
+    return InferOn(manager_, http, model, version, std::move(*found).value(), std::move(respond),
+                   /*allow_inline=*/true);
   }
+  // During a resource-preserving reload the lookup parks the request (not this I/O thread)
+  // until the new version serves; the body waits with it.
+  auto parked = std::make_shared<HttpRequest>(std::move(http));
+  const runtime::ModelManager* manager = manager_;
+  manager_->FindAsync(
+      model, version,
+      [manager, parked, model, version, respond = std::move(respond)](
+          Result<std::shared_ptr<runtime::LoadedModel>> found, bool waited) mutable {
+        if (!found.ok()) return respond(Error(found.status()));
+        InferOn(manager, *parked, model, version, std::move(found).value(), std::move(respond),
+                !waited);
+      });
 }
 
 HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {

@@ -58,7 +58,7 @@ class KServeRoutes {
   HttpResponse ModelReady(const std::string& model, int64_t version) const;
   HttpResponse ModelConfig(const std::string& model, int64_t version) const;
   // Answers through `respond`, possibly later and from an instance thread.
-  void Infer(const HttpRequest& request, const std::string& model, int64_t version,
+  void Infer(HttpRequest request, const std::string& model, int64_t version,
              Responder respond) const;
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
   HttpResponse RepositoryControl(const HttpRequest& request, const std::string& model,
