@@ -74,6 +74,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Closes the connection unless a request is in flight (its header read); that one is read,
   // answered, and then the connection closes.
+  bool busy() const { return busy_.load(); }
+
   void CloseIfIdle() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
       if (!self->busy_) self->Close();
@@ -200,7 +202,9 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl* server_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
-  bool busy_ = false;  // a request's header has been read and it is not yet answered
+  // A request's header has been read and it is not yet answered. Written on the strand; read
+  // by Shutdown's drain too, which waits only for busy connections.
+  std::atomic<bool> busy_{false};
   bool keep_alive_ = true;
   unsigned version_ = 11;
 };
@@ -276,14 +280,20 @@ void HttpServer::Impl::Shutdown() {
 
   // Idle connections close now; busy ones close after their answer is written.
   auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
-  while (true) {
+  for (bool first = true;; first = false) {
     std::vector<std::shared_ptr<Session>> live;
     {
       std::lock_guard lock(sessions_mu_);
       for (auto& [p, w] : sessions_)
         if (auto s = w.lock()) live.push_back(std::move(s));
     }
-    if (live.empty()) break;
+    // Done once no connection is answering a request: an idle one may outlive its close for a
+    // moment (or longer, while anything still holds it), which is no reason to wait.
+    // The first round closes the idle ones on their strands, so a request being read as the
+    // server stops is seen busy in the next round and answered.
+    bool any_busy = false;
+    for (auto& s : live) any_busy = any_busy || s->busy();
+    if (live.empty() || (!any_busy && !first)) break;
     for (auto& s : live) s->CloseIfIdle();
     live.clear();
     if (std::chrono::steady_clock::now() > deadline) {
