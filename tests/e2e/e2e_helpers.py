@@ -173,12 +173,35 @@ class VramdProcess:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            threads = self._thread_states()
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError("vramd did not exit within %.0fs of the signal\n%s"
-                                 % (timeout, self.describe()))
+            raise AssertionError("vramd did not exit within %.0fs of the signal\n%s\n"
+                                 "--- its threads (name, state, kernel wait channel) ---\n%s"
+                                 % (timeout, self.describe(), threads))
         finally:
             self._close_files()
+
+    def _thread_states(self):
+        """Where a server that does not stop is stuck, without a debugger: each thread's name,
+        state and the kernel function it sleeps in."""
+        lines = []
+        task_dir = "/proc/%d/task" % self.proc.pid
+        try:
+            tids = sorted(os.listdir(task_dir), key=int)
+        except OSError as e:
+            return "(cannot list threads: %s)" % e
+        for tid in tids:
+            def read(name):
+                try:
+                    with open(os.path.join(task_dir, tid, name)) as f:
+                        return f.read().strip()
+                except OSError:
+                    return "?"
+            stat = read("stat")
+            state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+            lines.append("%s %-16s %s %s" % (tid, read("comm"), state, read("wchan")))
+        return "\n".join(lines)
 
     def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S):
         """Signals the server, waits, and returns its exit code."""
