@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -221,7 +222,6 @@ void ModelManager::Update(const std::string& name, const std::function<void(Mode
     std::unique_lock lock(mu_);
     change(models_[name]);
   }
-  changed_.notify_all();
   {
     std::lock_guard parked(parked_mu_);
     parked_dirty_ = true;
@@ -640,26 +640,15 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::FindLocked(std::string_view n
 
 Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
                                                         int64_t version) const {
-  std::shared_lock lock(mu_);
-  auto it = models_.find(name);
-  if (it != models_.end() && it->second.gap) {
-    // A resource-preserving reload: wait for the new versions, not forever. Waiting for the
-    // end of the gap seen (its generation), not for "no gap": back-to-back reloads could
-    // otherwise start the next gap before this thread looks, every time.
-    const auto deadline = Clock::now() + it->second.gap_wait;
-    const auto wait = it->second.gap_wait;
-    while (it != models_.end() && it->second.gap) {
-      const uint64_t generation = it->second.gap_generation;
-      ++it->second.gap_waiters;  // the next gap waits until this thread has looked
-      const bool ended = changed_.wait_until(lock, deadline, [&] {
-        it = models_.find(name);
-        return it == models_.end() || it->second.gap_generation != generation;
-      });
-      if (it != models_.end()) --it->second.gap_waiters;
-      if (!ended) return GapTimeout(name, wait);
-    }
-  }
-  return FindLocked(name, version);
+  if (auto found = TryFind(name, version)) return std::move(*found);
+  // A resource-preserving gap: the same parking as FindAsync, waited for here. Shared with
+  // the callback, which may still be returning from set_value when get() does.
+  auto answer = std::make_shared<std::promise<Result<std::shared_ptr<LoadedModel>>>>();
+  auto future = answer->get_future();
+  FindAsync(name, version, [answer](Result<std::shared_ptr<LoadedModel>> found, bool) {
+    answer->set_value(std::move(found));
+  });
+  return future.get();
 }
 
 std::optional<Result<std::shared_ptr<LoadedModel>>> ModelManager::TryFind(std::string_view name,

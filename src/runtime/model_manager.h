@@ -140,7 +140,8 @@ class ModelManager {
 
   // The version serving `name`: `version`, or the highest ready version when it is 0. During a
   // resource-preserving reload it waits for the new versions up to the model's unavailable
-  // wait. NotFound for an unknown model or version; Unavailable for one that is not ready.
+  // wait (as FindAsync, blocking). NotFound for an unknown model or version; Unavailable for
+  // one that is not ready. REQUIRES: not called from a FindAsync callback.
   Result<std::shared_ptr<LoadedModel>> Find(std::string_view name, int64_t version) const;
 
   // Find without blocking the caller: `done` gets Find's answer at once, on this thread
@@ -196,7 +197,7 @@ class ModelManager {
     bool gap = false;
     std::chrono::milliseconds gap_wait{0};
     uint64_t gap_generation = 0;  // counts the gaps that ended
-    // Requests waiting in Find for the gap to end: changed under the shared lock.
+    // FindAsync (and Find) calls parked in the gap: changed under the shared lock.
     mutable std::atomic<int> gap_waiters{0};
     bool unloaded_on_request = false;  // not counted by AllModelsReady
     std::optional<DeviceBytes> measured;  // the last successful load's footprint
@@ -255,7 +256,6 @@ class ModelManager {
   std::vector<Retired> retired_;  // guarded by retired_mu_
 
   mutable std::shared_mutex mu_;
-  mutable std::condition_variable_any changed_;  // notified when an entry changes
   std::map<std::string, ModelEntry, std::less<>> models_;  // guarded by mu_
 
   // FindAsync calls waiting out a resource-preserving gap.

@@ -2,6 +2,7 @@
 // independent reference (plain loops in double) the backend's outputs are checked against.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -59,6 +60,30 @@ inline std::vector<float> MlpReference(const MlpWeights& m, const std::vector<fl
 }
 
 // `batch` x `k` inputs uniform in [-1, 1), reproducible from `seed`.
+// Weights of an MLP with `widths` (K, hidden..., N), He-initialised (normal) from `seed`;
+// biases scaled by `bias_scale`. With `fp16`, every value is rounded to FP16 (as a file of F16
+// tensors holds it).
+inline MlpWeights RandomMlpWeights(std::vector<int64_t> widths, uint32_t seed, float bias_scale,
+                                   bool fp16 = false) {
+  MlpWeights m;
+  m.widths = std::move(widths);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i + 1 < m.widths.size(); ++i) {
+    const int64_t in = m.widths[i], out = m.widths[i + 1];
+    std::normal_distribution<float> dist(0.0f, std::sqrt(2.0f / static_cast<float>(in)));
+    std::vector<float> w(out * in), b(out);
+    for (auto& v : w) v = dist(rng);
+    for (auto& v : b) v = bias_scale * dist(rng);
+    if (fp16) {
+      for (auto& v : w) v = HalfToFloat(HalfFromFloat(v));
+      for (auto& v : b) v = HalfToFloat(HalfFromFloat(v));
+    }
+    m.w.push_back(std::move(w));
+    m.b.push_back(std::move(b));
+  }
+  return m;
+}
+
 inline std::vector<float> RandomMlpInput(int64_t batch, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

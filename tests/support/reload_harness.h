@@ -41,23 +41,6 @@ namespace vramd::testing {
 // ---------------------------------------------------------------------------------------------
 // Models.
 
-// Weights of an MLP with `widths` (K, hidden..., N), reproducible from `seed`.
-inline MlpWeights SeededMlpWeights(std::vector<int64_t> widths, uint32_t seed) {
-  MlpWeights m;
-  m.widths = std::move(widths);
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i + 1 < m.widths.size(); ++i) {
-    const int64_t in = m.widths[i], out = m.widths[i + 1];
-    std::normal_distribution<float> dist(0.0f, std::sqrt(2.0f / static_cast<float>(in)));
-    std::vector<float> w(out * in), b(out);
-    for (auto& v : w) v = dist(rng);
-    for (auto& v : b) v = 0.5f * dist(rng);
-    m.w.push_back(std::move(w));
-    m.b.push_back(std::move(b));
-  }
-  return m;
-}
-
 // The bytes of `m` as the mlp backend's model.safetensors (FP32).
 inline std::string MlpSafetensorsBytes(const MlpWeights& m) {
   auto bytes = backends::safetensors::Serialize(MlpTensors(m, /*fp16=*/false));

@@ -54,23 +54,7 @@ using vramd::testing::MlpTensors;
 using vramd::testing::RandomMlpInput;
 
 Weights RandomWeights(std::vector<int64_t> widths, bool fp16, uint32_t seed) {
-  Weights m;
-  m.widths = std::move(widths);
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i + 1 < m.widths.size(); ++i) {
-    const int64_t in = m.widths[i], out = m.widths[i + 1];
-    std::normal_distribution<float> dist(0.0f, std::sqrt(2.0f / static_cast<float>(in)));
-    std::vector<float> w(out * in), b(out);
-    for (auto& v : w) v = dist(rng);
-    for (auto& v : b) v = 0.1f * dist(rng);
-    if (fp16) {
-      for (auto& v : w) v = HalfToFloat(HalfFromFloat(v));
-      for (auto& v : b) v = HalfToFloat(HalfFromFloat(v));
-    }
-    m.w.push_back(std::move(w));
-    m.b.push_back(std::move(b));
-  }
-  return m;
+  return vramd::testing::RandomMlpWeights(std::move(widths), seed, 0.1f, fp16);
 }
 
 std::string Config(const std::string& name, int64_t k, int64_t n, int max_batch,

@@ -176,7 +176,7 @@ class ReloadFaultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     RegisterFaultBackend();
-    for (int v : {1, 2, 3}) weights_[v] = SeededMlpWeights({kInputs, 12, kOutputs}, 40 + v);
+    for (int v : {1, 2, 3}) weights_[v] = RandomMlpWeights({kInputs, 12, kOutputs}, 40 + v, 0.5f);
     for (int c = 0; c < kClients; ++c) {
       inputs_.push_back(RandomMlpInput(1, kInputs, 500 + c));
       for (int v : {1, 2, 3}) expected_[v].push_back(MlpReference(weights_[v], inputs_[c], 1));
@@ -348,7 +348,7 @@ TEST_F(ReloadFaultsTest, CorruptWeightsOfTheNewVersionKeepTheServingVersion) {
 
   const std::string good = MlpSafetensorsBytes(weights_[2]);
   const std::string other_shape =
-      MlpSafetensorsBytes(SeededMlpWeights({kInputs, 12, kOutputs + 2}, 9));
+      MlpSafetensorsBytes(RandomMlpWeights({kInputs, 12, kOutputs + 2}, 9, 0.5f));
   std::string garbage(4096, '\0');
   for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>((i * 7919) % 251);
   const std::vector<std::pair<std::string, std::string>> corruptions = {

@@ -132,8 +132,8 @@ void RegisterSlowBackend() {
 class ReloadUnderLoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    weights_[1] = SeededMlpWeights({kInputs, 16, kOutputs}, 101);
-    weights_[2] = SeededMlpWeights({kInputs, 16, kOutputs}, 202);
+    weights_[1] = RandomMlpWeights({kInputs, 16, kOutputs}, 101, 0.5f);
+    weights_[2] = RandomMlpWeights({kInputs, 16, kOutputs}, 202, 0.5f);
     fs::create_directories(repo_.root() / kModel);
     for (int v : {1, 2}) {
       fs::create_directories(repo_.root() / kModel / std::to_string(v));

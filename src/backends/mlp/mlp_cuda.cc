@@ -164,6 +164,18 @@ class GpuInstance final : public BackendInstance {
   memory::Buffer activations_;
 };
 
+// Device memory for weights laid out as `layout`, on `device` (current), charged to `owner`.
+Result<std::shared_ptr<GpuWeights>> AllocateGpuWeights(const PackedLayout& layout, int device,
+                                                       memory::Allocator* allocator,
+                                                       memory::OwnerId owner) {
+  auto weights = std::make_shared<GpuWeights>();
+  weights->device = device;
+  weights->layout = layout;
+  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cuda(device),
+                                                              layout.total_bytes, 0, owner));
+  return weights;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
@@ -173,11 +185,7 @@ Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_imag
                                                            LoadTiming* timing) {
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(device));
-  auto weights = std::make_shared<GpuWeights>();
-  weights->device = device;
-  weights->layout = layout;
-  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cuda(device),
-                                                              layout.total_bytes, 0, owner));
+  VRAMD_ASSIGN_OR_RETURN(auto weights, AllocateGpuWeights(layout, device, allocator, owner));
   const std::string call = fmt::format("cudaMemcpy (weights to cuda:{})", device);
   {
     LoadTiming::Scope phase(timing, "h2d", layout.total_bytes);
@@ -199,11 +207,8 @@ Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& sourc
                                                          LoadTiming* timing) {
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(device));
-  auto weights = std::make_shared<GpuWeights>();
-  weights->device = device;
-  weights->layout = source.layout;
-  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cuda(device),
-                                                              source.layout.total_bytes, 0, owner));
+  VRAMD_ASSIGN_OR_RETURN(auto weights,
+                         AllocateGpuWeights(source.layout, device, allocator, owner));
   const std::string call = fmt::format("cudaMemcpyPeer (weights cuda:{} to cuda:{})",
                                        source.device, device);
   LoadTiming::Scope phase(timing, "d2d", source.layout.total_bytes);
