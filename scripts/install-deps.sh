@@ -11,6 +11,8 @@ packages=(
   # libraries (see docs/dependencies in README)
   protobuf-compiler libprotobuf-dev libboost-dev rapidjson-dev
   libspdlog-dev libfmt-dev libcli11-dev libopenblas-dev
+  # the pytorch backend (CPU LibTorch) and the TorchScript models its tests make at test time
+  libtorch-dev python3-torch
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy
   nginx-light wrk curl

@@ -1,0 +1,236 @@
+#include "ledger_allocators.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#if defined(VRAMD_TORCH_CUDA)
+#include <cuda_runtime_api.h>
+#if __has_include(<torch/csrc/cuda/CUDAPluggableAllocator.h>)
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#define VRAMD_TORCH_PLUGGABLE 1
+#endif
+#endif
+
+namespace vramd::pytorch {
+namespace {
+
+thread_local const ChargeScope* t_scope = nullptr;
+
+struct Allocation {
+  std::shared_ptr<ServerLink> link;
+  VramdDeviceKind kind = VRAMD_DEVICE_CPU;
+  int32_t device = -1;
+  size_t size = 0;
+};
+
+// Every live ledger allocation and every live link. One lock: an allocation's entry and its
+// link's liveness change together, so a free never uses a table whose model_destroy returned.
+struct Registry {
+  std::shared_mutex mu;
+  std::unordered_map<void*, Allocation> allocations;
+  std::vector<std::weak_ptr<ServerLink>> links;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: LibTorch frees during static teardown
+  return *r;
+}
+
+// A live link other than `except`, for allocations outside a scope and for frees whose own
+// link has closed. Caller holds the registry's lock.
+std::shared_ptr<ServerLink> AnyLiveLinkLocked(const ServerLink* except) {
+  for (const auto& weak : registry().links) {
+    auto link = weak.lock();
+    if (link && link->live() && link.get() != except) return link;
+  }
+  return nullptr;
+}
+
+// Takes `size` bytes from vramd for the calling thread's charge. Null with `error` set on
+// failure or when no model is there to charge.
+void* AllocateFromVramd(VramdDeviceKind kind, int32_t device, size_t size, void* stream,
+                        std::string* error) {
+  std::shared_ptr<ServerLink> link;
+  VramdOwner owner = 0;  // 0: vramd charges the thread's own current owner
+  if (t_scope != nullptr) {
+    link = t_scope->link();
+    owner = t_scope->owner();
+  } else {
+    std::shared_lock lock(registry().mu);
+    link = AnyLiveLinkLocked(nullptr);
+  }
+  if (!link) {
+    *error = "no vramd model is loading or executing on this thread to charge it to";
+    return nullptr;
+  }
+  const VramdServerApi* api = link->api();
+  VramdError err{};
+  void* ptr = nullptr;
+  if (api->allocate(api->server, owner, kind, device, size, stream, &ptr, &err) != VRAMD_OK ||
+      ptr == nullptr) {
+    *error = std::string(err.message, strnlen(err.message, sizeof err.message));
+    return nullptr;
+  }
+  std::unique_lock lock(registry().mu);
+  registry().allocations[ptr] = Allocation{std::move(link), kind, device, size};
+  return ptr;
+}
+
+// LibTorch's CPU allocator from before ours, for CPU allocations no model can be charged for.
+c10::Allocator* g_previous_cpu = nullptr;
+
+void FreeCpu(void* ptr) {
+  if (ptr == nullptr) return;
+  {
+    std::shared_lock lock(registry().mu);
+    if (registry().allocations.count(ptr) == 0) {
+      lock.unlock();
+      // Not ours: made by the previous allocator while no model was there.
+      g_previous_cpu->raw_deleter()(ptr);
+      return;
+    }
+  }
+  FreeLedgerAllocation(ptr);
+}
+
+c10::DataPtr AllocateCpu(size_t n) {
+  const c10::Device cpu(c10::DeviceType::CPU);
+  if (n == 0) return c10::DataPtr(nullptr, nullptr, &FreeCpu, cpu);
+  std::string error;
+  if (void* ptr = AllocateFromVramd(VRAMD_DEVICE_CPU, -1, n, nullptr, &error)) {
+    return c10::DataPtr(ptr, ptr, &FreeCpu, cpu);
+  }
+  if (t_scope == nullptr) {
+    // Nobody to charge: LibTorch's own allocator, as if vramd were not there.
+    void* ptr = g_previous_cpu->raw_allocate(n);
+    return c10::DataPtr(ptr, ptr, &FreeCpu, cpu);
+  }
+  TORCH_CHECK(false, "vramd could not allocate ", n, " bytes of host memory: ", error);
+}
+
+// Both spellings of allocate(): const before LibTorch 2.3, not const since.
+class LedgerCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) const { return AllocateCpu(n); }
+  c10::DataPtr allocate(size_t n) { return AllocateCpu(n); }
+  c10::DeleterFnPtr raw_deleter() const override { return &FreeCpu; }
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    std::memcpy(dest, src, count);
+  }
+};
+
+#if defined(VRAMD_TORCH_PLUGGABLE)
+std::string InstallCudaAllocator() {
+  auto allocator = torch::cuda::CUDAPluggableAllocator::createCustomAllocator(
+      [](size_t size, auto device, cudaStream_t stream) -> void* {
+        if (size == 0) return nullptr;
+        std::string error;
+        void* ptr = AllocateFromVramd(VRAMD_DEVICE_GPU, static_cast<int32_t>(device), size,
+                                      stream, &error);
+        TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "vramd could not allocate ", size,
+                         " bytes on cuda:", static_cast<int>(device), ": ", error);
+        return ptr;
+      },
+      [](void* ptr, size_t, auto, cudaStream_t) { FreeLedgerAllocation(ptr); });
+  try {
+    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+  } catch (const c10::Error& e) {
+    return std::string("LibTorch's GPU memory stays outside vramd's ledger: ") +
+           e.what_without_backtrace();
+  }
+  return "";
+}
+#endif
+
+}  // namespace
+
+ServerLink::ServerLink(const VramdServerApi* api, std::string model_name)
+    : api_(api), model_name_(std::move(model_name)) {}
+
+void ServerLink::Close() {
+  std::unique_lock lock(registry().mu);
+  live_ = false;
+}
+
+ChargeScope::ChargeScope(std::shared_ptr<ServerLink> link, VramdOwner owner)
+    : link_(std::move(link)), owner_(owner), outer_(t_scope) {
+  t_scope = this;
+}
+
+ChargeScope::~ChargeScope() { t_scope = outer_; }
+
+void AddLiveLink(const std::shared_ptr<ServerLink>& link) {
+  std::unique_lock lock(registry().mu);
+  auto& links = registry().links;
+  links.erase(std::remove_if(links.begin(), links.end(),
+                             [](const std::weak_ptr<ServerLink>& w) { return w.expired(); }),
+              links.end());
+  links.push_back(link);
+}
+
+void RemoveLiveLink(const ServerLink* link) {
+  std::unique_lock lock(registry().mu);
+  auto& links = registry().links;
+  links.erase(std::remove_if(links.begin(), links.end(),
+                             [&](const std::weak_ptr<ServerLink>& w) {
+                               auto l = w.lock();
+                               return !l || l.get() == link;
+                             }),
+              links.end());
+}
+
+LiveUsage LiveUsageOf(const ServerLink* link) {
+  std::shared_lock lock(registry().mu);
+  LiveUsage usage;
+  for (const auto& [ptr, a] : registry().allocations) {
+    if (a.link.get() != link) continue;
+    ++usage.allocations;
+    usage.bytes += a.size;
+  }
+  return usage;
+}
+
+void FreeLedgerAllocation(void* ptr) {
+  if (ptr == nullptr) return;
+  // Hold the lock across the free: a link's table stays valid while its model_destroy waits
+  // in Close() for this lock.
+  std::unique_lock lock(registry().mu);
+  auto it = registry().allocations.find(ptr);
+  if (it == registry().allocations.end()) return;
+  Allocation a = std::move(it->second);
+  registry().allocations.erase(it);
+  std::shared_ptr<ServerLink> link =
+      a.link->live() ? a.link : AnyLiveLinkLocked(a.link.get());
+  if (!link) return;  // no table left to free through: vramd's ledger reports it at its owner
+  link->api()->free(link->api()->server, a.kind, a.device, ptr);
+}
+
+const std::string& InstallLedgerAllocators() {
+  static const std::string warning = [] {
+    g_previous_cpu = c10::GetCPUAllocator();
+    static LedgerCpuAllocator cpu;
+    // Priority above LibTorch's default so a later default registration cannot replace it.
+    c10::SetCPUAllocator(&cpu, /*priority=*/1);
+#if defined(VRAMD_TORCH_PLUGGABLE)
+    return InstallCudaAllocator();
+#elif defined(VRAMD_TORCH_CUDA)
+    return std::string(
+        "this LibTorch has no pluggable CUDA allocator: its GPU memory stays outside vramd's "
+        "ledger");
+#else
+    return std::string();
+#endif
+  }();
+  return warning;
+}
+
+}  // namespace vramd::pytorch

@@ -1,0 +1,458 @@
+#include "torch_model.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <shared_mutex>
+#include <sstream>
+#include <utility>
+
+#if defined(VRAMD_TORCH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace vramd::pytorch {
+
+// Where each of forward()'s arguments (after self) comes from.
+struct ArgSource {
+  std::string input;                       // the config input feeding it; empty: `fallback`
+  std::optional<c10::IValue> fallback;     // the argument's default, or None for Optional
+};
+
+struct LoadedModule {
+  torch::jit::Module module;
+  c10::Device device;
+  std::vector<ArgSource> args;
+  bool outputs_by_index = false;  // every output is named "<name>__<index>"
+};
+
+namespace {
+
+at::ScalarType ScalarTypeOf(VramdDataType type) {
+  switch (type) {
+    case VRAMD_TYPE_BOOL: return at::kBool;
+    case VRAMD_TYPE_UINT8: return at::kByte;
+    case VRAMD_TYPE_INT8: return at::kChar;
+    case VRAMD_TYPE_INT16: return at::kShort;
+    case VRAMD_TYPE_INT32: return at::kInt;
+    case VRAMD_TYPE_INT64: return at::kLong;
+    case VRAMD_TYPE_FP16: return at::kHalf;
+    case VRAMD_TYPE_BF16: return at::kBFloat16;
+    case VRAMD_TYPE_FP64: return at::kDouble;
+    default: return at::kFloat;  // FP32; ModelSpec refuses the types LibTorch lacks
+  }
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string ShapeText(c10::IntArrayRef shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? "," : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+// LibTorch's messages carry C++ and TorchScript tracebacks; the error a client sees keeps the
+// part that says what went wrong. TorchScript's own `raise` ends with "<Error>: <text>".
+std::string Condense(const std::string& what) {
+  std::vector<std::string> lines;
+  std::istringstream in(what);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.find_first_not_of(' ') != std::string::npos) lines.push_back(line);
+  }
+  if (lines.empty()) return "unknown error";
+  if (lines.size() == 1) return lines.front();
+  // The TorchScript interpreter puts the original error last.
+  const std::string& last = lines.back();
+  if (what.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    return last;
+  }
+  return lines.front() + (last != lines.front() ? " (" + last + ")" : "");
+}
+
+bool IsTensorType(const c10::TypePtr& type, bool* optional) {
+  *optional = false;
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    *optional = true;
+    return opt->getElementType()->kind() == c10::TypeKind::TensorType;
+  }
+  return false;
+}
+
+// Maps the config's inputs onto forward()'s arguments (see torch_model.h).
+bool PlanInputs(const ModelSpec& spec, const c10::FunctionSchema& schema,
+                std::vector<ArgSource>* plan, std::string* error) {
+  const auto& all = schema.arguments();
+  std::vector<const c10::Argument*> params;
+  for (size_t i = 1; i < all.size(); ++i) params.push_back(&all[i]);  // [0] is self
+  std::vector<std::string> names;
+  for (const auto* p : params) names.push_back(p->name());
+
+  plan->assign(params.size(), ArgSource{});
+  bool by_name = true;
+  for (const auto& in : spec.inputs) {
+    if (std::find(names.begin(), names.end(), in.name) == names.end()) by_name = false;
+  }
+  if (by_name) {
+    for (const auto& in : spec.inputs) {
+      const size_t at = std::find(names.begin(), names.end(), in.name) - names.begin();
+      (*plan)[at].input = in.name;
+    }
+  } else {
+    for (const auto& in : spec.inputs) {
+      if (!in.convention_index || *in.convention_index >= static_cast<int>(params.size()) ||
+          !(*plan)[*in.convention_index].input.empty()) {
+        *error = "input '" + in.name + "' matches none of forward()'s arguments (" +
+                 Join(names) + "): name every input after an argument, or every input " +
+                 "<name>__<index> with index 0.." + std::to_string(params.size() - 1) +
+                 " once each";
+        return false;
+      }
+      (*plan)[*in.convention_index].input = in.name;
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    bool optional = false;
+    if (!IsTensorType(params[i]->type(), &optional)) {
+      *error = "forward() argument '" + params[i]->name() + "' is " +
+               params[i]->type()->annotation_str() +
+               "; the pytorch backend passes tensors only";
+      return false;
+    }
+    if (params[i]->default_value()) {
+      (*plan)[i].fallback = *params[i]->default_value();
+    } else if (optional) {
+      (*plan)[i].fallback = c10::IValue();
+    }
+    if ((*plan)[i].input.empty() && !(*plan)[i].fallback) {
+      *error = "forward() argument '" + params[i]->name() + "' (position " + std::to_string(i) +
+               ") gets no input: the config has no input named '" + params[i]->name() +
+               "' or '<name>__" + std::to_string(i) + "'";
+      return false;
+    }
+  }
+  return true;
+}
+
+// The returned value for output `index` of the config.
+bool PickOutput(const c10::IValue& result, const ModelSpec& spec, size_t index,
+                bool by_convention, at::Tensor* out, std::string* error) {
+  const TensorSpec& o = spec.outputs[index];
+  c10::IValue value;
+  if (result.isGenericDict()) {
+    for (const auto& entry : result.toGenericDict()) {
+      if (entry.key().isString() && entry.key().toStringRef() == o.name) value = entry.value();
+    }
+    if (value.isNone()) {
+      *error = "forward() returned a dict without key '" + o.name + "'";
+      return false;
+    }
+  } else {
+    const size_t at = by_convention ? static_cast<size_t>(*o.convention_index) : index;
+    std::vector<c10::IValue> items;
+    if (result.isTuple()) {
+      const auto& elements = result.toTupleRef().elements();
+      items.assign(elements.begin(), elements.end());
+    } else if (result.isList()) {
+      for (const auto& v : result.toListRef()) items.push_back(v);
+    } else {
+      items.push_back(result);
+    }
+    if (at >= items.size()) {
+      *error = "output '" + o.name + "' wants value " + std::to_string(at) + " of forward()'s " +
+               "result, which has " + std::to_string(items.size());
+      return false;
+    }
+    value = items[at];
+  }
+  if (!value.isTensor()) {
+    *error = "output '" + o.name + "': forward() returned " + value.tagKind() + ", not a tensor";
+    return false;
+  }
+  *out = value.toTensor();
+  return true;
+}
+
+bool CheckOutput(const TensorSpec& o, const ModelSpec& spec, const at::Tensor& t,
+                 std::string* error) {
+  if (t.scalar_type() != ScalarTypeOf(o.datatype)) {
+    *error = "output '" + o.name + "' is " + std::string(c10::toString(t.scalar_type())) +
+             " but the config says " + DataTypeName(o.datatype);
+    return false;
+  }
+  const size_t batch = spec.max_batch_size > 0 ? 1 : 0;
+  bool fits = static_cast<size_t>(t.dim()) == o.dims.size() + batch;
+  for (size_t i = 0; fits && i < o.dims.size(); ++i) {
+    fits = o.dims[i] < 0 || o.dims[i] == t.size(static_cast<int64_t>(i + batch));
+  }
+  if (!fits) {
+    *error = "output '" + o.name + "' has shape " + ShapeText(t.sizes()) +
+             " but the config says " + (batch ? "[batch]+" : "") + ShapeText(o.dims);
+    return false;
+  }
+  return true;
+}
+
+#if defined(VRAMD_TORCH_CUDA)
+// GPU executions hold this shared; clearing LibTorch's per-stream cuBLAS workspaces holds it
+// exclusively, so no execution is using a workspace while the map is cleared.
+std::shared_mutex& WorkspaceLock() {
+  static std::shared_mutex mu;
+  return mu;
+}
+#endif
+
+}  // namespace
+
+// ---- TorchModel ---------------------------------------------------------------------------
+
+TorchModel::TorchModel(ModelSpec spec, std::string path, const VramdModelInfo& info)
+    : spec_(std::move(spec)),
+      path_(std::move(path)),
+      owner_(info.owner),
+      server_(info.server),
+      link_(std::make_shared<ServerLink>(info.server, info.name ? info.name : "")) {
+  AddLiveLink(link_);
+}
+
+TorchModel::~TorchModel() {
+  {
+    ChargeScope charge(link_, owner_);
+    std::lock_guard lock(mu_);
+    modules_.clear();
+  }
+  const LiveUsage kept = LiveUsageOf(link_.get());
+  if (kept.allocations > 0 && server_ != nullptr) {
+    const std::string text = "LibTorch still holds " + std::to_string(kept.allocations) +
+                             " allocation(s), " + std::to_string(kept.bytes) +
+                             " bytes, made for model '" + link_->model_name() +
+                             "' after its modules were destroyed";
+    server_->log(server_->server, VRAMD_LOG_WARNING, text.c_str());
+  }
+  RemoveLiveLink(link_.get());
+  link_->Close();
+}
+
+std::unique_ptr<TorchModel> TorchModel::Create(const VramdModelInfo& info, Failure* failure) {
+  std::string error;
+  auto spec = ParseModelSpec(info.config_json, info.config_json_size, &error);
+  if (!spec) {
+    *failure = {VRAMD_INVALID_ARGUMENT, error};
+    return nullptr;
+  }
+  const std::filesystem::path path =
+      std::filesystem::path(info.version_dir ? info.version_dir : "") / spec->model_filename;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    *failure = {VRAMD_NOT_FOUND, "no TorchScript file " + path.string() +
+                                     " (the version directory holds '" +
+                                     spec->model_filename + "', Triton's layout)"};
+    return nullptr;
+  }
+  if (spec->intra_op_threads) at::set_num_threads(*spec->intra_op_threads);
+  if (!spec->ignored_parameters.empty() && info.server != nullptr) {
+    const std::string text = "model '" + spec->name + "': parameters " +
+                             Join(spec->ignored_parameters) +
+                             " change nothing in vramd (modules are always shared per device; "
+                             "vramd's pools replace LibTorch's caching)";
+    info.server->log(info.server->server, VRAMD_LOG_INFO, text.c_str());
+  }
+  return std::unique_ptr<TorchModel>(new TorchModel(std::move(*spec), path.string(), info));
+}
+
+std::shared_ptr<LoadedModule> TorchModel::ModuleFor(const std::string& device, Failure* failure) {
+  std::lock_guard lock(mu_);
+  if (auto it = modules_.find(device); it != modules_.end()) return it->second;
+  ChargeScope charge(link_, owner_);  // the weights belong to the version
+  const c10::Device where(device);
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path_, where);
+  } catch (const c10::Error& e) {
+    *failure = {VRAMD_INVALID_ARGUMENT,
+                "cannot load TorchScript file " + path_ + ": " + Condense(e.what_without_backtrace())};
+    return nullptr;
+  } catch (const std::exception& e) {
+    *failure = {VRAMD_INVALID_ARGUMENT,
+                "cannot load TorchScript file " + path_ + ": " + Condense(e.what())};
+    return nullptr;
+  }
+  module.eval();
+  auto method = module.find_method("forward");
+  if (!method) {
+    *failure = {VRAMD_INVALID_ARGUMENT, "TorchScript file " + path_ + " has no forward()"};
+    return nullptr;
+  }
+  auto loaded = std::make_shared<LoadedModule>(LoadedModule{std::move(module), where, {}, false});
+  std::string error;
+  if (!PlanInputs(spec_, method->function().getSchema(), &loaded->args, &error)) {
+    *failure = {VRAMD_INVALID_ARGUMENT, error};
+    return nullptr;
+  }
+  loaded->outputs_by_index = std::all_of(spec_.outputs.begin(), spec_.outputs.end(),
+                                         [](const TensorSpec& o) { return o.convention_index; });
+  modules_.emplace(device, loaded);
+  return loaded;
+}
+
+// ---- TorchInstance ------------------------------------------------------------------------
+
+struct TorchInstance::DeviceState {
+  c10::Device device{c10::DeviceType::CPU};
+#if defined(VRAMD_TORCH_CUDA)
+  cudaStream_t stream = nullptr;  // owned
+  ~DeviceState() {
+    if (stream == nullptr) return;
+    cudaStreamSynchronize(stream);
+    {
+      // LibTorch caches a cuBLAS workspace per (handle, stream); one for this stream must not
+      // outlive it, or the memory stays held after the instance (and its ledger owner) are gone.
+      std::unique_lock lock(WorkspaceLock());
+      at::cuda::clearCublasWorkspaces();
+    }
+    cudaStreamDestroy(stream);
+  }
+#endif
+};
+
+TorchInstance::TorchInstance(TorchModel* model, VramdOwner owner,
+                             std::shared_ptr<LoadedModule> module,
+                             std::unique_ptr<DeviceState> device)
+    : model_(model), owner_(owner), module_(std::move(module)), device_(std::move(device)) {}
+
+TorchInstance::~TorchInstance() = default;
+
+std::unique_ptr<TorchInstance> TorchInstance::Create(TorchModel* model,
+                                                     const VramdInstanceInfo& info,
+                                                     Failure* failure) {
+  auto state = std::make_unique<DeviceState>();
+  std::string device = "cpu";
+  if (info.kind == VRAMD_DEVICE_GPU) {
+#if defined(VRAMD_TORCH_CUDA)
+    if (info.device_id < 0 || info.device_id >= static_cast<int32_t>(torch::cuda::device_count())) {
+      *failure = {VRAMD_UNAVAILABLE, "instance '" + std::string(info.name ? info.name : "") +
+                                         "' asks for cuda:" + std::to_string(info.device_id) +
+                                         ", which LibTorch does not see"};
+      return nullptr;
+    }
+    device = "cuda:" + std::to_string(info.device_id);
+    state->device = c10::Device(device);
+    c10::cuda::CUDAGuard guard(state->device);
+    if (cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking) != cudaSuccess) {
+      *failure = {VRAMD_UNAVAILABLE, "cannot create a CUDA stream on " + device + ": " +
+                                         cudaGetErrorString(cudaGetLastError())};
+      state->stream = nullptr;
+      return nullptr;
+    }
+#else
+    *failure = {VRAMD_UNSUPPORTED,
+                "this pytorch backend was built against a CPU-only LibTorch; use KIND_CPU or "
+                "the backend built against a CUDA LibTorch"};
+    return nullptr;
+#endif
+  } else if (info.kind != VRAMD_DEVICE_CPU) {
+    *failure = {VRAMD_INVALID_ARGUMENT, "unknown instance kind"};
+    return nullptr;
+  }
+  auto module = model->ModuleFor(device, failure);
+  if (!module) return nullptr;
+  return std::unique_ptr<TorchInstance>(
+      new TorchInstance(model, info.owner, std::move(module), std::move(state)));
+}
+
+bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& outputs,
+                            Failure* failure) {
+  const ModelSpec& spec = model_->spec();
+  // LibTorch keeps per-stream state (cuBLAS workspaces) beyond one request: it belongs to the
+  // instance whose stream it serves, so the instance is charged, not the request.
+  ChargeScope charge(model_->link(), owner_);
+  std::optional<c10::InferenceMode> inference;
+  if (spec.inference_mode) inference.emplace();
+  torch::NoGradGuard no_grad;
+  torch::jit::GraphOptimizerEnabledGuard optimize(spec.optimized_execution);
+  const c10::Device device = module_->device;
+#if defined(VRAMD_TORCH_CUDA)
+  std::optional<std::shared_lock<std::shared_mutex>> workspaces;
+  std::optional<c10::cuda::CUDAGuard> device_guard;
+  std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+  if (device.is_cuda()) {
+    workspaces.emplace(WorkspaceLock());
+    device_guard.emplace(device);
+    stream_guard.emplace(c10::cuda::getStreamFromExternal(device_->stream, device.index()));
+  }
+#endif
+  try {
+    std::vector<c10::IValue> args;
+    args.reserve(module_->args.size());
+    for (const ArgSource& source : module_->args) {
+      const VramdTensor* in = nullptr;
+      for (size_t i = 0; i < request.input_count && !source.input.empty(); ++i) {
+        if (source.input == request.inputs[i].name) in = &request.inputs[i];
+      }
+      if (in == nullptr) {
+        if (!source.fallback) {
+          *failure = {VRAMD_INVALID_ARGUMENT, "input '" + source.input + "' is missing"};
+          return false;
+        }
+        args.push_back(*source.fallback);
+        continue;
+      }
+      const std::vector<int64_t> shape(in->shape, in->shape + in->rank);
+      // The request's bytes are only read: forward() gets a copy on a GPU, and on the CPU a
+      // module that writes into its input writes into vramd's buffer for this call only.
+      at::Tensor t = torch::from_blob(const_cast<void*>(in->data), shape,
+                                      torch::TensorOptions().dtype(ScalarTypeOf(in->datatype)));
+      if (device.is_cuda()) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
+      args.push_back(std::move(t));
+    }
+    const c10::IValue result = module_->module.forward(std::move(args));
+
+    for (size_t i = 0; i < spec.outputs.size(); ++i) {
+      const TensorSpec& o = spec.outputs[i];
+      at::Tensor t;
+      std::string error;
+      if (!PickOutput(result, spec, i, module_->outputs_by_index, &t, &error) ||
+          !CheckOutput(o, spec, t, &error)) {
+        *failure = {VRAMD_INTERNAL, error};
+        return false;
+      }
+      t = t.contiguous();
+      const std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+      const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+      void* data = nullptr;
+      VramdError err{};
+      const VramdCode code = outputs.add(outputs.outputs, o.name.c_str(), o.datatype,
+                                         shape.data(), shape.size(), bytes, &data, &err);
+      if (code != VRAMD_OK) {
+        *failure = {code, std::string(err.message, strnlen(err.message, sizeof err.message))};
+        return false;
+      }
+      if (bytes > 0) {
+        torch::from_blob(data, shape, torch::TensorOptions().dtype(t.scalar_type())).copy_(t);
+      }
+    }
+    return true;
+  } catch (const c10::Error& e) {
+    *failure = {VRAMD_INTERNAL, "forward() failed: " + Condense(e.what_without_backtrace())};
+  } catch (const std::exception& e) {
+    *failure = {VRAMD_INTERNAL, "forward() failed: " + Condense(e.what())};
+  }
+  return false;
+}
+
+}  // namespace vramd::pytorch
