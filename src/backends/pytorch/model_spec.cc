@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdlib>
 #include <utility>
 
 namespace vramd::pytorch {
@@ -62,6 +63,13 @@ std::optional<bool> ParseBool(std::string value) {
   return std::nullopt;
 }
 
+bool IsInteger(const std::string& text) {
+  const size_t start = !text.empty() && text[0] == '-' ? 1 : 0;
+  return text.size() > start && text.size() < 19 &&
+         std::all_of(text.begin() + start, text.end(),
+                     [](unsigned char c) { return std::isdigit(c); });
+}
+
 bool ParseTensor(const rapidjson::Value& v, const char* what, size_t index, TensorSpec* out,
                  std::string* error) {
   const std::string where = std::string(what) + "[" + std::to_string(index) + "]";
@@ -87,8 +95,9 @@ bool ParseTensor(const rapidjson::Value& v, const char* what, size_t index, Tens
     for (const auto& d : v["dims"].GetArray()) {
       if (d.IsInt64()) {
         out->dims.push_back(d.GetInt64());
-      } else if (d.IsString()) {  // protobuf's JSON may write int64 as strings
-        out->dims.push_back(std::stoll(d.GetString()));
+      } else if (d.IsString() && IsInteger(d.GetString())) {
+        // protobuf's JSON may write int64 as strings
+        out->dims.push_back(std::strtoll(d.GetString(), nullptr, 10));
       } else {
         *error = label + ": dims must be integers";
         return false;

@@ -323,7 +323,9 @@ struct TorchInstance::DeviceState {
       // LibTorch caches a cuBLAS workspace per (handle, stream); one for this stream must not
       // outlive it, or the memory stays held after the instance (and its ledger owner) are gone.
       std::unique_lock lock(WorkspaceLock());
+#if TORCH_VERSION_MAJOR >= 2
       at::cuda::clearCublasWorkspaces();
+#endif
     }
     cudaStreamDestroy(stream);
   }
