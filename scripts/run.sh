@@ -4,4 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-exec ./build/src/cli/vramd serve --model-repository examples/models "$@"
+# The pytorch backend (docs/pytorch.md) is built into build/backends; serve with it unless the
+# caller names another backend directory.
+backend_args=()
+if [ -d build/backends ] && [[ " $* " != *" --backend-directory"* ]]; then
+  backend_args=(--backend-directory "$PWD/build/backends")
+fi
+exec ./build/src/cli/vramd serve --model-repository examples/models "${backend_args[@]}" "$@"
