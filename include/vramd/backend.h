@@ -23,6 +23,13 @@
  * leak naming it. The owners: VramdModelInfo::owner (the version), VramdInstanceInfo::owner
  * (the instance), VramdRequest::owner (the request being executed: its scratch memory).
  *
+ * Load timing: VramdServerApi::record_load_phase (appended within version 1; check struct_size)
+ * adds a phase's seconds and bytes to the load in progress, while model_create or
+ * instance_create runs.
+ *
+ * vramd's own backends (identity, add_sub, mlp) are linked into the server but implement this
+ * same ABI and are reached through the same table; only how the table is found differs.
+ *
  * Threads: model_create, model_destroy and instance_create / instance_destroy may run on any
  * thread; one instance's execute calls never overlap (an instance is one thread's at a time);
  * different instances execute concurrently. VramdServerApi functions are safe from any thread.
@@ -109,6 +116,16 @@ typedef struct VramdServerApi {
                         size_t size, void* stream, void** out, VramdError* error);
   /* Frees what allocate returned (exactly once). */
   void (*free)(void* server, VramdDeviceKind kind, int32_t device_id, void* ptr);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdServerApi,
+   * record_load_phase) (a backend must check; older servers pass a shorter struct).
+   * Adds `seconds` and `bytes` to phase `phase` of the load in progress: a phase recorded twice
+   * accumulates. It counts only while model_create or instance_create runs (a device's first
+   * instance may upload weights); at any other time it is ignored, as it is when the server
+   * keeps no timing. vramd's phase names: "file_read" (bytes read), "host_stage" (host images
+   * prepared for upload), "h2d" (host-to-device copies of weights), "d2d" (copies between
+   * devices); a backend may add its own. */
+  void (*record_load_phase)(void* server, const char* phase, double seconds, uint64_t bytes);
 } VramdServerApi;
 
 typedef struct VramdModelInfo {

@@ -1,19 +1,24 @@
 // FindBackend and AvailableBackends over the backends built into the server.
 //
-// The built-in backends are function-local statics: stateless apart from what each LoadModel
-// returns, created on first use and never destroyed before exit. A backend that is neither
-// built in nor registered is looked for as a shared library under the backend directory
-// (shared_library/shared_library_backend.h, include/vramd/backend.h).
+// The built-in backends implement the C ABI (include/vramd/backend.h) and are linked in: each
+// gives its table, wrapped in an AbiBackend on first use and never destroyed, the same bridge a
+// library's table goes through. A backend that is neither built in nor registered is looked for
+// as a shared library under the backend directory (shared_library/shared_library_backend.h).
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <filesystem>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "backends/abi/abi_backend.h"
 #include "backends/add_sub/add_sub_backend.h"
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
@@ -33,11 +38,22 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kPlatform
     {"ensemble", "ensemble"},
 }};
 
-std::array<Backend*, 3> BuiltinBackends() {
-  static IdentityBackend identity;
-  static AddSubBackend add_sub;
-  static MlpBackend mlp;
-  return {&add_sub, &identity, &mlp};  // sorted by name
+const std::vector<Backend*>& BuiltinBackends() {
+  static const auto* builtins = [] {
+    auto* backends = new std::vector<Backend*>;
+    for (const VramdBackendApi* api : {AddSubBackendApi(), IdentityBackendApi(), MlpBackendApi()}) {
+      // A built-in's table is checked as a library's is; one that fails is a bug in it, which
+      // leaves that backend out (its models fail to load, naming it) rather than the server.
+      auto backend = AbiBackend::Create(api, api->name, std::nullopt);
+      if (!backend.ok()) {
+        spdlog::error("built-in backend left out: {}", backend.status().message());
+        continue;
+      }
+      backends->push_back(backend->release());
+    }
+    return backends;
+  }();
+  return *builtins;
 }
 
 std::string AvailableList() { return fmt::format("{}", fmt::join(AvailableBackends(), ", ")); }
@@ -53,7 +69,7 @@ std::vector<Backend*>& Registered() {  // guarded by RegisteredMutex()
 }
 
 std::vector<Backend*> AllBackends() {
-  auto builtin = BuiltinBackends();
+  const auto& builtin = BuiltinBackends();
   std::vector<Backend*> all(builtin.begin(), builtin.end());
   std::lock_guard lock(RegisteredMutex());
   all.insert(all.end(), Registered().begin(), Registered().end());

@@ -1,4 +1,5 @@
-// The built-in backends (identity, add_sub) and FindBackend's lookup.
+// The built-in backends (identity, add_sub), reached as the runtime reaches them (FindBackend,
+// then the C ABI bridge), and FindBackend's lookup.
 #include <gmock/gmock.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -14,9 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/add_sub/add_sub_backend.h"
 #include "backends/backend.h"
-#include "backends/identity/identity_backend.h"
 #include "memory/allocator.h"
 #include "memory/ledger.h"
 
@@ -143,7 +142,7 @@ std::string IdentityConfig(const std::string& type) {
          type + R"pb(                      dims: [ -1 ] })pb";
 }
 
-TEST(IdentityBackendTest, ReturnsTheInputBufferForEveryType) {
+TEST(IdentityBackendTest, ReturnsTheInputBytesForEveryType) {
   struct Case {
     std::string config_type;
     DataType type;
@@ -167,12 +166,11 @@ TEST(IdentityBackendTest, ReturnsTheInputBufferForEveryType) {
     EXPECT_EQ(out[0].name, "OUTPUT0");
     EXPECT_EQ(out[0].datatype, c.type);
     EXPECT_EQ(out[0].shape, Shape{3});
-    EXPECT_EQ(out[0].data.data(), req.inputs[0].data.data()) << "identity must not copy";
-    EXPECT_EQ(out[0].data.size(), bytes.size());
+    EXPECT_EQ(out[0].data.view(), bytes);
   }
 }
 
-TEST(IdentityBackendTest, BytesOutputSharesTheSerializedInput) {
+TEST(IdentityBackendTest, BytesOutputIsTheSerializedInput) {
   auto loaded = Load(IdentityConfig("TYPE_STRING"));
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   std::string data;
@@ -184,7 +182,7 @@ TEST(IdentityBackendTest, BytesOutputSharesTheSerializedInput) {
   ASSERT_TRUE(loaded->instance->Execute(req, &out).ok());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].datatype, DataType::kBytes);
-  EXPECT_EQ(out[0].data.data(), req.inputs[0].data.data());
+  EXPECT_EQ(out[0].data.view(), data);
   auto elements = SplitBytesElements(out[0].data.view(), "OUTPUT0", 2);
   ASSERT_TRUE(elements.ok());
   EXPECT_THAT(*elements, ElementsAre("hello", ""));
@@ -224,7 +222,7 @@ TEST(IdentityBackendTest, MapsInputNToOutputNByName) {
   ASSERT_TRUE(loaded->instance->Execute(req, &out).ok());
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].name, "OUTPUT1");
-  EXPECT_EQ(out[0].data.data(), req.inputs[1].data.data());
+  EXPECT_THAT(Values<float>(out[0]), ElementsAre(0.5f, 1.5f));
   EXPECT_EQ(out[1].name, "OUTPUT0");
   EXPECT_THAT(Values<int32_t>(out[1]), ElementsAre(1, 2));
   EXPECT_EQ(out[1].shape, (Shape{1, 2}));

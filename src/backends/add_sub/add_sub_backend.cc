@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "backends/abi/backend_kit.h"
 
 namespace vramd::backends {
 namespace {
@@ -33,11 +36,10 @@ bool SameDims(const google::protobuf::RepeatedField<int64_t>& a,
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
-Result<Plan> PlanModel(const ModelContext& ctx) {
-  const config::ModelConfig& config = *ctx.config;
+Result<Plan> PlanModel(const std::string& name, const config::ModelConfig& config) {
   auto invalid = [&](const std::string& detail) {
     return Status::InvalidArgument(fmt::format(
-        "model '{}': the add_sub backend cannot serve this config: {}", ctx.name, detail));
+        "model '{}': the add_sub backend cannot serve this config: {}", name, detail));
   };
   if (config.input_size() != 2) {
     return invalid(fmt::format("input: expected exactly 2 inputs (INPUT0, INPUT1), got {}",
@@ -121,46 +123,49 @@ void Compute(Op op, const std::byte* a, const std::byte* b, std::byte* out, size
   }
 }
 
-class AddSubInstance final : public BackendInstance {
+class AddSubInstance {
  public:
   AddSubInstance(std::shared_ptr<const Plan> plan, std::string name)
       : plan_(std::move(plan)), name_(std::move(name)) {}
 
-  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
-    const Tensor* a = request.FindInput("INPUT0");
-    const Tensor* b = request.FindInput("INPUT1");
+  Status Execute(const VramdRequest& request, const VramdOutputs& outputs) {
+    const VramdTensor* a = abi::FindInput(request, "INPUT0");
+    const VramdTensor* b = abi::FindInput(request, "INPUT1");
     if (a == nullptr || b == nullptr) {
       return Status::InvalidArgument(fmt::format("add_sub instance '{}': missing input '{}'", name_,
                                                  a == nullptr ? "INPUT0" : "INPUT1"));
     }
-    for (const Tensor* t : {a, b}) {
-      if (t->datatype != plan_->datatype) {
-        return Status::InvalidArgument(
-            fmt::format("add_sub instance '{}': input '{}' is {}, expected {}", name_, t->name,
-                        DataTypeWireName(t->datatype), DataTypeWireName(plan_->datatype)));
+    for (const VramdTensor* t : {a, b}) {
+      if (abi::ToDataType(t->datatype) != plan_->datatype) {
+        return Status::InvalidArgument(fmt::format(
+            "add_sub instance '{}': input '{}' is {}, expected {}", name_, t->name,
+            DataTypeWireName(abi::ToDataType(t->datatype)), DataTypeWireName(plan_->datatype)));
       }
     }
-    if (a->shape != b->shape) {
+    const Shape shape = abi::ShapeOf(*a);
+    if (shape != abi::ShapeOf(*b)) {
       return Status::InvalidArgument(fmt::format(
           "add_sub: INPUT0 shape {} and INPUT1 shape {} differ; add_sub needs equal shapes",
-          ShapeToString(a->shape), ShapeToString(b->shape)));
+          ShapeToString(shape), ShapeToString(abi::ShapeOf(*b))));
     }
-    const int64_t count = ElementCount(a->shape);
-    if (count < 0 || static_cast<uint64_t>(count) > a->data.size() / 4 ||
-        a->data.size() != static_cast<size_t>(count) * 4 || b->data.size() != a->data.size()) {
+    const int64_t count = ElementCount(shape);
+    if (count < 0 || static_cast<uint64_t>(count) > a->byte_size / 4 ||
+        a->byte_size != static_cast<size_t>(count) * 4 || b->byte_size != a->byte_size) {
       return Status::InvalidArgument(fmt::format(
           "add_sub: shape {} needs {} bytes per input, got {} (INPUT0) and {} (INPUT1)",
-          ShapeToString(a->shape), count < 0 ? -1 : count * 4, a->data.size(), b->data.size()));
+          ShapeToString(shape), count < 0 ? -1 : count * 4, a->byte_size, b->byte_size));
     }
     const auto n = static_cast<size_t>(count);
+    const auto* x = static_cast<const std::byte*>(a->data);
+    const auto* y = static_cast<const std::byte*>(b->data);
     for (const auto& out : plan_->outputs) {
-      HostBuffer buf = HostBuffer::Allocate(n * 4);
+      VRAMD_ASSIGN_OR_RETURN(std::byte * result,
+                             abi::AddOutput(outputs, out.name, plan_->datatype, shape, n * 4));
       if (plan_->datatype == DataType::kInt32) {
-        Compute<uint32_t>(out.op, a->data.data(), b->data.data(), buf.mutable_data(), n);
+        Compute<uint32_t>(out.op, x, y, result, n);
       } else {
-        Compute<float>(out.op, a->data.data(), b->data.data(), buf.mutable_data(), n);
+        Compute<float>(out.op, x, y, result, n);
       }
-      outputs->push_back(Tensor{out.name, plan_->datatype, a->shape, std::move(buf)});
     }
     return Status::Ok();
   }
@@ -170,27 +175,30 @@ class AddSubInstance final : public BackendInstance {
   const std::string name_;
 };
 
-class AddSubModel final : public BackendModel {
+class AddSubModel {
  public:
+  using Instance = AddSubInstance;
+
+  static Result<std::unique_ptr<AddSubModel>> Create(const VramdModelInfo& info) {
+    VRAMD_ASSIGN_OR_RETURN(config::ModelConfig config, abi::ModelConfigOf(info));
+    VRAMD_ASSIGN_OR_RETURN(Plan plan, PlanModel(info.name != nullptr ? info.name : "", config));
+    return std::make_unique<AddSubModel>(std::move(plan));
+  }
+
   explicit AddSubModel(Plan plan) : plan_(std::make_shared<const Plan>(std::move(plan))) {}
 
-  Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) override {
-    return std::unique_ptr<BackendInstance>(std::make_unique<AddSubInstance>(plan_, ctx.name));
+  Result<std::unique_ptr<AddSubInstance>> CreateInstance(const VramdInstanceInfo& info) {
+    return std::make_unique<AddSubInstance>(plan_, info.name != nullptr ? info.name : "");
   }
 
  private:
-  // Shared with the instances, so an instance stays valid even if it outlives the model.
   const std::shared_ptr<const Plan> plan_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<BackendModel>> AddSubBackend::LoadModel(const ModelContext& ctx) {
-  if (ctx.config == nullptr) {
-    return Status::Internal(fmt::format("model '{}': LoadModel called without a config", ctx.name));
-  }
-  VRAMD_ASSIGN_OR_RETURN(Plan plan, PlanModel(ctx));
-  return std::unique_ptr<BackendModel>(std::make_unique<AddSubModel>(std::move(plan)));
+const VramdBackendApi* AddSubBackendApi() {
+  return abi::BackendApiFor<AddSubModel>("add_sub", /*supports_gpu=*/false);
 }
 
 }  // namespace vramd::backends

@@ -4,10 +4,14 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "backends/abi/backend_kit.h"
 
 namespace vramd::backends {
 namespace {
@@ -52,13 +56,12 @@ std::vector<int> MapOutputs(const config::ModelConfig& config) {
   return by_position;
 }
 
-Result<Routes> PlanRoutes(const ModelContext& ctx) {
-  const config::ModelConfig& config = *ctx.config;
+Result<Routes> PlanRoutes(const std::string& name, const config::ModelConfig& config) {
   if (config.input_size() == 0 || config.input_size() != config.output_size()) {
     return Status::InvalidArgument(fmt::format(
         "model '{}': the identity backend needs one output per input and at least one: config "
         "has {} input(s) and {} output(s)",
-        ctx.name, config.input_size(), config.output_size()));
+        name, config.input_size(), config.output_size()));
   }
   const std::vector<int> inputs = MapOutputs(config);
   std::vector<bool> used(config.input_size(), false);
@@ -68,7 +71,7 @@ Result<Routes> PlanRoutes(const ModelContext& ctx) {
     const auto& in = config.input(inputs[o]);
     if (used[inputs[o]]) {
       return Status::InvalidArgument(
-          fmt::format("model '{}': output[{}] '{}' would return input '{}' a second time", ctx.name,
+          fmt::format("model '{}': output[{}] '{}' would return input '{}' a second time", name,
                       o, out.name(), in.name()));
     }
     used[inputs[o]] = true;
@@ -76,7 +79,7 @@ Result<Routes> PlanRoutes(const ModelContext& ctx) {
       return Status::InvalidArgument(fmt::format(
           "model '{}': output[{}].data_type of '{}' is {} but its input '{}' is {}; the identity "
           "backend returns inputs unchanged",
-          ctx.name, o, out.name(), config::DataType_Name(out.data_type()), in.name(),
+          name, o, out.name(), config::DataType_Name(out.data_type()), in.name(),
           config::DataType_Name(in.data_type())));
     }
     routes.push_back(
@@ -86,9 +89,10 @@ Result<Routes> PlanRoutes(const ModelContext& ctx) {
 }
 
 // The config parameter execute_delay_us: absent is 0; otherwise a non-negative integer.
-Result<std::chrono::microseconds> ExecuteDelay(const ModelContext& ctx) {
-  const auto& parameters = ctx.config->parameters();
-  auto it = parameters.find(std::string(IdentityBackend::kExecuteDelayParameter));
+Result<std::chrono::microseconds> ExecuteDelay(const std::string& name,
+                                               const config::ModelConfig& config) {
+  const auto& parameters = config.parameters();
+  auto it = parameters.find(std::string(kIdentityExecuteDelayParameter));
   if (it == parameters.end()) return std::chrono::microseconds(0);
   const std::string& text = it->second.string_value();
   int64_t us = -1;
@@ -96,28 +100,31 @@ Result<std::chrono::microseconds> ExecuteDelay(const ModelContext& ctx) {
   if (ec != std::errc() || end != text.data() + text.size() || us < 0) {
     return Status::InvalidArgument(fmt::format(
         "model '{}': parameter '{}' must be a non-negative integer (microseconds), got '{}'",
-        ctx.name, IdentityBackend::kExecuteDelayParameter, text));
+        name, kIdentityExecuteDelayParameter, text));
   }
   return std::chrono::microseconds(us);
 }
 
-class IdentityInstance final : public BackendInstance {
+class IdentityInstance {
  public:
   IdentityInstance(std::shared_ptr<const Routes> routes, std::string name,
                    std::chrono::microseconds delay)
       : routes_(std::move(routes)), name_(std::move(name)), delay_(delay) {}
 
-  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+  Status Execute(const VramdRequest& request, const VramdOutputs& outputs) {
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     for (const Route& r : *routes_) {
-      const Tensor* in = request.FindInput(r.input);
+      const VramdTensor* in = abi::FindInput(request, r.input);
       if (in == nullptr) continue;  // an optional input that was not sent
-      if (in->datatype != r.datatype) {
+      const DataType type = abi::ToDataType(in->datatype);
+      if (type != r.datatype) {
         return Status::InvalidArgument(fmt::format(
             "identity instance '{}': input '{}' is {}, output '{}' is {}", name_, r.input,
-            DataTypeWireName(in->datatype), r.output, DataTypeWireName(r.datatype)));
+            DataTypeWireName(type), r.output, DataTypeWireName(r.datatype)));
       }
-      outputs->push_back(Tensor{r.output, r.datatype, in->shape, in->data});
+      VRAMD_ASSIGN_OR_RETURN(std::byte * data, abi::AddOutput(outputs, r.output, r.datatype,
+                                                               abi::ShapeOf(*in), in->byte_size));
+      if (in->byte_size > 0) std::memcpy(data, in->data, in->byte_size);
     }
     return Status::Ok();
   }
@@ -128,31 +135,35 @@ class IdentityInstance final : public BackendInstance {
   const std::chrono::microseconds delay_;
 };
 
-class IdentityModel final : public BackendModel {
+class IdentityModel {
  public:
+  using Instance = IdentityInstance;
+
+  static Result<std::unique_ptr<IdentityModel>> Create(const VramdModelInfo& info) {
+    VRAMD_ASSIGN_OR_RETURN(config::ModelConfig config, abi::ModelConfigOf(info));
+    const std::string name = info.name != nullptr ? info.name : "";
+    VRAMD_ASSIGN_OR_RETURN(Routes routes, PlanRoutes(name, config));
+    VRAMD_ASSIGN_OR_RETURN(std::chrono::microseconds delay, ExecuteDelay(name, config));
+    return std::make_unique<IdentityModel>(std::move(routes), delay);
+  }
+
   IdentityModel(Routes routes, std::chrono::microseconds delay)
       : routes_(std::make_shared<const Routes>(std::move(routes))), delay_(delay) {}
 
-  Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) override {
-    return std::unique_ptr<BackendInstance>(
-        std::make_unique<IdentityInstance>(routes_, ctx.name, delay_));
+  Result<std::unique_ptr<IdentityInstance>> CreateInstance(const VramdInstanceInfo& info) {
+    return std::make_unique<IdentityInstance>(routes_, info.name != nullptr ? info.name : "",
+                                              delay_);
   }
 
  private:
-  // Shared with the instances, so an instance stays valid even if it outlives the model.
   const std::shared_ptr<const Routes> routes_;
   const std::chrono::microseconds delay_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<BackendModel>> IdentityBackend::LoadModel(const ModelContext& ctx) {
-  if (ctx.config == nullptr) {
-    return Status::Internal(fmt::format("model '{}': LoadModel called without a config", ctx.name));
-  }
-  VRAMD_ASSIGN_OR_RETURN(Routes routes, PlanRoutes(ctx));
-  VRAMD_ASSIGN_OR_RETURN(std::chrono::microseconds delay, ExecuteDelay(ctx));
-  return std::unique_ptr<BackendModel>(std::make_unique<IdentityModel>(std::move(routes), delay));
+const VramdBackendApi* IdentityBackendApi() {
+  return abi::BackendApiFor<IdentityModel>("identity", /*supports_gpu=*/false);
 }
 
 }  // namespace vramd::backends

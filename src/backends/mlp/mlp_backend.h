@@ -1,8 +1,11 @@
 // The built-in "mlp" backend: a stack of dense layers with ReLU between them, with real weights
 // read from a safetensors file. It is the model with weights that tests, examples, reload
 // checks and benchmarks use without a framework; scripts/make_mlp_model.py writes such models.
+// Implemented over the backend C ABI (include/vramd/backend.h, abi/backend_kit.h) and linked
+// into the server; the runtime reaches it through AbiBackend like any backend library. Memory
+// comes only from VramdServerApi::allocate, charged to the owners named below.
 //
-// Config contract (LoadModel fails with an InvalidArgument naming the field otherwise; details
+// Config contract (model_create fails with an InvalidArgument naming the field otherwise; details
 // in mlp_plan.h):
 //   - max_batch_size >= 1: the first dimension of the input and output is the batch;
 //   - one input, TYPE_FP32, dims [K]; one output, TYPE_FP32, dims [N];
@@ -15,10 +18,10 @@
 // weights are widened at load) and as mlp_cuda.h describes on a GPU.
 //
 // Weights are loaded once per device and shared read-only by that device's instances:
-//   - LoadModel reads and checks the file. When an instance group is KIND_CPU or KIND_AUTO (or
+//   - model_create reads and checks the file. When an instance group is KIND_CPU or KIND_AUTO (or
 //     there is none), it packs the FP32 host copy all CPU instances share. When one is
 //     KIND_GPU, it keeps a packed host image in the file's dtype for the first GPU upload, in
-//     pinned host memory (Device::CudaHost()) so the upload runs at the DMA rate; in ordinary
+//     pinned host memory (VRAMD_DEVICE_CUDA_HOST) so the upload runs at the DMA rate; in ordinary
 //     host memory where pinned memory is unavailable (slower, not an error).
 //   - The first instance on GPU d uploads that image (or copies from a GPU that has the
 //     weights) under the version's owner, and creates the model's cuBLAS handle for d (shared:
@@ -29,31 +32,23 @@
 // So the ledger shows, under the version, one copy of the weights per device whatever the
 // instance count, and under each instance only its workspace.
 //
-// Load timing (ModelContext::timing and InstanceContext::timing, either may be null), in the
-// phases of core/load_timing.h: "file_read" (reading the safetensors file; bytes: its size),
-// "host_stage" (allocating and packing the host images above; bytes: their sizes), "h2d" (the
-// first upload's copy alone, in the first GPU instance's CreateInstance; bytes: the weights),
-// and "d2d" for a later GPU's peer copy (bytes: the weights).
+// Load timing, through VramdServerApi::record_load_phase, in the phases of core/load_timing.h:
+// "file_read" (reading the safetensors file; bytes: its size), "host_stage" (allocating and
+// packing the host images above; bytes: their sizes), "h2d" (the first upload's copy alone, in
+// the first GPU instance's instance_create; bytes: the weights), and "d2d" for a later GPU's
+// peer copy (bytes: the weights).
 //
-// Thread safety: the backend is stateless; a model's CreateInstance serializes on the model's
+// Thread safety: the backend is stateless; a model's instance_create serializes on the model's
 // own mutex (held while a device's weights are uploaded, never on the request path); an
 // instance is used by one thread at a time.
 #pragma once
 
-#include <memory>
-#include <string_view>
-
-#include "backends/backend.h"
+#include "vramd/backend.h"
 
 namespace vramd::backends {
 
-class MlpBackend final : public Backend {
- public:
-  static constexpr std::string_view kName = "mlp";
-
-  std::string_view name() const override { return kName; }
-  bool SupportsGpu() const override { return VRAMD_WITH_CUDA != 0; }
-  Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
-};
+// The backend's table (include/vramd/backend.h), linked into the server. supports_gpu is set
+// when the server is built with CUDA.
+const VramdBackendApi* MlpBackendApi();
 
 }  // namespace vramd::backends

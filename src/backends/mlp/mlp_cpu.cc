@@ -11,23 +11,23 @@
 namespace vramd::backends::mlp {
 namespace {
 
-class CpuInstance final : public BackendInstance {
+class CpuInstance final : public MlpInstance {
  public:
   CpuInstance(std::shared_ptr<const MlpPlan> plan, std::shared_ptr<const CpuWeights> weights,
-              memory::Buffer workspace, std::string name)
+              abi::Allocation workspace, std::string name)
       : plan_(std::move(plan)),
         weights_(std::move(weights)),
         workspace_(std::move(workspace)),
         name_(std::move(name)) {}
 
-  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+  Status Execute(const VramdRequest& request, const VramdOutputs& outputs) override {
     VRAMD_ASSIGN_OR_RETURN(BatchInput input, CheckRequest(*plan_, request, name_));
     const int batch = static_cast<int>(input.batch);
     const size_t stride = static_cast<size_t>(plan_->max_batch_size * plan_->max_width);
     float* act[2] = {static_cast<float*>(workspace_.data()),
                      static_cast<float*>(workspace_.data()) + stride};
     // The request's bytes may be unaligned: the first activation is a copy.
-    std::memcpy(act[0], input.tensor->data.data(), input.tensor->data.size());
+    std::memcpy(act[0], input.tensor->data, input.tensor->byte_size);
     const size_t last = plan_->layers.size() - 1;
     for (size_t i = 0; i <= last; ++i) {
       const Layer& l = plan_->layers[i];
@@ -45,15 +45,18 @@ class CpuInstance final : public BackendInstance {
       }
     }
     const float* result = act[(last + 1) % 2];
-    outputs->push_back(Tensor{plan_->output_name, DataType::kFp32, {input.batch, plan_->outputs},
-                              HostBuffer::CopyOf(result, size_t(batch) * plan_->outputs * 4)});
+    const size_t bytes = size_t(batch) * plan_->outputs * 4;
+    VRAMD_ASSIGN_OR_RETURN(std::byte * out, abi::AddOutput(outputs, plan_->output_name,
+                                                            DataType::kFp32,
+                                                            {input.batch, plan_->outputs}, bytes));
+    std::memcpy(out, result, bytes);
     return Status::Ok();
   }
 
  private:
   const std::shared_ptr<const MlpPlan> plan_;
   const std::shared_ptr<const CpuWeights> weights_;
-  memory::Buffer workspace_;
+  abi::Allocation workspace_;
   const std::string name_;
 };
 
@@ -61,27 +64,28 @@ class CpuInstance final : public BackendInstance {
 
 Result<std::shared_ptr<const CpuWeights>> MakeCpuWeights(const safetensors::File& file,
                                                          const MlpPlan& plan,
-                                                         memory::Allocator* allocator,
-                                                         memory::OwnerId owner) {
+                                                         const VramdServerApi* server,
+                                                         VramdOwner owner) {
   auto weights = std::make_shared<CpuWeights>();
   weights->layout = MakeLayout(plan, sizeof(float));
-  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cpu(),
-                                                              weights->layout.total_bytes, 0,
-                                                              owner));
+  VRAMD_ASSIGN_OR_RETURN(weights->buffer,
+                         abi::Allocation::Make(server, owner, VRAMD_DEVICE_CPU, -1,
+                                               weights->layout.total_bytes));
   PackWeights(file, plan, weights->layout, static_cast<std::byte*>(weights->buffer.data()));
   return std::shared_ptr<const CpuWeights>(std::move(weights));
 }
 
-Result<std::unique_ptr<BackendInstance>> CreateCpuInstance(std::shared_ptr<const MlpPlan> plan,
-                                                           std::shared_ptr<const CpuWeights> weights,
-                                                           memory::Allocator* allocator,
-                                                           const InstanceContext& ctx) {
+Result<std::unique_ptr<MlpInstance>> CreateCpuInstance(std::shared_ptr<const MlpPlan> plan,
+                                                       std::shared_ptr<const CpuWeights> weights,
+                                                       const VramdServerApi* server,
+                                                       const VramdInstanceInfo& info) {
   const size_t bytes =
       2 * static_cast<size_t>(plan->max_batch_size * plan->max_width) * sizeof(float);
-  VRAMD_ASSIGN_OR_RETURN(memory::Buffer workspace,
-                         allocator->Allocate(memory::Device::Cpu(), bytes, 0, ctx.owner));
-  return std::unique_ptr<BackendInstance>(std::make_unique<CpuInstance>(
-      std::move(plan), std::move(weights), std::move(workspace), ctx.name));
+  VRAMD_ASSIGN_OR_RETURN(abi::Allocation workspace,
+                         abi::Allocation::Make(server, info.owner, VRAMD_DEVICE_CPU, -1, bytes));
+  return std::unique_ptr<MlpInstance>(std::make_unique<CpuInstance>(
+      std::move(plan), std::move(weights), std::move(workspace),
+      info.name != nullptr ? info.name : ""));
 }
 
 }  // namespace vramd::backends::mlp

@@ -33,7 +33,7 @@ size_t ActivationStride(const MlpPlan& plan) {
   return (n + kStrideAlignment - 1) / kStrideAlignment * kStrideAlignment;
 }
 
-class GpuInstance final : public BackendInstance {
+class GpuInstance final : public MlpInstance {
  public:
   GpuInstance(std::shared_ptr<const MlpPlan> plan, GpuDevice device, std::string name)
       : plan_(std::move(plan)),
@@ -59,25 +59,25 @@ class GpuInstance final : public BackendInstance {
     stream_.Reset();
   }
 
-  Status Init(memory::Allocator* allocator, memory::OwnerId owner) {
+  Status Init(const VramdServerApi* server, VramdOwner owner) {
     const int device = weights_->device;
     DeviceGuard guard;
     VRAMD_RETURN_IF_ERROR(guard.Set(device));
     VRAMD_ASSIGN_OR_RETURN(stream_, CudaStream::Create());
-    const auto stream_id = reinterpret_cast<memory::StreamId>(stream_.get());
     if (plan_->cublas_workspace_bytes > 0) {
-      VRAMD_ASSIGN_OR_RETURN(workspace_, allocator->Allocate(memory::Device::Cuda(device),
-                                                             plan_->cublas_workspace_bytes,
-                                                             stream_id, owner));
+      VRAMD_ASSIGN_OR_RETURN(workspace_, abi::Allocation::Make(server, owner, VRAMD_DEVICE_GPU,
+                                                               device,
+                                                               plan_->cublas_workspace_bytes,
+                                                               stream_.get()));
     }
     VRAMD_ASSIGN_OR_RETURN(activations_,
-                           allocator->Allocate(memory::Device::Cuda(device),
-                                               2 * ActivationStride(*plan_) * sizeof(float),
-                                               stream_id, owner));
+                           abi::Allocation::Make(server, owner, VRAMD_DEVICE_GPU, device,
+                                                 2 * ActivationStride(*plan_) * sizeof(float),
+                                                 stream_.get()));
     return Status::Ok();
   }
 
-  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+  Status Execute(const VramdRequest& request, const VramdOutputs& outputs) override {
     VRAMD_ASSIGN_OR_RETURN(BatchInput input, CheckRequest(*plan_, request, name_));
     Status status = Run(input, outputs);
     if (!status.ok()) return status.WithContext(fmt::format("mlp instance '{}'", name_));
@@ -85,14 +85,14 @@ class GpuInstance final : public BackendInstance {
   }
 
  private:
-  Status Run(const BatchInput& input, std::vector<Tensor>* outputs) {
+  Status Run(const BatchInput& input, const VramdOutputs& outputs) {
     DeviceGuard guard;
     VRAMD_RETURN_IF_ERROR(guard.Set(weights_->device));
     const cudaStream_t stream = stream_.get();
     float* act[2] = {static_cast<float*>(activations_.data()),
                      static_cast<float*>(activations_.data()) + ActivationStride(*plan_)};
     VRAMD_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(act[0], input.tensor->data.data(), input.tensor->data.size(),
+        cudaMemcpyAsync(act[0], input.tensor->data, input.tensor->byte_size,
                         cudaMemcpyHostToDevice, stream),
         "cudaMemcpyAsync (input to device)"));
     const float* y = nullptr;
@@ -100,14 +100,15 @@ class GpuInstance final : public BackendInstance {
       std::lock_guard lock(blas_->mu);
       VRAMD_ASSIGN_OR_RETURN(y, EnqueueLayers(input.batch, act));
     }
-    HostBuffer result =
-        HostBuffer::Allocate(static_cast<size_t>(input.batch * plan_->outputs) * sizeof(float));
-    VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(result.mutable_data(), y, result.size(),
-                                                     cudaMemcpyDeviceToHost, stream),
-                                     "cudaMemcpyAsync (output to host)"));
+    const size_t bytes = static_cast<size_t>(input.batch * plan_->outputs) * sizeof(float);
+    VRAMD_ASSIGN_OR_RETURN(std::byte * result,
+                           abi::AddOutput(outputs, plan_->output_name, DataType::kFp32,
+                                          {input.batch, plan_->outputs}, bytes));
+    VRAMD_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(result, y, bytes, cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (output to host)"));
+    // Before returning either way: the output's buffer is the server's once execute returns.
     VRAMD_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
-    outputs->push_back(Tensor{plan_->output_name, DataType::kFp32, {input.batch, plan_->outputs},
-                              std::move(result)});
     return Status::Ok();
   }
 
@@ -160,19 +161,19 @@ class GpuInstance final : public BackendInstance {
   const std::string name_;
   // Released explicitly, in this order reversed, by the destructor.
   CudaStream stream_;
-  memory::Buffer workspace_;
-  memory::Buffer activations_;
+  abi::Allocation workspace_;
+  abi::Allocation activations_;
 };
 
 // Device memory for weights laid out as `layout`, on `device` (current), charged to `owner`.
 Result<std::shared_ptr<GpuWeights>> AllocateGpuWeights(const PackedLayout& layout, int device,
-                                                       memory::Allocator* allocator,
-                                                       memory::OwnerId owner) {
+                                                       const VramdServerApi* server,
+                                                       VramdOwner owner) {
   auto weights = std::make_shared<GpuWeights>();
   weights->device = device;
   weights->layout = layout;
-  VRAMD_ASSIGN_OR_RETURN(weights->buffer, allocator->Allocate(memory::Device::Cuda(device),
-                                                              layout.total_bytes, 0, owner));
+  VRAMD_ASSIGN_OR_RETURN(weights->buffer, abi::Allocation::Make(server, owner, VRAMD_DEVICE_GPU,
+                                                                device, layout.total_bytes));
   return weights;
 }
 
@@ -180,15 +181,14 @@ Result<std::shared_ptr<GpuWeights>> AllocateGpuWeights(const PackedLayout& layou
 
 Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
                                                            const PackedLayout& layout, int device,
-                                                           memory::Allocator* allocator,
-                                                           memory::OwnerId owner,
-                                                           LoadTiming* timing) {
+                                                           const VramdServerApi* server,
+                                                           VramdOwner owner) {
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(device));
-  VRAMD_ASSIGN_OR_RETURN(auto weights, AllocateGpuWeights(layout, device, allocator, owner));
+  VRAMD_ASSIGN_OR_RETURN(auto weights, AllocateGpuWeights(layout, device, server, owner));
   const std::string call = fmt::format("cudaMemcpy (weights to cuda:{})", device);
   {
-    LoadTiming::Scope phase(timing, "h2d", layout.total_bytes);
+    abi::LoadPhaseScope phase(server, "h2d", layout.total_bytes);
     VRAMD_RETURN_IF_ERROR(CudaStatus(
         cudaMemcpy(weights->buffer.data(), host_image, layout.total_bytes, cudaMemcpyHostToDevice),
         call));
@@ -202,16 +202,14 @@ Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_imag
 }
 
 Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
-                                                         memory::Allocator* allocator,
-                                                         memory::OwnerId owner,
-                                                         LoadTiming* timing) {
+                                                         const VramdServerApi* server,
+                                                         VramdOwner owner) {
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(device));
-  VRAMD_ASSIGN_OR_RETURN(auto weights,
-                         AllocateGpuWeights(source.layout, device, allocator, owner));
+  VRAMD_ASSIGN_OR_RETURN(auto weights, AllocateGpuWeights(source.layout, device, server, owner));
   const std::string call = fmt::format("cudaMemcpyPeer (weights cuda:{} to cuda:{})",
                                        source.device, device);
-  LoadTiming::Scope phase(timing, "d2d", source.layout.total_bytes);
+  abi::LoadPhaseScope phase(server, "d2d", source.layout.total_bytes);
   VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpyPeer(weights->buffer.data(), device,
                                                   source.buffer.data(), source.device,
                                                   source.layout.total_bytes),
@@ -229,13 +227,14 @@ Result<GpuDevice> MakeGpuDevice(std::shared_ptr<const GpuWeights> weights) {
   return GpuDevice{std::move(weights), std::move(blas)};
 }
 
-Result<std::unique_ptr<BackendInstance>> CreateGpuInstance(std::shared_ptr<const MlpPlan> plan,
-                                                           const GpuDevice& device,
-                                                           memory::Allocator* allocator,
-                                                           const InstanceContext& ctx) {
-  auto instance = std::make_unique<GpuInstance>(std::move(plan), device, ctx.name);
-  VRAMD_RETURN_IF_ERROR(instance->Init(allocator, ctx.owner));
-  return std::unique_ptr<BackendInstance>(std::move(instance));
+Result<std::unique_ptr<MlpInstance>> CreateGpuInstance(std::shared_ptr<const MlpPlan> plan,
+                                                       const GpuDevice& device,
+                                                       const VramdServerApi* server,
+                                                       const VramdInstanceInfo& info) {
+  auto instance = std::make_unique<GpuInstance>(std::move(plan), device,
+                                                info.name != nullptr ? info.name : "");
+  VRAMD_RETURN_IF_ERROR(instance->Init(server, info.owner));
+  return std::unique_ptr<MlpInstance>(std::move(instance));
 }
 
 }  // namespace vramd::backends::mlp

@@ -1,7 +1,7 @@
 // The mlp backend on a GPU: weights in device memory in the file's dtype, GEMMs by cuBLAS,
 // bias + ReLU by a small kernel (mlp_kernels.h). Built only with CUDA (VRAMD_WITH_CUDA).
 //
-// Memory, all from memory::Allocator so the ledger sees every byte:
+// Memory, all from VramdServerApi::allocate so the ledger sees every byte:
 //  - GpuWeights: one packed image per device (MakeLayout with the file's element size: FP16
 //    stays FP16), allocated on the default stream and charged to the version's owner. The model
 //    makes it once per device, for the first instance there; every instance on that device
@@ -30,39 +30,36 @@
 
 #include <memory>
 
-#include "backends/backend.h"
+#include "backends/abi/backend_kit.h"
 #include "backends/mlp/mlp_plan.h"
-#include "core/load_timing.h"
-#include "memory/allocator.h"
 
 namespace vramd::backends::mlp {
 
 struct GpuWeights {
   int device = 0;
   PackedLayout layout;  // the file's element size
-  memory::Buffer buffer;
+  abi::Allocation buffer;
   const std::byte* at(size_t byte_offset) const {
     return static_cast<const std::byte*>(buffer.data()) + byte_offset;
   }
 };
 
 // Copies `host_image` (layout.total_bytes, packed in `layout`; pinned for the full rate) to new
-// memory on `device`, charged to `owner`. The copy alone, complete on return, is recorded in
-// `timing` (may be null) as phase "h2d" with layout.total_bytes; the device allocation is not
-// part of it. ResourceExhausted when the device is full; Internal for a CUDA error.
+// memory on `device`, charged to `owner`. The copy alone, complete on return, is recorded
+// through `server`'s record_load_phase as phase "h2d" with layout.total_bytes; the device
+// allocation is not part of it. ResourceExhausted when the device is full; Internal for a CUDA
+// error.
 Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
                                                            const PackedLayout& layout, int device,
-                                                           memory::Allocator* allocator,
-                                                           memory::OwnerId owner,
-                                                           LoadTiming* timing = nullptr);
+                                                           const VramdServerApi* server,
+                                                           VramdOwner owner);
 
 // The same, copied from another device's copy (cudaMemcpyPeer), so the host image need not be
 // kept once one device holds the weights. Recorded as phase "d2d", not "h2d": a peer copy runs
 // over NVLink or PCIe peer-to-peer at its own rate, and would make h2d's rate meaningless.
 Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
-                                                         memory::Allocator* allocator,
-                                                         memory::OwnerId owner,
-                                                         LoadTiming* timing = nullptr);
+                                                         const VramdServerApi* server,
+                                                         VramdOwner owner);
 
 // A cuBLAS handle shared by the instances of one model on one device (see above).
 struct SharedCublas;
@@ -76,10 +73,10 @@ struct GpuDevice {
 // Creates the cuBLAS handle for `weights`' device. Internal for a CUDA or cuBLAS error.
 Result<GpuDevice> MakeGpuDevice(std::shared_ptr<const GpuWeights> weights);
 
-// A GPU instance on `device`; its memory is charged to ctx.owner.
-Result<std::unique_ptr<BackendInstance>> CreateGpuInstance(std::shared_ptr<const MlpPlan> plan,
-                                                           const GpuDevice& device,
-                                                           memory::Allocator* allocator,
-                                                           const InstanceContext& ctx);
+// A GPU instance on `device`; its memory is charged to info.owner.
+Result<std::unique_ptr<MlpInstance>> CreateGpuInstance(std::shared_ptr<const MlpPlan> plan,
+                                                       const GpuDevice& device,
+                                                       const VramdServerApi* server,
+                                                       const VramdInstanceInfo& info);
 
 }  // namespace vramd::backends::mlp

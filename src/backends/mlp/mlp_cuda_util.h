@@ -1,6 +1,6 @@
 // Small RAII owners for the CUDA objects an mlp GPU instance holds (the current device, a
 // stream, a cuBLAS handle), and CUDA / cuBLAS error codes turned into Status. Device memory is
-// not here: it comes from memory::Allocator only.
+// not here: it comes from VramdServerApi::allocate only.
 //
 // Every failure is an Internal Status naming the call, the error's name and its description;
 // nothing aborts. Destructors ignore errors (there is no one to return them to).

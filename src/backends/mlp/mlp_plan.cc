@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "backends/abi/backend_kit.h"
 #include "core/half.h"
 
 namespace vramd::backends::mlp {
@@ -60,14 +61,14 @@ size_t AlignUp(size_t n) {
 
 }  // namespace
 
-Result<MlpPlan> PlanFromConfig(const ModelContext& ctx) {
-  const config::ModelConfig& config = *ctx.config;
+Result<MlpPlan> PlanFromConfig(const std::string& model, const config::ModelConfig& config,
+                               const std::filesystem::path& version_dir) {
   auto invalid = [&](const std::string& detail) {
     return Status::InvalidArgument(fmt::format(
-        "model '{}': the mlp backend cannot serve this config: {}", ctx.name, detail));
+        "model '{}': the mlp backend cannot serve this config: {}", model, detail));
   };
   MlpPlan plan;
-  plan.model = ctx.name;
+  plan.model = model;
   if (config.max_batch_size() < 1 || config.max_batch_size() > kMaxBatch) {
     return invalid(fmt::format("max_batch_size: expected 1..{} (the first dimension of the input "
                                "and output is the batch), got {}",
@@ -110,7 +111,7 @@ Result<MlpPlan> PlanFromConfig(const ModelContext& ctx) {
         "default_model_filename: expected a file name inside the version directory, got '{}'",
         file));
   }
-  plan.weights_path = ctx.version_dir / (file.empty() ? std::string(kDefaultWeightsFile) : file);
+  plan.weights_path = version_dir / (file.empty() ? std::string(kDefaultWeightsFile) : file);
 
   plan.cublas_workspace_bytes = kDefaultCublasWorkspace;
   if (auto it = config.parameters().find(std::string(kWorkspaceParameter));
@@ -274,30 +275,32 @@ void PackWeights(const safetensors::File& file, const MlpPlan& plan, const Packe
   std::memset(dst + filled, 0, layout.total_bytes - filled);
 }
 
-Result<BatchInput> CheckRequest(const MlpPlan& plan, const InferRequest& request,
+Result<BatchInput> CheckRequest(const MlpPlan& plan, const VramdRequest& request,
                                 std::string_view instance) {
-  const Tensor* in = request.FindInput(plan.input_name);
+  const VramdTensor* in = abi::FindInput(request, plan.input_name);
   if (in == nullptr) {
     return Status::InvalidArgument(
         fmt::format("mlp instance '{}': missing input '{}'", instance, plan.input_name));
   }
-  if (in->datatype != DataType::kFp32) {
+  const DataType type = abi::ToDataType(in->datatype);
+  if (type != DataType::kFp32) {
     return Status::InvalidArgument(fmt::format("mlp instance '{}': input '{}' is {}, expected FP32",
-                                               instance, in->name, DataTypeWireName(in->datatype)));
+                                               instance, in->name, DataTypeWireName(type)));
   }
-  if (in->shape.size() != 2 || in->shape[1] != plan.inputs || in->shape[0] < 1 ||
-      in->shape[0] > plan.max_batch_size) {
+  const Shape shape = abi::ShapeOf(*in);
+  if (shape.size() != 2 || shape[1] != plan.inputs || shape[0] < 1 ||
+      shape[0] > plan.max_batch_size) {
     return Status::InvalidArgument(fmt::format(
         "mlp instance '{}': input '{}' has shape {}, expected [B, {}] with 1 <= B <= {}", instance,
-        in->name, ShapeToString(in->shape), plan.inputs, plan.max_batch_size));
+        in->name, ShapeToString(shape), plan.inputs, plan.max_batch_size));
   }
-  const size_t bytes = static_cast<size_t>(in->shape[0] * in->shape[1]) * sizeof(float);
-  if (in->data.size() != bytes) {
+  const size_t bytes = static_cast<size_t>(shape[0] * shape[1]) * sizeof(float);
+  if (in->byte_size != bytes) {
     return Status::InvalidArgument(
         fmt::format("mlp instance '{}': input '{}' of shape {} needs {} bytes, got {}", instance,
-                    in->name, ShapeToString(in->shape), bytes, in->data.size()));
+                    in->name, ShapeToString(shape), bytes, in->byte_size));
   }
-  return BatchInput{in, in->shape[0]};
+  return BatchInput{in, shape[0]};
 }
 
 }  // namespace vramd::backends::mlp

@@ -17,11 +17,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "backends/backend.h"
 #include "backends/mlp/safetensors.h"
+#include "config/model_config.pb.h"
 #include "core/status.h"
+#include "vramd/backend.h"
 
 namespace vramd::backends::mlp {
 
@@ -60,9 +62,11 @@ struct MlpPlan {
 inline constexpr size_t kDefaultCublasWorkspace = size_t{4} << 20;
 inline constexpr std::string_view kDefaultWeightsFile = "model.safetensors";
 
-// The config's part of the plan: one TYPE_FP32 input of dims [K] and one TYPE_FP32 output of
-// dims [N] (K, N > 0), max_batch_size >= 1, a plain file name in default_model_filename.
-Result<MlpPlan> PlanFromConfig(const ModelContext& ctx);
+// The config's part of the plan for version `version_dir` of `model`: one TYPE_FP32 input of
+// dims [K] and one TYPE_FP32 output of dims [N] (K, N > 0), max_batch_size >= 1, a plain file
+// name in default_model_filename.
+Result<MlpPlan> PlanFromConfig(const std::string& model, const config::ModelConfig& config,
+                               const std::filesystem::path& version_dir);
 
 // The weights' part: checks every tensor of `file` against the plan's K and N and fills
 // weight_type, layers, max_width and parameter_count. Tensors other than the layers' are
@@ -90,10 +94,18 @@ void PackWeights(const safetensors::File& file, const MlpPlan& plan, const Packe
 // The request's input, checked: FP32, shape [B, K] with 1 <= B <= max_batch_size, B * K * 4
 // bytes. InvalidArgument naming `instance` and the problem otherwise.
 struct BatchInput {
-  const Tensor* tensor = nullptr;
+  const VramdTensor* tensor = nullptr;
   int64_t batch = 0;
 };
-Result<BatchInput> CheckRequest(const MlpPlan& plan, const InferRequest& request,
+Result<BatchInput> CheckRequest(const MlpPlan& plan, const VramdRequest& request,
                                 std::string_view instance);
+
+// An instance on either device (mlp_cpu.h, mlp_cuda.h), as the C ABI's execute runs it: one
+// output, plan.output_name, [B, N] FP32.
+class MlpInstance {
+ public:
+  virtual ~MlpInstance() = default;
+  virtual Status Execute(const VramdRequest& request, const VramdOutputs& outputs) = 0;
+};
 
 }  // namespace vramd::backends::mlp

@@ -1,6 +1,8 @@
 // The pytorch backend's C ABI table (include/vramd/backend.h): every entry point catches
 // everything, so no C++ exception crosses into vramd, and turns a Failure into a VramdCode and
-// its message.
+// its message. Like any library built apart from the server, it links nothing of vramd but
+// include/vramd/backend.h, so it has its own small wrappers where the built-ins use
+// src/backends/abi/backend_kit.h (which needs vramd's Status and config types).
 #include <algorithm>
 #include <cstring>
 #include <exception>

@@ -1,4 +1,4 @@
-#include "backends/shared_library/abi_bridge.h"
+#include "backends/abi/abi_bridge.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -21,13 +21,13 @@ VramdCode ToVramdCode(StatusCode code) {
   }
 }
 
-Status FromVramd(VramdCode code, const VramdError& error, std::string_view backend) {
+Status FromVramd(VramdCode code, const VramdError& error, std::string_view context) {
   // The backend may have left the buffer without a terminator: never read past it.
   const size_t length = strnlen(error.message, VRAMD_ERROR_MESSAGE_SIZE);
   std::string text(error.message, length);
   if (text.empty()) text = "failed without a message";
   auto message = [&](std::string_view what) {
-    return fmt::format("backend '{}': {}", backend, what);
+    return context.empty() ? std::string(what) : fmt::format("{}: {}", context, what);
   };
   switch (code) {
     case VRAMD_OK: return Status::Ok();
@@ -70,6 +70,7 @@ ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator)
   table_.log = &ServerApi::Log;
   table_.allocate = &ServerApi::Allocate;
   table_.free = &ServerApi::Free;
+  table_.record_load_phase = &ServerApi::RecordLoadPhase;
 }
 
 void ServerApi::Log(void* server, VramdLogLevel level, const char* message) {
@@ -136,6 +137,17 @@ void ServerApi::Free(void* server, VramdDeviceKind kind, int32_t device_id, void
     self->allocator_->Free(*device, ptr);
   } catch (...) {
     // Free has no way to report; the ledger counts unknown pointers itself.
+  }
+}
+
+void ServerApi::RecordLoadPhase(void* server, const char* phase, double seconds,
+                                uint64_t bytes) {
+  try {
+    LoadTiming* timing = static_cast<const ServerApi*>(server)->timing_.load();
+    if (timing == nullptr || phase == nullptr) return;
+    timing->Add(phase, seconds, bytes);
+  } catch (...) {
+    // A lost phase only makes the load's timing incomplete; it must not fail the load.
   }
 }
 

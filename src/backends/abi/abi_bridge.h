@@ -1,13 +1,16 @@
 // The server's side of the backend C ABI (include/vramd/backend.h): code and device mapping,
-// and the VramdServerApi table a backend calls back into.
+// and the VramdServerApi table a backend calls back into. Used for every backend behind the ABI,
+// built in or loaded from a library (abi_backend.h).
 //
 // Every function here that a backend calls is noexcept in effect: exceptions are caught and
 // turned into a VramdCode, because none may unwind through the backend's C frames.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <string_view>
 
+#include "core/load_timing.h"
 #include "core/status.h"
 #include "memory/allocator.h"
 #include "memory/device.h"
@@ -17,9 +20,10 @@ namespace vramd::backends::abi {
 
 VramdCode ToVramdCode(StatusCode code);
 
-// A backend's failure as a Status: the code mapped, the message prefixed with the backend's
-// name (an empty message says the backend gave none; an unknown code is named).
-Status FromVramd(VramdCode code, const VramdError& error, std::string_view backend);
+// A backend's failure as a Status: the code mapped, the message prefixed with `context` and ": "
+// unless `context` is empty (an empty message says the backend gave none; an unknown code is
+// named).
+Status FromVramd(VramdCode code, const VramdError& error, std::string_view context);
 
 // Writes `message` into `error` (may be null), truncated and NUL-terminated.
 void SetError(VramdError* error, std::string_view message);
@@ -28,7 +32,8 @@ void SetError(VramdError* error, std::string_view message);
 Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id);
 
 // One VramdServerApi: allocate/free go to `allocator` (charged to the owner the backend names;
-// 0 means the calling thread's current owner), log goes to spdlog as "[backend <name>] ...".
+// 0 means the calling thread's current owner), log goes to spdlog as "[backend <name>] ...",
+// record_load_phase to the LoadTiming set by set_load_timing (nowhere while it is null).
 // Must outlive every use of table() by the backend: for a model, until model_destroy returns.
 class ServerApi {
  public:
@@ -38,15 +43,21 @@ class ServerApi {
 
   const VramdServerApi* table() const { return &table_; }
 
+  // The load in progress, or null between loads; set around model_create and instance_create,
+  // which the runtime calls one at a time for a model.
+  void set_load_timing(LoadTiming* timing) { timing_.store(timing); }
+
  private:
   static void Log(void* server, VramdLogLevel level, const char* message);
   static VramdCode Allocate(void* server, VramdOwner owner, VramdDeviceKind kind,
                             int32_t device_id, size_t size, void* stream, void** out,
                             VramdError* error);
   static void Free(void* server, VramdDeviceKind kind, int32_t device_id, void* ptr);
+  static void RecordLoadPhase(void* server, const char* phase, double seconds, uint64_t bytes);
 
   const std::string backend_name_;
   memory::Allocator* const allocator_;
+  std::atomic<LoadTiming*> timing_{nullptr};
   VramdServerApi table_{};
 };
 

@@ -1,0 +1,290 @@
+#include "backends/abi/abi_backend.h"
+
+#include <fmt/format.h>
+
+#include <exception>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backends/abi/abi_bridge.h"
+#include "config/model_config_json.h"
+#include "core/data_type.h"
+
+namespace vramd::backends {
+namespace {
+
+static_assert(static_cast<int>(VRAMD_TYPE_BYTES) == static_cast<int>(DataType::kBytes) &&
+                  static_cast<int>(VRAMD_TYPE_BF16) == static_cast<int>(DataType::kBf16),
+              "VramdDataType must keep vramd::DataType's (Triton's) numbering");
+
+// A backend's model, destroyed (model_destroy) when the BackendModel and every instance are gone.
+// Everything the backend was handed at model_create lives here, so pointers it kept stay valid.
+struct ModelHandle {
+  const VramdBackendApi* api = nullptr;
+  std::string backend;
+  std::string error_context;  // AbiBackend::error_context_
+  bool linked = false;        // a built-in (AbiBackend::linked())
+  std::unique_ptr<abi::ServerApi> server;
+  std::string name, model_dir, version_dir, config_json;
+  void* model = nullptr;
+
+  ~ModelHandle() {
+    if (model != nullptr) api->model_destroy(model);
+  }
+};
+
+// Points the model's record_load_phase at the load in progress for one call.
+class LoadTimingScope {
+ public:
+  LoadTimingScope(abi::ServerApi* server, LoadTiming* timing) : server_(server) {
+    server_->set_load_timing(timing);
+  }
+  ~LoadTimingScope() { server_->set_load_timing(nullptr); }
+  LoadTimingScope(const LoadTimingScope&) = delete;
+  LoadTimingScope& operator=(const LoadTimingScope&) = delete;
+
+ private:
+  abi::ServerApi* const server_;
+};
+
+// Where VramdOutputs::add appends: tensors whose buffers the backend fills before returning.
+struct OutputSink {
+  std::vector<Tensor>* outputs;
+  size_t first;  // outputs of this call start here
+};
+
+VramdCode AddOutput(void* sink_ptr, const char* name, VramdDataType datatype,
+                    const int64_t* shape, size_t rank, size_t byte_size, void** data,
+                    VramdError* error) {
+  try {
+    if (data == nullptr) {
+      abi::SetError(error, "outputs->add: `data` is NULL");
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    *data = nullptr;
+    auto* sink = static_cast<OutputSink*>(sink_ptr);
+    if (name == nullptr || (shape == nullptr && rank > 0)) {
+      abi::SetError(error, "outputs->add: `name` is NULL, or `shape` is NULL with rank > 0");
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    const auto type = static_cast<DataType>(static_cast<int>(datatype));
+    if (datatype <= VRAMD_TYPE_INVALID || datatype > VRAMD_TYPE_BF16) {
+      abi::SetError(error, fmt::format("outputs->add '{}': unknown datatype {}", name,
+                                       static_cast<int>(datatype)));
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    Shape dims(shape, shape + rank);
+    const int64_t elements = ElementCount(dims);
+    if (elements < 0) {
+      abi::SetError(error, fmt::format("outputs->add '{}': shape {} has a negative dimension",
+                                       name, ShapeToString(dims)));
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    // A fixed-size type's byte size follows from its shape; a mismatch would send the client
+    // a tensor whose data and shape disagree.
+    const size_t element_size = DataTypeByteSize(type);
+    if (element_size > 0 && static_cast<size_t>(elements) * element_size != byte_size) {
+      abi::SetError(error, fmt::format("outputs->add '{}': {} {} needs {} bytes, not {}", name,
+                                       DataTypeWireName(type), ShapeToString(dims),
+                                       static_cast<size_t>(elements) * element_size, byte_size));
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    for (size_t i = sink->first; i < sink->outputs->size(); ++i) {
+      if ((*sink->outputs)[i].name == name) {
+        abi::SetError(error, fmt::format("outputs->add '{}': added twice", name));
+        return VRAMD_INVALID_ARGUMENT;
+      }
+    }
+    HostBuffer buffer = HostBuffer::Allocate(byte_size);
+    *data = buffer.mutable_data();  // the bytes are owned by the buffer, not the vector slot
+    sink->outputs->push_back(Tensor{name, type, std::move(dims), std::move(buffer)});
+    return VRAMD_OK;
+  } catch (const std::bad_alloc&) {
+    abi::SetError(error, fmt::format("outputs->add: out of host memory for {} bytes", byte_size));
+    return VRAMD_RESOURCE_EXHAUSTED;
+  } catch (const std::exception& e) {
+    abi::SetError(error, fmt::format("outputs->add: {}", e.what()));
+    return VRAMD_INTERNAL;
+  } catch (...) {
+    abi::SetError(error, "outputs->add: unknown exception");
+    return VRAMD_INTERNAL;
+  }
+}
+
+class AbiInstance final : public BackendInstance {
+ public:
+  AbiInstance(std::shared_ptr<ModelHandle> model, std::string name, void* instance)
+      : model_(std::move(model)), name_(std::move(name)), instance_(instance) {}
+  ~AbiInstance() override { model_->api->instance_destroy(instance_); }
+
+  Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
+    const size_t first = outputs->size();
+    try {
+      // Tensor names, shapes and data are the request's own: alive for the whole call.
+      std::vector<VramdTensor> inputs;
+      inputs.reserve(request.inputs.size());
+      for (const Tensor& t : request.inputs) {
+        inputs.push_back(VramdTensor{t.name.c_str(),
+                                     static_cast<VramdDataType>(static_cast<int>(t.datatype)),
+                                     t.shape.data(), t.shape.size(), t.data.data(),
+                                     t.data.size()});
+      }
+      VramdRequest vreq{};
+      vreq.struct_size = sizeof(VramdRequest);
+      vreq.id = request.id.c_str();
+      vreq.inputs = inputs.data();
+      vreq.input_count = inputs.size();
+      // The runtime runs Execute under the request's owner, a lazy one: asking opens it, a
+      // ledger entry per request. The built-ins take no memory per request, so they get 0,
+      // which allocate reads as that same current owner should one ever ask.
+      vreq.owner = model_->linked ? memory::kNoOwner : memory::OwnerScope::Current();
+
+      OutputSink sink{outputs, first};
+      VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput};
+      VramdError error{};
+      const VramdCode code = model_->api->execute(instance_, &vreq, &vouts, &error);
+      if (code == VRAMD_OK) return Status::Ok();
+      outputs->resize(first);  // a failed execute's partial outputs are not an answer
+      Status status = abi::FromVramd(code, error, model_->error_context);
+      // A built-in's execute errors name its instance already.
+      if (model_->linked) return status;
+      return status.WithContext(fmt::format("instance '{}'", name_));
+    } catch (const std::exception& e) {
+      outputs->resize(first);
+      return Status::Internal(fmt::format("backend '{}' instance '{}': {}", model_->backend,
+                                          name_, e.what()));
+    }
+  }
+
+ private:
+  const std::shared_ptr<ModelHandle> model_;  // keeps model_destroy after instance_destroy
+  const std::string name_;
+  void* const instance_;
+};
+
+class AbiModel final : public BackendModel {
+ public:
+  explicit AbiModel(std::shared_ptr<ModelHandle> model) : model_(std::move(model)) {}
+
+  Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) override {
+    try {
+      VramdInstanceInfo info{};
+      info.struct_size = sizeof(VramdInstanceInfo);
+      info.name = ctx.name.c_str();
+      info.index = ctx.index;
+      info.kind = ctx.kind == DeviceKind::kGpu ? VRAMD_DEVICE_GPU : VRAMD_DEVICE_CPU;
+      info.device_id = ctx.kind == DeviceKind::kGpu ? ctx.device_id : -1;
+      info.owner = ctx.owner;
+      void* instance = nullptr;
+      VramdError error{};
+      VramdCode code;
+      {
+        LoadTimingScope timing(model_->server.get(), ctx.timing);
+        code = model_->api->instance_create(model_->model, &info, &instance, &error);
+      }
+      if (code != VRAMD_OK) return abi::FromVramd(code, error, model_->error_context);
+      return std::unique_ptr<BackendInstance>(
+          std::make_unique<AbiInstance>(model_, ctx.name, instance));
+    } catch (const std::exception& e) {
+      return Status::Internal(fmt::format("backend '{}': creating instance '{}': {}",
+                                          model_->backend, ctx.name, e.what()));
+    }
+  }
+
+ private:
+  const std::shared_ptr<ModelHandle> model_;
+};
+
+}  // namespace
+
+AbiBackend::AbiBackend(const VramdBackendApi* api, std::string name,
+                       std::optional<SharedLibrary> library)
+    : library_(std::move(library)),
+      name_(std::move(name)),
+      api_(api),
+      error_context_(library_.has_value() ? fmt::format("backend '{}'", name_) : "") {}
+
+Result<std::unique_ptr<AbiBackend>> AbiBackend::Create(const VramdBackendApi* api,
+                                                       std::string name,
+                                                       std::optional<SharedLibrary> library) {
+  const std::string origin = library.has_value()
+                                 ? fmt::format("backend library '{}'", library->path().string())
+                                 : fmt::format("built-in backend '{}'", name);
+  if (api == nullptr) {
+    return Status::InvalidArgument(
+        fmt::format("{} returned no API table for vramd's backend ABI version {}", origin,
+                    VRAMD_BACKEND_ABI_VERSION));
+  }
+  if (api->abi_version != VRAMD_BACKEND_ABI_VERSION) {
+    return Status::InvalidArgument(fmt::format(
+        "{} was built for backend ABI version {}, but this vramd speaks version {}; rebuild the "
+        "backend against this vramd's include/vramd/backend.h",
+        origin, api->abi_version, VRAMD_BACKEND_ABI_VERSION));
+  }
+  if (api->struct_size < sizeof(VramdBackendApi)) {
+    return Status::InvalidArgument(
+        fmt::format("{}: its API table is {} bytes, ABI version {} needs at least {}", origin,
+                    api->struct_size, VRAMD_BACKEND_ABI_VERSION, sizeof(VramdBackendApi)));
+  }
+  if (api->model_create == nullptr || api->model_destroy == nullptr ||
+      api->instance_create == nullptr || api->instance_destroy == nullptr ||
+      api->execute == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: its API table leaves an entry point NULL (model_create, model_destroy, "
+        "instance_create, instance_destroy and execute are all required)",
+        origin));
+  }
+  if (api->name == nullptr || name != api->name) {
+    return Status::InvalidArgument(
+        fmt::format("{} calls itself '{}', but it was loaded as backend '{}'", origin,
+                    api->name != nullptr ? api->name : "(NULL)", name));
+  }
+  return std::unique_ptr<AbiBackend>(new AbiBackend(api, std::move(name), std::move(library)));
+}
+
+Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& ctx) {
+  if (ctx.config == nullptr || ctx.allocator == nullptr) {
+    return Status::Internal(
+        fmt::format("model '{}': LoadModel called without a config or allocator", ctx.name));
+  }
+  try {
+    auto handle = std::make_shared<ModelHandle>();
+    handle->api = api_;
+    handle->backend = name_;
+    handle->error_context = error_context_;
+    handle->linked = linked();
+    handle->server = std::make_unique<abi::ServerApi>(name_, ctx.allocator);
+    handle->name = ctx.name;
+    handle->model_dir = ctx.model_dir.string();
+    handle->version_dir = ctx.version_dir.string();
+    handle->config_json = config::ModelConfigToJson(*ctx.config);
+
+    VramdModelInfo info{};
+    info.struct_size = sizeof(VramdModelInfo);
+    info.name = handle->name.c_str();
+    info.version = ctx.version;
+    info.model_dir = handle->model_dir.c_str();
+    info.version_dir = handle->version_dir.c_str();
+    info.config_json = handle->config_json.c_str();
+    info.config_json_size = handle->config_json.size();
+    info.owner = ctx.owner;
+    info.server = handle->server->table();
+    VramdError error{};
+    VramdCode code;
+    {
+      LoadTimingScope timing(handle->server.get(), ctx.timing);
+      code = api_->model_create(&info, &handle->model, &error);
+    }
+    if (code != VRAMD_OK) {
+      handle->model = nullptr;  // a failed create owns nothing to destroy
+      return abi::FromVramd(code, error, error_context_);
+    }
+    return std::unique_ptr<BackendModel>(std::make_unique<AbiModel>(std::move(handle)));
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("backend '{}': loading model '{}': {}", name_, ctx.name,
+                                        e.what()));
+  }
+}
+
+}  // namespace vramd::backends

@@ -1,0 +1,60 @@
+// AbiBackend: the internal Backend interface over a backend's C table (include/vramd/backend.h).
+// Every real backend reaches the runtime through it, whether its table is linked into the server
+// (the built-ins) or comes from a library that shared_library_backend.h loaded.
+//
+// Ownership: each BackendModel owns the backend's model handle and the VramdServerApi it was
+// given; each instance holds its model (shared), so model_destroy runs only after the last
+// instance_destroy whatever order the runtime drops them in. A library is kept as long as its
+// AbiBackend, which is never destroyed (as in Triton): a backend may keep threads or static
+// state that outlive its last model.
+//
+// Errors: a library's failures are prefixed "backend '<name>': ", since its messages cannot be
+// trusted to say where they come from; a built-in's pass through unchanged, as its messages
+// already name the model, backend or instance.
+//
+// Requests: a library's execute gets the request's ledger owner in VramdRequest::owner, which
+// opens the runtime's lazy per-request owner. A built-in's gets 0 (allocate's "the calling
+// thread's current owner", the same owner), so the request path of the built-ins, which take no
+// memory per request, opens no ledger entry.
+//
+// Thread safety: Create is safe from any thread; the Backend/BackendModel/BackendInstance
+// methods follow backend.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "backends/backend.h"
+#include "backends/shared_library/shared_library.h"
+#include "vramd/backend.h"
+
+namespace vramd::backends {
+
+class AbiBackend final : public Backend {
+ public:
+  // Checks `api`: not NULL, abi_version equal to ours (naming both), struct_size large enough,
+  // every entry point set, and the table's name equal to `name`; InvalidArgument otherwise.
+  // `library` is where the table lives (kept with the backend; its path is named in errors), or
+  // nullopt for a table linked into the server.
+  static Result<std::unique_ptr<AbiBackend>> Create(const VramdBackendApi* api, std::string name,
+                                                    std::optional<SharedLibrary> library);
+
+  std::string_view name() const override { return name_; }
+  bool SupportsGpu() const override { return api_->supports_gpu != 0; }
+  Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
+
+  // The table every call goes through.
+  const VramdBackendApi* api() const { return api_; }
+  bool linked() const { return !library_.has_value(); }
+
+ private:
+  AbiBackend(const VramdBackendApi* api, std::string name, std::optional<SharedLibrary> library);
+
+  std::optional<SharedLibrary> library_;  // holds api_ when it came from a library
+  const std::string name_;
+  const VramdBackendApi* const api_;
+  const std::string error_context_;  // FromVramd's: "" for a built-in (see above)
+};
+
+}  // namespace vramd::backends

@@ -1,0 +1,270 @@
+// The C ABI bridge (backends/abi/): the built-in backends are reached through their
+// VramdBackendApi tables like any library, their tables are checked as a library's are,
+// record_load_phase reaches the load's LoadTiming (and only during a load), and an exception
+// thrown inside an entry point made with the C++ kit (as every built-in's are) becomes an error.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends/abi/abi_backend.h"
+#include "backends/abi/abi_bridge.h"
+#include "backends/abi/backend_kit.h"
+#include "backends/add_sub/add_sub_backend.h"
+#include "backends/backend.h"
+#include "backends/identity/identity_backend.h"
+#include "backends/mlp/mlp_backend.h"
+#include "core/load_timing.h"
+#include "memory/allocator.h"
+#include "memory/ledger.h"
+
+namespace vramd::backends {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(AbiBuiltinsTest, EveryBuiltInIsItsTableBehindTheBridge) {
+  const std::vector<std::pair<std::string, const VramdBackendApi*>> builtins = {
+      {"identity", IdentityBackendApi()}, {"add_sub", AddSubBackendApi()}, {"mlp", MlpBackendApi()}};
+  for (const auto& [name, table] : builtins) {
+    config::ModelConfig config;
+    config.set_name("m");
+    config.set_backend(name);
+    auto found = FindBackend(config);
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    auto* abi = dynamic_cast<AbiBackend*>(*found);
+    ASSERT_NE(abi, nullptr) << name << " is not behind the C ABI";
+    EXPECT_TRUE(abi->linked()) << name;
+    EXPECT_EQ(abi->api(), table) << name;
+    EXPECT_EQ(abi->api()->struct_size, sizeof(VramdBackendApi));
+    EXPECT_EQ(abi->api()->abi_version, VRAMD_BACKEND_ABI_VERSION);
+    EXPECT_STREQ(abi->api()->name, name.c_str());
+    EXPECT_EQ(abi->SupportsGpu(), name == "mlp" && VRAMD_WITH_CUDA != 0) << name;
+  }
+}
+
+TEST(AbiBuiltinsTest, LinkedTablesAreCheckedAsLibrariesAre) {
+  VramdBackendApi table = *IdentityBackendApi();
+  table.abi_version = 42;
+  auto old = AbiBackend::Create(&table, "identity", std::nullopt);
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(old.status().message(), HasSubstr("built-in backend 'identity'"));
+  EXPECT_THAT(old.status().message(), HasSubstr("backend ABI version 42"));
+
+  table = *IdentityBackendApi();
+  table.execute = nullptr;
+  auto incomplete = AbiBackend::Create(&table, "identity", std::nullopt);
+  ASSERT_FALSE(incomplete.ok());
+  EXPECT_THAT(incomplete.status().message(), HasSubstr("leaves an entry point NULL"));
+
+  auto renamed = AbiBackend::Create(IdentityBackendApi(), "other", std::nullopt);
+  ASSERT_FALSE(renamed.ok());
+  EXPECT_THAT(renamed.status().message(), HasSubstr("calls itself 'identity'"));
+
+  EXPECT_FALSE(AbiBackend::Create(nullptr, "none", std::nullopt).ok());
+}
+
+// ---- backends made with the C++ kit, for the tests below ------------------------------------
+
+// Records phases through record_load_phase: at model_create, instance_create and execute.
+class PhaseModel {
+ public:
+  class Instance {
+   public:
+    explicit Instance(const VramdServerApi* server) : server_(server) {}
+    Status Execute(const VramdRequest&, const VramdOutputs&) {
+      abi::RecordLoadPhase(server_, "during_execute", 1.0, 1);  // not a load: ignored
+      return Status::Ok();
+    }
+
+   private:
+    const VramdServerApi* const server_;
+  };
+
+  static Result<std::unique_ptr<PhaseModel>> Create(const VramdModelInfo& info) {
+    abi::RecordLoadPhase(info.server, "file_read", 0.25, 100);
+    abi::RecordLoadPhase(info.server, "file_read", 0.25, 28);  // accumulates
+    return std::make_unique<PhaseModel>(info.server);
+  }
+  explicit PhaseModel(const VramdServerApi* server) : server_(server) {}
+  Result<std::unique_ptr<Instance>> CreateInstance(const VramdInstanceInfo&) {
+    abi::RecordLoadPhase(server_, "h2d", 0.5, 4096);
+    return std::make_unique<Instance>(server_);
+  }
+
+ private:
+  const VramdServerApi* const server_;
+};
+
+// Throws from every entry point it can: what config parameter "throw" names.
+class ThrowingModel {
+ public:
+  class Instance {
+   public:
+    Status Execute(const VramdRequest&, const VramdOutputs&) {
+      throw std::runtime_error("execute blew up");
+    }
+  };
+
+  static Result<std::unique_ptr<ThrowingModel>> Create(const VramdModelInfo& info) {
+    VRAMD_ASSIGN_OR_RETURN(config::ModelConfig config, abi::ModelConfigOf(info));
+    if (config.parameters().contains("throw_in_create")) throw std::logic_error("create blew up");
+    return std::make_unique<ThrowingModel>();
+  }
+  Result<std::unique_ptr<Instance>> CreateInstance(const VramdInstanceInfo& info) {
+    if (info.index > 0) throw std::bad_alloc();
+    return std::make_unique<Instance>();
+  }
+};
+
+class AbiKitTest : public ::testing::Test {
+ protected:
+  template <typename Model>
+  std::unique_ptr<AbiBackend> Make(const char* name) {
+    auto backend = AbiBackend::Create(abi::BackendApiFor<Model>(name, false), name, std::nullopt);
+    EXPECT_TRUE(backend.ok()) << backend.status().ToString();
+    return backend.ok() ? std::move(backend).value() : nullptr;
+  }
+
+  ModelContext Context() {
+    ModelContext ctx;
+    ctx.name = config_.name();
+    ctx.version = 1;
+    ctx.config = &config_;
+    ctx.allocator = &allocator_;
+    ctx.timing = &timing_;
+    return ctx;
+  }
+
+  uint64_t Bytes(std::string_view phase) const {
+    for (const LoadPhase& p : timing_.phases()) {
+      if (p.name == phase) return p.bytes;
+    }
+    return 0;
+  }
+
+  memory::Ledger ledger_;
+  memory::Allocator allocator_{&ledger_};
+  config::ModelConfig config_;
+  LoadTiming timing_;
+};
+
+TEST_F(AbiKitTest, RecordLoadPhaseReachesTheLoadTimingOnlyDuringALoad) {
+  config_.set_name("timed");
+  auto backend = Make<PhaseModel>("phases");
+  ASSERT_NE(backend, nullptr);
+  auto model = backend->LoadModel(Context());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceContext{"timed_0", 0, DeviceKind::kCpu, -1,
+                                                           memory::kNoOwner, &timing_});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+  std::vector<Tensor> outputs;
+  ASSERT_TRUE((*instance)->Execute(InferRequest{}, &outputs).ok());
+
+  const auto phases = timing_.phases();
+  ASSERT_EQ(phases.size(), 2u);
+  EXPECT_EQ(phases[0].name, "file_read");
+  EXPECT_DOUBLE_EQ(phases[0].seconds, 0.5);
+  EXPECT_EQ(phases[0].bytes, 128u);
+  EXPECT_EQ(phases[1].name, "h2d");
+  EXPECT_EQ(phases[1].bytes, 4096u);
+  EXPECT_EQ(Bytes("during_execute"), 0u);
+}
+
+TEST_F(AbiKitTest, RecordLoadPhaseIsSkippedForAServerTableWithoutIt) {
+  // A server built before the field was appended: its struct ends before it.
+  struct Called {
+    static void Fail(void*, const char* phase, double, uint64_t) {
+      ADD_FAILURE() << "record_load_phase called past the table's end: " << phase;
+    }
+  };
+  VramdServerApi older{};
+  older.struct_size = offsetof(VramdServerApi, record_load_phase);
+  older.record_load_phase = &Called::Fail;
+  abi::RecordLoadPhase(&older, "file_read", 1.0, 1);
+  abi::RecordLoadPhase(nullptr, "file_read", 1.0, 1);
+}
+
+TEST_F(AbiKitTest, MlpRecordsItsPhasesThroughTheAbi) {
+  // The mlp's phases (file_read, host_stage, h2d) are covered with real weights in
+  // mlp_backend_test and reload_faults_test; here, that a failed read still records its time.
+  config_.set_name("mlp_missing");
+  config_.set_backend("mlp");
+  config_.set_max_batch_size(1);
+  auto* in = config_.add_input();
+  in->set_name("INPUT0");
+  in->set_data_type(config::TYPE_FP32);
+  in->add_dims(4);
+  auto* out = config_.add_output();
+  out->set_name("OUTPUT0");
+  out->set_data_type(config::TYPE_FP32);
+  out->add_dims(2);
+  auto backend = FindBackend(config_);
+  ASSERT_TRUE(backend.ok());
+  ModelContext ctx = Context();
+  ctx.version_dir = "/nonexistent/mlp_missing/1";
+  auto model = (*backend)->LoadModel(ctx);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(model.status().message(), HasSubstr("model 'mlp_missing': weights"));
+  ASSERT_EQ(timing_.phases().size(), 1u);
+  EXPECT_EQ(timing_.phases()[0].name, "file_read");
+}
+
+TEST_F(AbiKitTest, ExceptionsInEntryPointsBecomeErrors) {
+  auto backend = Make<ThrowingModel>("throwing");
+  ASSERT_NE(backend, nullptr);
+
+  config_.set_name("throws_in_create");
+  (*config_.mutable_parameters())["throw_in_create"].set_string_value("1");
+  auto failed = backend->LoadModel(Context());
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(failed.status().message(), "model_create: create blew up");
+
+  config_.clear_parameters();
+  auto model = backend->LoadModel(Context());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto no_memory = (*model)->CreateInstance(InstanceContext{"t_1", 1, DeviceKind::kCpu, -1});
+  ASSERT_FALSE(no_memory.ok());
+  EXPECT_EQ(no_memory.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(no_memory.status().message(), HasSubstr("instance_create: out of host memory"));
+
+  auto instance = (*model)->CreateInstance(InstanceContext{"t_0", 0, DeviceKind::kCpu, -1});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+  std::vector<Tensor> outputs;
+  Status executed = (*instance)->Execute(InferRequest{}, &outputs);
+  EXPECT_EQ(executed.code(), StatusCode::kInternal);
+  EXPECT_EQ(executed.message(), "execute: execute blew up");
+  EXPECT_TRUE(outputs.empty());
+}
+
+TEST(AbiAllocationTest, FreesThroughTheServerAndChargesTheOwner) {
+  memory::Ledger ledger;
+  memory::Allocator allocator(&ledger);
+  memory::ScopedOwner owner(&ledger, ledger.root(), memory::OwnerKind::kVersion, "1");
+  abi::ServerApi server("kit", &allocator);
+  {
+    auto a = abi::Allocation::Make(server.table(), owner.id(), VRAMD_DEVICE_CPU, -1, 1024);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ(ledger.Stats(owner.id())->live_bytes, 1024);
+    abi::Allocation moved = std::move(a).value();
+    EXPECT_EQ(moved.size(), 1024u);
+    EXPECT_EQ(ledger.Stats(owner.id())->live_bytes, 1024);
+  }
+  EXPECT_EQ(ledger.Stats(owner.id())->live_bytes, 0);
+
+  auto bad = abi::Allocation::Make(server.table(), owner.id(), VRAMD_DEVICE_GPU, -3, 16);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace vramd::backends
