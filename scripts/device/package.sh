@@ -3,6 +3,7 @@
 # device-dist/ (git-ignored; name it in the device tool's `carry`):
 #   device-dist/bin/   vramd, vramctl, the GPU tests and the benchmarks
 #   device-dist/lib/   the shared libraries they need that are not part of glibc
+#   device-dist/include/rapidjson/   headers for building the pytorch backend on the device
 # Then, on the device: scripts/device/run.sh (see there).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,13 @@ for f in build-device/tests/gpu_*_test build-device/tests/{caching_pool,nvml}_te
          build-device/bench/*_bench; do
   [ -x "$f" ] && binaries+=("$f")
 done
+# The HTTP load generator of the pytorch benchmarks (not a Google Benchmark binary).
+[ -x build-device/bench/infer_load ] || { echo "package.sh: build-device/bench/infer_load was not built" >&2; exit 1; }
+binaries+=(build-device/bench/infer_load)
 cp "${binaries[@]}" device-dist/bin/
+# Headers the pytorch backend needs when it is built on the device (scripts/device/build_torch.sh).
+mkdir -p device-dist/include
+cp -r /usr/include/rapidjson device-dist/include/
 # Every library a binary needs except glibc's own (those must come from the machine itself),
 # cuBLAS (hundreds of MiB: run.sh finds the machine's own) and OpenBLAS with its Fortran runtime
 # (about 40 MiB; the GPU machine has a system OpenBLAS where the binaries look), which would

@@ -3,12 +3,14 @@
 # device-dist/ carried: every GPU test and GPU benchmark, results under $OUT.
 #   device tool: run  command="bash scripts/device/run.sh"  carry=["device-dist"]
 # Writes $OUT/summary.txt (figures and pass/fail lines), gpu_tests.log, benchmarks.log, one
-# <bench>.json per benchmark (3), server.log and reload_bench.json: at most 8 files come back,
-# so keep it to these.
-# Later issues add their steps here. STEPS (default "tests benches server reload") picks steps;
-# the reload step alone still measures the pinned H2D rate (h2d_bench) it compares against.
+# <bench>.json per benchmark (3), server.log, reload_bench.json and pytorch_bench.json: at most 8
+# files come back, so keep it to these (when every step runs, gpu_tests.log is folded into
+# benchmarks.log at the end to stay at 8).
+# Later issues add their steps here. STEPS (default "tests benches server reload pytorch") picks
+# steps, e.g. STEPS="pytorch"; the reload step alone still measures the pinned H2D rate
+# (h2d_bench) it compares against.
 set -uo pipefail
-STEPS="${STEPS:-tests benches server reload}"
+STEPS="${STEPS:-tests benches server reload pytorch}"
 has_step() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 # cuBLAS (the mlp backend's GPU path) is too large to carry in device-dist: use the machine's, from
 # torch's pip wheel (nvidia.cublas, or nvidia.cu13 for CUDA 13 wheels; either may be a namespace
@@ -110,6 +112,67 @@ elif [ -n "$pinned_gbps" ]; then
   rm -f "$OUT/reload.tmp" "$OUT/reload_server.tmp"
 else
   say "FAIL reload bench: no pinned H2D rate from h2d_bench"; status=1
+fi
+# 5. The pytorch backend (issue 6): build it and bench/torch's direct_bench here against the torch
+#    wheel's LibTorch (scripts/device/build_torch.sh), then (A) device memory of 1..16 instances
+#    of one TorchScript model in vramd vs one python process per instance vs threads in one
+#    process, and (B) req/s at concurrency 1..32 of vramd over HTTP vs calling the module from
+#    C++ directly. Numbers in $OUT/pytorch_bench.json; logs folded into benchmarks.log and
+#    server.log. PYTORCH_MEM_ARGS / PYTORCH_TPUT_ARGS add arguments to the two scripts;
+#    PYTORCH_{BUILD,MEM,TPUT}_TIMEOUT (200, 240, 150 s) bound the parts, under 10 minutes in all
+#    (typically about 5). Each script writes its JSON as it goes, so a cut-short run keeps what
+#    it measured.
+if has_step pytorch; then
+  ptmp=$(mktemp -d)
+  # Programs built here link this machine's libstdc++; device-dist/lib carries the build host's.
+  # Put whichever is newer first, so the backend (loaded into vramd) and torch both find theirs.
+  sys_stdcxx=$(c++ -print-file-name=libstdc++.so.6 2>/dev/null)
+  [ -f "$sys_stdcxx" ] || sys_stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/{print $NF; exit}')
+  glibcxx_max() { grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$1" 2>/dev/null | sort -uV | tail -1; }
+  if [ -n "$sys_stdcxx" ] && [ -f "$sys_stdcxx" ] && [ -f device-dist/lib/libstdc++.so.6 ]; then
+    s_ver=$(glibcxx_max "$sys_stdcxx"); d_ver=$(glibcxx_max device-dist/lib/libstdc++.so.6)
+    if [ -n "$s_ver" ] && [ "$s_ver" != "$d_ver" ] && \
+       [ "$(printf '%s\n%s\n' "$s_ver" "$d_ver" | sort -V | tail -1)" = "$s_ver" ]; then
+      mkdir -p "$ptmp/stdcxx"
+      ln -s "$(readlink -f "$sys_stdcxx")" "$ptmp/stdcxx/libstdc++.so.6"
+      sys_gcc_s=$(c++ -print-file-name=libgcc_s.so.1 2>/dev/null)
+      [ -f "$sys_gcc_s" ] && ln -s "$(readlink -f "$sys_gcc_s")" "$ptmp/stdcxx/libgcc_s.so.1"
+      echo "pytorch: using this machine's libstdc++ ($s_ver) before device-dist's ($d_ver)" >> "$OUT/benchmarks.log"
+      export LD_LIBRARY_PATH="$ptmp/stdcxx:$LD_LIBRARY_PATH"
+    fi
+  fi
+  echo "# pytorch: build_torch.sh" >> "$OUT/benchmarks.log"
+  if timeout "${PYTORCH_BUILD_TIMEOUT:-200}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
+    say "PASS pytorch build (backend + direct_bench)"
+    # A: memory. Bounded so that B still runs in the step's budget.
+    timeout "${PYTORCH_MEM_TIMEOUT:-240}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
+      --infer-load "$BIN"/infer_load --backend-dir build-torch-device/backends --work "$ptmp/mem" \
+      --out "$OUT/pytorch_bench.json" --server-log "$ptmp/server.log" \
+      --worker-log "$ptmp/workers.log" ${PYTORCH_MEM_ARGS:-} > "$ptmp/mem.out" 2> "$ptmp/mem.err"
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE|#) ' "$ptmp/mem.out" | tee -a "$summary"
+    [ "$rc" -eq 0 ] || { say "FAIL pytorch memory comparison (exit $rc)"; status=1; }
+    # B: throughput.
+    timeout "${PYTORCH_TPUT_TIMEOUT:-150}" python3 bench/torch/throughput_compare.py --vramd "$BIN"/vramd \
+      --infer-load "$BIN"/infer_load --direct-bench build-torch-bench/direct_bench \
+      --backend-dir build-torch-device/backends --work "$ptmp/tput" --out "$OUT/pytorch_bench.json" \
+      --server-log "$ptmp/server.log" ${PYTORCH_TPUT_ARGS:-} > "$ptmp/tput.out" 2> "$ptmp/tput.err"
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE|#) ' "$ptmp/tput.out" | tee -a "$summary"
+    [ "$rc" -eq 0 ] || { say "FAIL pytorch throughput comparison (exit $rc)"; status=1; }
+  else
+    say "FAIL pytorch build (scripts/device/build_torch.sh; log in benchmarks.log)"; status=1
+  fi
+  for f in mem.err tput.err workers.log; do
+    [ -s "$ptmp/$f" ] && { echo "# pytorch: $f (tail)"; tail -150 "$ptmp/$f"; } >> "$OUT/benchmarks.log"
+  done
+  [ -s "$ptmp/server.log" ] && { echo "# pytorch: vramd server log (tail)"; tail -300 "$ptmp/server.log"; } >> "$OUT/server.log"
+  rm -rf "$ptmp"
+fi
+
+# At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
+  { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"
 fi
 say "# done, status $status"
 exit $status

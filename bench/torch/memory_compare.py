@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""Issue 6, part A: device memory of N instances of one TorchScript model, three ways, one run.
+
+  (a) vramd with the pytorch backend: one server, the model loaded with N instances
+      (instance_group count N), at least N requests in flight for a while so that every
+      instance has executed, then the server process's GPU memory from NVML;
+  (b) N python+torch processes, each loading the module onto the GPU and running forwards
+      (Triton Python-backend style: one process, one CUDA context per instance);
+  (c) one python process with N threads sharing the module, each thread with its own CUDA stream.
+
+For each N (default 1 2 4 8 16) it prints the three totals, then the cost of one more instance
+(least-squares slope over N, and (mem[Nmax]-mem[Nmin])/(Nmax-Nmin)) for each, PASS when vramd's
+fitted slope is <= --threshold-mib (32), and the ratio of vramd's per-instance cost to one
+process-instance's (the slope of (b)). Writes all numbers under "memory" in --out.
+
+  memory_compare.py --vramd BIN --infer-load BIN --backend-dir DIR [--work DIR] [--out F]
+                    [--server-log F] [--counts 1,2,4,8,16] [--vramd-mode auto|explicit|restart]
+                    [--image 112 --width 64 --arch resnet] [--device cuda:0 --kind gpu]
+                    [--memory-source nvml|rss]
+
+How vramd's N is set (--vramd-mode): explicit = one server in --model-control-mode explicit; the
+first N loads config.pbtxt, each later N unloads the model and loads it again with a config
+override (POST /v2/repository/models/M/load, {"parameters":{"config": <the JSON the server's
+GET /v2/models/M/config gave, with instance_group count N>}}). restart = a fresh server per N
+with config.pbtxt rewritten. auto (default) = explicit, and restart if explicit fails.
+
+Memory: NVML's used memory of the process(es) (nvmlDeviceGetComputeRunningProcesses, by pid);
+where NVML does not list the pids (another pid namespace), the device's used memory minus its
+value before the series started. Which one was used is in the JSON ("method"). The script itself
+never touches the GPU (it does not import torch). --memory-source rss (with --device cpu
+--kind cpu) measures resident host memory instead: a smoke test of the flow without a GPU.
+"""
+import argparse
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (HERE, MIB, Nvml, Vramd, call, figure, fit_slope, infer_load, log, spawn,  # noqa: E402
+                    stop, update_json, verdict)
+
+
+def rss_bytes(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class Meter:
+    def __init__(self, source):
+        self.source = source
+        self.nvml = Nvml() if source == "nvml" else None
+        self.baseline = self.device_used()
+
+    def device_used(self):
+        return self.nvml.device_used() if self.nvml else 0
+
+    def rebase(self):
+        self.baseline = self.device_used()
+
+    def read(self, pids):
+        """{"pid_bytes": sum over pids or None, "device_delta": used - baseline}."""
+        if self.nvml:
+            return {"pid_bytes": self.nvml.pids_used(pids),
+                    "device_delta": self.device_used() - self.baseline,
+                    "device_used": self.device_used()}
+        vals = [rss_bytes(p) for p in pids]
+        return {"pid_bytes": None if None in vals else sum(vals), "device_delta": 0,
+                "device_used": 0}
+
+    def settle(self, timeout=30.0):
+        if self.nvml and not self.nvml.settle(self.baseline, timeout=timeout):
+            log(f"device memory did not return to its baseline in {timeout}s: "
+                f"{(self.device_used() - self.baseline) / MIB:.0f} MiB above")
+
+
+def pick_totals(rows):
+    """Per-pid figures when every row has one, else device deltas."""
+    if rows and all(r["pid_bytes"] is not None for r in rows):
+        return "nvml_process" if rows[0].get("device_used") else "rss", [r["pid_bytes"] for r in rows]
+    return "nvml_device_delta", [r["device_delta"] for r in rows]
+
+
+def exercise(a, port, model, meta, n):
+    """At least n requests in flight (2n, at least 2) for --load-seconds; all must succeed."""
+    body, hlen = meta["request_bin"], meta["header_length"]
+    res = infer_load(a.infer_load, port, model, body, hlen, max(2, 2 * n), a.load_seconds, 0.5)
+    if res.get("errors") or res.get("requests", 0) < n:
+        raise RuntimeError(f"requests against {n} instances failed: {res}")
+    return res
+
+
+def check_count(port, model, n):
+    """The served config's instance count must be n (the override or config.pbtxt took)."""
+    status, body, _ = call(port, "GET", f"/v2/models/{model}/config")
+    if status != 200:
+        raise RuntimeError(f"GET config: {status} {body[:500]!r}")
+    groups = json.loads(body).get("instance_group") or []
+    got = sum(int(g.get("count", 1)) for g in groups)
+    if got != n:
+        raise RuntimeError(f"the served config has {got} instances, not {n}: {groups}")
+
+
+def set_count_pbtxt(path, n):
+    with open(path) as f:
+        text = f.read()
+    text, k = re.subn(r"(instance_group\s*\[\s*\{[^}]*?count:\s*)\d+", lambda m: m.group(1) + str(n),
+                      text, flags=re.S)
+    if k != 1:
+        raise RuntimeError(f"could not set the instance count in {path}")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def vramd_explicit(a, meta, meter):
+    model = meta["name"]
+    set_count_pbtxt(os.path.join(meta["repository"], model, "config.pbtxt"), a.counts[0])
+    rows = []
+    meter.rebase()
+    server = Vramd(a.vramd, [meta["repository"]], a.server_log, a.backend_dir,
+                   ["--model-control-mode", "explicit"] + a.vramd_arg)
+    try:
+        config = None
+        for n in a.counts:
+            t0 = time.time()
+            residue = None
+            if config is None:
+                status, body, _ = call(server.port, "POST", f"/v2/repository/models/{model}/load",
+                                       body=b"{}")
+            else:
+                status, body, _ = call(server.port, "POST",
+                                       f"/v2/repository/models/{model}/unload", body=b"{}")
+                if status != 200:
+                    raise RuntimeError(f"unload: {status} {body[:500]!r}")
+                time.sleep(0.5)
+                residue = meter.read([server.pid])
+                cfg = json.loads(json.dumps(config))
+                groups = cfg.get("instance_group") or [{}]
+                for g in groups:
+                    g["count"] = n
+                cfg["instance_group"] = groups
+                req = json.dumps({"parameters": {"config": json.dumps(cfg)}}).encode()
+                status, body, _ = call(server.port, "POST", f"/v2/repository/models/{model}/load",
+                                       body=req)
+            if status != 200:
+                raise RuntimeError(f"load with {n} instances: {status} {body[:1000]!r}")
+            if config is None:
+                status, body, _ = call(server.port, "GET", f"/v2/models/{model}/config")
+                if status != 200:
+                    raise RuntimeError(f"GET config: {status} {body[:500]!r}")
+                config = json.loads(body)
+            server.ready(model, timeout=120)
+            load_s = time.time() - t0
+            check_count(server.port, model, n)
+            res = exercise(a, server.port, model, meta, n)
+            time.sleep(0.5)
+            m = meter.read([server.pid])
+            m.update({"n": n, "load_seconds": round(load_s, 3), "requests": res["requests"],
+                      "rps": res["rps"]})
+            if residue is not None:
+                m["after_previous_unload"] = residue
+            rows.append(m)
+            log(f"vramd n={n}: pid {fmt(m['pid_bytes'])} device+{fmt(m['device_delta'])} "
+                f"(load {load_s:.1f}s, {res['rps']:.0f} req/s)")
+    finally:
+        code = server.stop()
+        log(f"vramd exit code {code}")
+    meter.settle()
+    return rows
+
+
+def vramd_restart(a, meta, meter):
+    model = meta["name"]
+    cfg_path = os.path.join(meta["repository"], model, "config.pbtxt")
+    rows = []
+    for n in a.counts:
+        set_count_pbtxt(cfg_path, n)
+        meter.settle()
+        meter.rebase()
+        t0 = time.time()
+        server = Vramd(a.vramd, [meta["repository"]], a.server_log, a.backend_dir,
+                       ["--exit-on-error"] + a.vramd_arg)
+        try:
+            server.ready(model, timeout=120)
+            load_s = time.time() - t0
+            check_count(server.port, model, n)
+            res = exercise(a, server.port, model, meta, n)
+            time.sleep(0.5)
+            m = meter.read([server.pid])
+            m.update({"n": n, "load_seconds": round(load_s, 3), "requests": res["requests"],
+                      "rps": res["rps"]})
+            rows.append(m)
+            log(f"vramd(restart) n={n}: pid {fmt(m['pid_bytes'])} "
+                f"device+{fmt(m['device_delta'])}")
+        finally:
+            server.stop()
+    meter.settle()
+    return rows
+
+
+def wait_ready(procs, timeout):
+    """Reads each worker's stdout until its READY line; raises on ERROR, exit or timeout."""
+    pending = {p.stdout.fileno(): p for p in procs}
+    bufs = {fd: b"" for fd in pending}
+    deadline = time.time() + timeout
+    while pending:
+        left = deadline - time.time()
+        if left <= 0:
+            raise RuntimeError(f"{len(pending)} python workers not ready in {timeout}s")
+        r, _, _ = select.select(list(pending), [], [], min(left, 1.0))
+        for fd in r:
+            chunk = os.read(fd, 4096)
+            p = pending[fd]
+            if not chunk:
+                raise RuntimeError(f"python worker {p.pid} exited ({p.poll()}) before READY: "
+                                   f"{bufs[fd][-2000:]!r}")
+            bufs[fd] += chunk
+            if b"ERROR" in bufs[fd]:
+                raise RuntimeError(f"python worker {p.pid}: {bufs[fd][-2000:]!r}")
+            if b"READY" in bufs[fd]:
+                del pending[fd]
+        for fd, p in list(pending.items()):
+            if p.poll() is not None:
+                raise RuntimeError(f"python worker {p.pid} exited ({p.returncode}) before READY: "
+                                   f"{bufs[fd][-2000:]!r}")
+
+
+def python_series(a, meta, meter, threads_mode):
+    rows = []
+    shape = ",".join(str(d) for d in meta["input_shape"])
+    for n in a.counts:
+        meter.settle()
+        meter.rebase()
+        count, per = (1, n) if threads_mode else (n, 1)
+        cmd = [a.python, os.path.join(HERE, "torch_worker.py"), meta["model_pt"], meta["input_bin"],
+               shape, "--threads", str(per), "--iters", str(a.iters), "--device", a.device]
+        procs = []
+        t0 = time.time()
+        try:
+            for _ in range(count):
+                procs.append(spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=a.worker_log))
+            wait_ready(procs, a.worker_timeout)
+            time.sleep(0.5)
+            m = meter.read([p.pid for p in procs])
+            m.update({"n": n, "start_seconds": round(time.time() - t0, 3)})
+            rows.append(m)
+            log(f"{'threads' if threads_mode else 'procs'} n={n}: pid {fmt(m['pid_bytes'])} "
+                f"device+{fmt(m['device_delta'])} ({time.time() - t0:.1f}s)")
+        finally:
+            for p in procs:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
+            for p in procs:
+                stop(p, timeout=15)
+    meter.settle()
+    return rows
+
+
+def fmt(b):
+    return "n/a" if b is None else f"{b / MIB:.0f}MiB"
+
+
+def summarize(name, counts, rows):
+    method, totals = pick_totals(rows)
+    out = {"method": method, "rows": rows, "total_mib": [round(t / MIB, 1) for t in totals]}
+    if len(rows) >= 2:
+        ns = [r["n"] for r in rows]
+        out["per_instance_fit_mib"] = fit_slope(ns, totals) / MIB
+        out["per_instance_endpoints_mib"] = (totals[-1] - totals[0]) / (ns[-1] - ns[0]) / MIB
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vramd", required=True)
+    ap.add_argument("--infer-load", required=True)
+    ap.add_argument("--backend-dir", required=True)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--server-log", default=None)
+    ap.add_argument("--worker-log", default=None, help="stderr of the python workers (appended)")
+    ap.add_argument("--counts", default="1,2,4,8,16")
+    ap.add_argument("--vramd-mode", choices=("auto", "explicit", "restart"), default="auto")
+    ap.add_argument("--vramd-arg", action="append", default=[], help="extra vramd serve argument")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--arch", default="resnet")
+    ap.add_argument("--image", type=int, default=112)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--max-batch-size", type=int, default=8)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--kind", default="gpu")
+    ap.add_argument("--memory-source", choices=("nvml", "rss"), default="nvml")
+    ap.add_argument("--iters", type=int, default=20, help="forwards per python thread")
+    ap.add_argument("--load-seconds", type=float, default=2.0)
+    ap.add_argument("--worker-timeout", type=float, default=240)
+    ap.add_argument("--threshold-mib", type=float, default=32.0)
+    ap.add_argument("--skip", default="", help="comma list of series to skip: vramd,procs,threads")
+    a = ap.parse_args()
+    a.counts = [int(c) for c in a.counts.split(",")]
+    skip = set(filter(None, a.skip.split(",")))
+    work = a.work or tempfile.mkdtemp(prefix="vramd-torch-mem-")
+    a.server_log = a.server_log or os.path.join(work, "server.log")
+    a.worker_log = open(a.worker_log or os.path.join(work, "workers.log"), "ab")
+
+    subprocess.run([a.python, os.path.join(HERE, "make_model.py"), work, "--name", "torch_mem",
+                    "--arch", a.arch, "--image", str(a.image), "--width", str(a.width),
+                    "--instances", str(a.counts[0]), "--kind", a.kind,
+                    "--max-batch-size", str(a.max_batch_size)],
+                   check=True, stdout=subprocess.DEVNULL, timeout=300)
+    with open(os.path.join(work, "meta.json")) as f:
+        meta = json.load(f)
+
+    meter = Meter(a.memory_source)
+    result = {"counts": a.counts, "model": {k: meta[k] for k in ("name", "arch", "image", "width",
+                                                                 "input_shape", "parameters",
+                                                                 "torch_version")},
+              "threshold_mib": a.threshold_mib, "baseline_device_used_mib":
+              round(meter.baseline / MIB, 1), "series": {}}
+    if meter.nvml:
+        result["device"] = meter.nvml.name
+    ok = True
+    series = result["series"]
+
+    def save():
+        update_json(a.out, "memory", result)
+
+    if "vramd" not in skip:
+        try:
+            rows, mode = None, a.vramd_mode
+            if mode in ("auto", "explicit"):
+                try:
+                    rows, mode = vramd_explicit(a, meta, meter), "explicit"
+                except Exception as e:  # noqa: BLE001
+                    log(f"vramd explicit-mode series failed: {e}")
+                    result["vramd_explicit_error"] = str(e)[:2000]
+                    if a.vramd_mode == "explicit":
+                        raise
+                    mode = "restart"
+            if rows is None:
+                rows = vramd_restart(a, meta, meter)
+            series["vramd"] = summarize("vramd", a.counts, rows)
+            series["vramd"]["mode"] = mode
+        except Exception as e:  # noqa: BLE001
+            log(f"vramd series failed: {e}")
+            result["vramd_error"] = str(e)[:2000]
+            ok = False
+        save()
+    for name, threads_mode in (("procs", False), ("threads", True)):
+        if name in skip:
+            continue
+        try:
+            series[name] = summarize(name, a.counts, python_series(a, meta, meter, threads_mode))
+        except Exception as e:  # noqa: BLE001
+            log(f"{name} series failed: {e}")
+            result[f"{name}_error"] = str(e)[:2000]
+            ok = False
+        save()
+
+    # Report.
+    for name, s in series.items():
+        for n, t in zip(a.counts, s["total_mib"]):
+            figure(f"pytorch_mem_{name}_n{n}", float(t), "MiB")
+        if "per_instance_fit_mib" in s:
+            figure(f"pytorch_mem_{name}_per_instance_fit", float(s["per_instance_fit_mib"]), "MiB")
+            figure(f"pytorch_mem_{name}_per_instance_endpoints",
+                   float(s["per_instance_endpoints_mib"]), "MiB")
+    print("# memory by N (MiB): " + " | ".join(
+        f"N={n}: " + ", ".join(f"{k} {series[k]['total_mib'][i]}" for k in series
+                              if i < len(series[k]["total_mib"]))
+        for i, n in enumerate(a.counts)), flush=True)
+    result["table_mib"] = [dict({"n": n}, **{k: series[k]["total_mib"][i] for k in series
+                                              if i < len(series[k]["total_mib"])})
+                           for i, n in enumerate(a.counts)]
+    v = series.get("vramd", {})
+    if "per_instance_fit_mib" in v:
+        ok &= verdict(v["per_instance_fit_mib"] <= a.threshold_mib,
+                      f"pytorch vramd per-extra-instance memory {v['per_instance_fit_mib']:.1f} MiB "
+                      f"(fit; endpoints {v['per_instance_endpoints_mib']:.1f}) <= "
+                      f"{a.threshold_mib:.0f} MiB ({v['method']})")
+        p = series.get("procs", {})
+        if p.get("per_instance_fit_mib"):
+            ratio = v["per_instance_fit_mib"] / p["per_instance_fit_mib"]
+            result["vramd_vs_process_instance_ratio"] = ratio
+            result["process_instance_cost_mib"] = p["per_instance_fit_mib"]
+            figure("pytorch_mem_vramd_vs_process_instance_ratio", ratio, "ratio")
+        t = series.get("threads", {})
+        if t.get("per_instance_fit_mib"):
+            result["vramd_vs_thread_instance_ratio"] = (v["per_instance_fit_mib"]
+                                                        / t["per_instance_fit_mib"])
+    else:
+        ok &= verdict(False, "pytorch vramd memory series incomplete")
+    result["ok"] = bool(ok)
+    save()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
