@@ -144,6 +144,14 @@ if has_step pytorch; then
   echo "# pytorch: build_torch.sh" >> "$OUT/benchmarks.log"
   if timeout "${PYTORCH_BUILD_TIMEOUT:-200}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
     say "PASS pytorch build (backend + direct_bench)"
+    # What CI cannot check without a GPU: KIND_GPU answers vs torch's, weights in the ledger on
+    # cuda:0, forward() exceptions, load/unload cycles without NVML growth.
+    timeout 180 python3 tests/device/pytorch_gpu_check.py --vramd "$BIN"/vramd \
+      --backend-directory build-torch-device/backends --log "$ptmp/check_server.log" \
+      > "$ptmp/check.out" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE) ' "$ptmp/check.out" | tee -a "$summary"
+    [ "$rc" -eq 0 ] || { say "FAIL pytorch GPU check (exit $rc)"; tail -40 "$ptmp/check.out" >> "$OUT/benchmarks.log"; status=1; }
     # A: memory. Bounded so that B still runs in the step's budget.
     timeout "${PYTORCH_MEM_TIMEOUT:-240}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
       --infer-load "$BIN"/infer_load --backend-dir build-torch-device/backends --work "$ptmp/mem" \
@@ -166,6 +174,7 @@ if has_step pytorch; then
   for f in mem.err tput.err workers.log; do
     [ -s "$ptmp/$f" ] && { echo "# pytorch: $f (tail)"; tail -150 "$ptmp/$f"; } >> "$OUT/benchmarks.log"
   done
+  [ -s "$ptmp/check_server.log" ] && { echo "# pytorch: GPU check's vramd log (tail)"; tail -60 "$ptmp/check_server.log"; } >> "$OUT/server.log"
   [ -s "$ptmp/server.log" ] && { echo "# pytorch: vramd server log (tail)"; tail -300 "$ptmp/server.log"; } >> "$OUT/server.log"
   rm -rf "$ptmp"
 fi
