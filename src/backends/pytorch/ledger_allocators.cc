@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -215,7 +216,12 @@ void FreeLedgerAllocation(void* ptr) {
 }
 
 const std::string& InstallLedgerAllocators() {
-  static const std::string warning = [] {
+  static const std::string warning = []() -> std::string {
+    // For measuring what the ledger costs: the same backend with LibTorch's own allocators.
+    if (const char* env = std::getenv("VRAMD_PYTORCH_LEDGER_ALLOCATORS");
+        env != nullptr && std::string(env) == "0") {
+      return "VRAMD_PYTORCH_LEDGER_ALLOCATORS=0: LibTorch's memory stays outside vramd's ledger";
+    }
     g_previous_cpu = c10::GetCPUAllocator();
     static LedgerCpuAllocator cpu;
     // Priority above LibTorch's default so a later default registration cannot replace it.

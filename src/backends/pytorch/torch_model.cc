@@ -7,6 +7,8 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <shared_mutex>
@@ -217,7 +219,27 @@ std::shared_mutex& WorkspaceLock() {
 }
 #endif
 
+// VRAMD_PYTORCH_PROFILE=1: each instance logs, every kProfileEvery executions, where the time
+// of an execution went (inputs to the device, forward, outputs back), synchronizing its stream
+// between the parts so that GPU time lands in the part that queued it. For diagnosis only: the
+// synchronizations cost time themselves.
+bool ProfileEnabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("VRAMD_PYTORCH_PROFILE");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return on;
+}
+constexpr int kProfileEvery = 200;
+
 }  // namespace
+
+struct TorchInstance::Profile {
+  using Clock = std::chrono::steady_clock;
+  int count = 0;
+  double inputs_us = 0, forward_us = 0, forward_launch_us = 0, outputs_us = 0;
+  Clock::time_point start, inputs_done, forward_returned, forward_done;
+};
 
 // ---- TorchModel ---------------------------------------------------------------------------
 
@@ -315,6 +337,9 @@ std::shared_ptr<LoadedModule> TorchModel::ModuleFor(const std::string& device, F
 struct TorchInstance::DeviceState {
   c10::Device device{c10::DeviceType::CPU};
 #if defined(VRAMD_TORCH_CUDA)
+  c10::cuda::CUDAStream Stream() const {
+    return c10::cuda::getStreamFromExternal(stream, device.index());
+  }
   cudaStream_t stream = nullptr;  // owned
   ~DeviceState() {
     if (stream == nullptr) return;
@@ -335,7 +360,11 @@ struct TorchInstance::DeviceState {
 TorchInstance::TorchInstance(TorchModel* model, VramdOwner owner,
                              std::shared_ptr<LoadedModule> module,
                              std::unique_ptr<DeviceState> device)
-    : model_(model), owner_(owner), module_(std::move(module)), device_(std::move(device)) {}
+    : model_(model),
+      owner_(owner),
+      module_(std::move(module)),
+      device_(std::move(device)),
+      profile_(ProfileEnabled() ? std::make_unique<Profile>() : nullptr) {}
 
 TorchInstance::~TorchInstance() = default;
 
@@ -377,6 +406,35 @@ std::unique_ptr<TorchInstance> TorchInstance::Create(TorchModel* model,
       new TorchInstance(model, info.owner, std::move(module), std::move(state)));
 }
 
+void TorchInstance::ProfileMark(Profile::Clock::time_point Profile::*mark) {
+  if (!profile_) return;
+#if defined(VRAMD_TORCH_CUDA)
+  if (device_->device.is_cuda()) device_->Stream().synchronize();
+#endif
+  profile_.get()->*mark = Profile::Clock::now();
+}
+
+void TorchInstance::ProfileDone() {
+  if (!profile_) return;
+  Profile& p = *profile_;
+  const auto now = Profile::Clock::now();
+  auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+  p.inputs_us += us(p.start, p.inputs_done);
+  p.forward_us += us(p.inputs_done, p.forward_done);
+  p.forward_launch_us += us(p.inputs_done, p.forward_returned);
+  p.outputs_us += us(p.forward_done, now);
+  if (++p.count < kProfileEvery) return;
+  const std::string text = "profile of " + std::to_string(p.count) + " executions on " +
+                           module_->device.str() + ", mean us: inputs " +
+                           std::to_string(p.inputs_us / p.count) + ", forward " +
+                           std::to_string(p.forward_us / p.count) + " (of which forward() returning " +
+                           std::to_string(p.forward_launch_us / p.count) + "), outputs " +
+                           std::to_string(p.outputs_us / p.count);
+  const VramdServerApi* server = model_->server();
+  if (server != nullptr) server->log(server->server, VRAMD_LOG_INFO, text.c_str());
+  p = Profile{};
+}
+
 bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& outputs,
                             Failure* failure) {
   const ModelSpec& spec = model_->spec();
@@ -395,9 +453,10 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
   if (device.is_cuda()) {
     workspaces.emplace(WorkspaceLock());
     device_guard.emplace(device);
-    stream_guard.emplace(c10::cuda::getStreamFromExternal(device_->stream, device.index()));
+    stream_guard.emplace(device_->Stream());
   }
 #endif
+  if (profile_) profile_->start = Profile::Clock::now();
   try {
     std::vector<c10::IValue> args;
     args.reserve(module_->args.size());
@@ -422,7 +481,10 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
       if (device.is_cuda()) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
       args.push_back(std::move(t));
     }
+    ProfileMark(&Profile::inputs_done);
     const c10::IValue result = module_->module.forward(std::move(args));
+    if (profile_) profile_->forward_returned = Profile::Clock::now();
+    ProfileMark(&Profile::forward_done);
 
     for (size_t i = 0; i < spec.outputs.size(); ++i) {
       const TensorSpec& o = spec.outputs[i];
@@ -448,6 +510,7 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
         torch::from_blob(data, shape, torch::TensorOptions().dtype(t.scalar_type())).copy_(t);
       }
     }
+    ProfileDone();
     return true;
   } catch (const c10::Error& e) {
     *failure = {VRAMD_INTERNAL, "forward() failed: " + Condense(e.what_without_backtrace())};

@@ -15,6 +15,7 @@
 // Errors are values: functions return false / null and write a message naming what is wrong.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,13 +78,17 @@ class TorchInstance {
 
  private:
   struct DeviceState;  // torch_model.cc: the device and, on a GPU, the stream
+  struct Profile;      // torch_model.cc: VRAMD_PYTORCH_PROFILE's timings
   TorchInstance(TorchModel* model, VramdOwner owner, std::shared_ptr<LoadedModule> module,
                 std::unique_ptr<DeviceState> device);
+  void ProfileMark(std::chrono::steady_clock::time_point Profile::*mark);
+  void ProfileDone();
 
   TorchModel* const model_;  // outlives every instance (the ABI destroys instances first)
   const VramdOwner owner_;
   const std::shared_ptr<LoadedModule> module_;
   const std::unique_ptr<DeviceState> device_;
+  const std::unique_ptr<Profile> profile_;  // null unless VRAMD_PYTORCH_PROFILE=1
 };
 
 }  // namespace vramd::pytorch

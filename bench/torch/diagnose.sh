@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Where a TorchScript request's time and memory go inside vramd: serves bench/torch's ResNet-like
+# model with 4 instances, once with the ledger allocators and once with LibTorch's own
+# (VRAMD_PYTORCH_LEDGER_ALLOCATORS=0), each with VRAMD_PYTORCH_PROFILE=1 (the backend logs the
+# mean time of inputs / forward / outputs every 500 executions), drives it with infer_load at
+# concurrency 1 and 8, prints the profile lines and the ledger's view of each owner, and runs
+# direct_bench at the same concurrencies for the floor.
+#   bash bench/torch/diagnose.sh VRAMD INFER_LOAD BACKEND_DIR DIRECT_BENCH [gpu|cpu] [OUTDIR]
+set -uo pipefail
+vramd=$1 load=$2 backends=$3 direct=$4 kind=${5:-gpu} out=${6:-/tmp/vramd-diagnose}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+$py bench/torch/make_model.py "$out/m" --instances 4 --kind "$kind" > /dev/null || exit 1
+read -r name hl shape < <($py -c 'import json,sys; m=json.load(open(sys.argv[1]))
+print(m["name"], m["header_length"], ",".join(map(str, m["input_shape"])))' "$out/m/meta.json")
+port=18577
+# VARIANTS: "name[:VAR=value,VAR=value]" each; DIRECT_VARIANTS likewise for direct_bench;
+# VRAMD_SERVE_ARGS: more `vramd serve` arguments for every variant.
+VARIANTS=${VARIANTS:-"ledger torch_allocators:VRAMD_PYTORCH_LEDGER_ALLOCATORS=0"}
+DIRECT_VARIANTS=${DIRECT_VARIANTS:-"default"}
+CONCURRENCY=${CONCURRENCY:-"1 8"}
+for spec in $VARIANTS; do
+  variant=${spec%%:*}
+  env_args=(VRAMD_PYTORCH_PROFILE=1)
+  [ "$spec" != "$variant" ] && IFS=, read -r -a extra <<< "${spec#*:}" && env_args+=("${extra[@]}")
+  env "${env_args[@]}" "$vramd" serve --http-port $port --no-allow-metrics \
+    --model-repository "$out/m/repo" --backend-directory "$backends" ${VRAMD_SERVE_ARGS:-} \
+    > "$out/$variant.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do curl -sf localhost:$port/v2/models/$name/ready > /dev/null && break; sleep 0.2; done
+  for c in $CONCURRENCY; do
+    echo "$variant c=$c: $("$load" --port $port --model "$name" --body-file "$out/m/request.bin" \
+      --header-length "$hl" --concurrency $c --duration 4 --warmup 1)"
+  done
+  curl -s localhost:$port/v2/memory > "$out/$variant.memory.json"
+  $py - "$out/$variant.memory.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+def walk(n):
+    yield n
+    for c in n.get("children", []):
+        yield from walk(c)
+for n in walk(r["owners"]):
+    if n["subtree_live_bytes"] or n["peak_bytes"]:
+        print("  owner %-60s live %8.1f MiB peak %8.1f MiB by_device %s" % (
+            n["path"], n["live_bytes"] / 2**20, n["peak_bytes"] / 2**20,
+            {k: round(v / 2**20, 1) for k, v in n["by_device"].items()}))
+for p in r["pools"]:
+    print("  pool %-8s reserved %8.1f MiB allocated %8.1f MiB peak reserved %8.1f MiB segments %d" % (
+        p["device"], p["reserved_bytes"] / 2**20, p["allocated_bytes"] / 2**20,
+        p["peak_reserved_bytes"] / 2**20, p["segments"]))
+for u in r.get("unattributed", []):
+    print("  unattributed %s: %s" % (u["device"], {k: v for k, v in u.items() if k != "device"}))
+PY
+  kill -TERM $pid; wait $pid
+  grep -h "profile of" "$out/$variant.log" | tail -${PROFILE_LINES:-4} | sed "s/^/  $variant: /"
+done
+for spec in $DIRECT_VARIANTS; do
+  variant=${spec%%:*}
+  env_args=()
+  [ "$spec" != "$variant" ] && IFS=, read -r -a env_args <<< "${spec#*:}"
+  env "${env_args[@]}" "$direct" --model "$out/m/repo/$name/1/model.pt" --input "$out/m/input.bin" \
+    --shape "$shape" --device "$([ "$kind" = gpu ] && echo cuda:0 || echo cpu)" \
+    --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" --duration 4 --warmup 1 | sed "s/^/direct $variant: /"
+done
