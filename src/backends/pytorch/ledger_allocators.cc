@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -46,6 +47,33 @@ Registry& registry() {
   return *r;
 }
 
+// VRAMD_PYTORCH_TRACE_ALLOCATIONS=<file>: the first kTraceLimit allocations and frees, one line
+// each ("A|F <ptr> <bytes> <cpu|gpu> <device> <stream> <owner>"), for replaying LibTorch's
+// pattern against vramd's pool (bench/pool_replay.cc). Written under the registry's lock.
+constexpr long kTraceLimit = 200000;
+struct Trace {
+  std::FILE* file = nullptr;
+  long events = 0;
+};
+Trace& trace() {
+  static Trace* t = [] {
+    auto* made = new Trace;  // never destroyed, as the registry
+    if (const char* path = std::getenv("VRAMD_PYTORCH_TRACE_ALLOCATIONS")) {
+      made->file = std::fopen(path, "w");
+    }
+    return made;
+  }();
+  return *t;
+}
+void TraceEvent(char op, void* ptr, const Allocation& a, void* stream, VramdOwner owner) {
+  Trace& t = trace();
+  if (t.file == nullptr || t.events >= kTraceLimit) return;
+  std::fprintf(t.file, "%c %p %zu %s %d %p %llu\n", op, ptr, a.size,
+               a.kind == VRAMD_DEVICE_GPU ? "gpu" : "cpu", a.device, stream,
+               static_cast<unsigned long long>(owner));
+  if (++t.events == kTraceLimit) std::fflush(t.file);
+}
+
 // A live link other than `except`, for allocations outside a scope and for frees whose own
 // link has closed. Caller holds the registry's lock.
 std::shared_ptr<ServerLink> AnyLiveLinkLocked(const ServerLink* except) {
@@ -82,7 +110,8 @@ void* AllocateFromVramd(VramdDeviceKind kind, int32_t device, size_t size, void*
     return nullptr;
   }
   std::unique_lock lock(registry().mu);
-  registry().allocations[ptr] = Allocation{std::move(link), kind, device, size};
+  Allocation& a = registry().allocations[ptr] = Allocation{std::move(link), kind, device, size};
+  TraceEvent('A', ptr, a, stream, owner);
   return ptr;
 }
 
@@ -208,6 +237,7 @@ void FreeLedgerAllocation(void* ptr) {
   auto it = registry().allocations.find(ptr);
   if (it == registry().allocations.end()) return;
   Allocation a = std::move(it->second);
+  TraceEvent('F', ptr, a, nullptr, 0);
   registry().allocations.erase(it);
   std::shared_ptr<ServerLink> link =
       a.link->live() ? a.link : AnyLiveLinkLocked(a.link.get());
