@@ -42,6 +42,10 @@ constexpr size_t kSmallRequestLimit = 1 * kMiB;   // bytes; rounded requests up 
 constexpr size_t kSmallSegmentSize = 2 * kMiB;    // bytes; every small-pool segment
 constexpr size_t kLargeSegmentRounding = 2 * kMiB;  // bytes; large segments are multiples
 constexpr size_t kLargeMinRemainder = 1 * kMiB;   // bytes; large blocks split when rest > this
+// Mid-size requests (large, rounded below kMidRequestLimit) after a stream's first large
+// segment get segments of kMidSegmentSize (see caching_pool.h).
+constexpr size_t kMidRequestLimit = 8 * kMiB;
+constexpr size_t kMidSegmentSize = 12 * kMiB;
 // Larger requests fail at once: no device has this much, and rounding must not overflow.
 constexpr size_t kMaxRequest = SIZE_MAX / 4;
 constexpr size_t kMaxSpareBlocks = 1024;          // recycled Block nodes kept
@@ -158,6 +162,8 @@ class CachingPool::Impl {
   const Device device_;
 
   mutable std::mutex mu_;
+  // Bytes of large-pool segments each stream holds, for the mid-size segment rule.
+  std::unordered_map<StreamId, size_t> large_bytes_by_stream_;
   // Guarded by mu_.
   FreeSet small_free_;
   FreeSet large_free_;
@@ -220,6 +226,7 @@ Block* CachingPool::Impl::TakeBestFit(bool small, size_t rounded, StreamId strea
 }
 
 Block* CachingPool::Impl::AddSegment(void* ptr, size_t size, StreamId stream, bool small) {
+  if (!small) large_bytes_by_stream_[stream] += size;
   auto segment = std::make_unique<Segment>();
   segment->address = reinterpret_cast<uintptr_t>(ptr);
   segment->size = size;
@@ -274,14 +281,25 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
   }
   const size_t rounded = RoundUp(std::max(size, size_t{1}), kMinBlockSize);
   const bool small = rounded <= kSmallRequestLimit;
+  const size_t segment_size = small ? kSmallSegmentSize : RoundUp(rounded, kLargeSegmentRounding);
+  size_t wanted_size = segment_size;  // segment_size, or a shared mid-size segment
   {
     std::lock_guard lock(mu_);
     if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
+    if (!small && rounded < kMidRequestLimit) {
+      auto held = large_bytes_by_stream_.find(stream);
+      if (held != large_bytes_by_stream_.end()) wanted_size = std::max(segment_size, kMidSegmentSize);
+    }
   }
 
   // A cache miss: a new segment, asked for without the lock (Note [Lock and the source]).
-  const size_t segment_size = small ? kSmallSegmentSize : RoundUp(rounded, kLargeSegmentRounding);
-  Result<void*> memory = source_->Allocate(segment_size);
+  Result<void*> memory = source_->Allocate(wanted_size);
+  if (!memory.ok() && wanted_size != segment_size &&
+      memory.status().code() == StatusCode::kResourceExhausted) {
+    // No room for a shared mid-size segment: one of the request's own size, as for any other.
+    wanted_size = segment_size;
+    memory = source_->Allocate(segment_size);
+  }
   size_t released = 0;
   if (!memory.ok() && memory.status().code() == StatusCode::kResourceExhausted) {
     std::vector<DetachedSegment> detached;
@@ -303,7 +321,7 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
     return Status::ResourceExhausted(
         OutOfMemoryMessage(size, segment_size, stream, memory.status(), released));
   }
-  Block* b = AddSegment(*memory, segment_size, stream, small);
+  Block* b = AddSegment(*memory, wanted_size, stream, small);
   return HandOut(b, rounded, size);
 }
 
@@ -363,6 +381,11 @@ std::vector<DetachedSegment> CachingPool::Impl::DetachFreeSegments() {
       it = set->erase(it);
       Segment* segment = b->segment;
       detached.push_back({reinterpret_cast<void*>(segment->address), segment->size});
+      if (!segment->small) {
+        auto held = large_bytes_by_stream_.find(segment->stream);
+        held->second -= segment->size;
+        if (held->second == 0) large_bytes_by_stream_.erase(held);
+      }
       c_.reserved -= segment->size;
       ++c_.segment_frees;
       DeleteBlock(b);

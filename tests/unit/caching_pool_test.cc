@@ -136,7 +136,9 @@ TEST_F(CachingPoolTest, RoundsRequestsUpTo512Bytes) {
 TEST_F(CachingPoolTest, SmallAndLargeRequestsUseSeparatePoolsAndSegmentSizes) {
   uintptr_t small = Alloc(1 * MiB);          // largest small request
   uintptr_t large = Alloc(1 * MiB + 1);      // smallest large request: 1 MiB + 512 rounded
-  uintptr_t larger = Alloc(5 * MiB + 3);     // large segment rounded up to 6 MiB
+  // Large segments are rounded up to 2 MiB; this one goes to another stream, which holds no
+  // large segment yet (see MidSizeRequestsShareSegmentsOnAStreamThatHasOne).
+  uintptr_t larger = Alloc(5 * MiB + 3, 7);
   EXPECT_THAT(log_->Calls(),
               ElementsAre("alloc 2097152", "alloc 2097152", "alloc 6291456"));
   std::vector<SegmentInfo> segments = pool_->Snapshot();
@@ -152,6 +154,35 @@ TEST_F(CachingPoolTest, SmallAndLargeRequestsUseSeparatePoolsAndSegmentSizes) {
   // The large block was not split: its remainder (1 MiB - 512) is not above 1 MiB.
   EXPECT_EQ(pool_->Snapshot()[1].blocks.size(), 1u);
   EXPECT_EQ(pool_->Stats().allocated_bytes, 1 * MiB + 2 * MiB + 6 * MiB + 512 * KiB);
+}
+
+TEST_F(CachingPoolTest, MidSizeRequestsShareSegmentsOnAStreamThatHasOne) {
+  const uintptr_t first = Alloc(3 * MiB, 1);     // the stream's first large segment: 4 MiB
+  const uintptr_t second = Alloc(2 * MiB, 1);    // now a shared 12 MiB mid-size segment
+  const uintptr_t third = Alloc(5 * MiB, 1);     // fits in what the 12 MiB segment has left
+  Alloc(9 * MiB, 1);                             // 8 MiB and up: its own size, 10 MiB
+  Alloc(3 * MiB, 2);                             // another stream's first: 4 MiB
+  EXPECT_THAT(log_->Calls(), ElementsAre("alloc 4194304", "alloc 12582912", "alloc 10485760",
+                                         "alloc 4194304"));
+  EXPECT_EQ(third, second + 2 * MiB);
+  EXPECT_EQ(pool_->Stats().reserved_bytes, (4 + 12 + 10 + 4) * MiB);
+
+  // Space freed in the shared segment serves the next pass's requests of other sizes.
+  FreeAt(second);
+  FreeAt(third);
+  log_->calls.clear();
+  EXPECT_EQ(Alloc(6 * MiB, 1), second);
+  EXPECT_EQ(Alloc(4 * MiB, 1), second + 6 * MiB);
+  EXPECT_TRUE(log_->Calls().empty());
+
+  // A stream that gave back all its large segments starts again with one of exact size.
+  FreeAt(first);
+  log_->calls.clear();
+  pool_->Trim();
+  EXPECT_THAT(log_->Calls(), ElementsAre("sync", "free 4194304"));
+  Result<void*> again = pool_->Allocate(3 * MiB, 3);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(log_->Calls().back(), "alloc 4194304");
 }
 
 TEST_F(CachingPoolTest, SmallAllocationsSplitOneSegmentIntoAdjacentBlocks) {
@@ -298,8 +329,10 @@ TEST_F(CachingPoolTest, OutOfMemoryReleasesCachedSegmentsAndRetries) {
   log_->calls.clear();
   uintptr_t six = Alloc(6 * MiB);
   EXPECT_NE(six, 0u);
-  EXPECT_THAT(log_->Calls(),
-              ElementsAre("alloc 6291456", "sync", "free 4194304", "alloc 6291456"));
+  // The stream holds a large segment, so a 12 MiB mid-size segment is tried first, then the
+  // request's own 6 MiB, then the cached segment is released and 6 MiB tried again.
+  EXPECT_THAT(log_->Calls(), ElementsAre("alloc 12582912", "alloc 6291456", "sync",
+                                         "free 4194304", "alloc 6291456"));
   PoolStats s = pool_->Stats();
   EXPECT_EQ(s.reserved_bytes, 8 * MiB);
   EXPECT_EQ(s.oom_retries, 1u);
@@ -317,8 +350,9 @@ TEST_F(CachingPoolTest, OutOfMemoryAfterTheRetryFailsWithAReport) {
   Result<void*> r = pool_->Allocate(4 * MiB);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
-  // Nothing was fully free, so the retry came without a sync or a free.
-  EXPECT_THAT(log_->Calls(), ElementsAre("alloc 4194304", "alloc 4194304"));
+  // A 12 MiB mid-size segment, then the request's own size; nothing was fully free, so the
+  // retry came without a sync or a free.
+  EXPECT_THAT(log_->Calls(), ElementsAre("alloc 12582912", "alloc 4194304", "alloc 4194304"));
   const std::string& m = r.status().message();
   EXPECT_THAT(m, HasSubstr("cuda:3: out of memory"));
   EXPECT_THAT(m, HasSubstr("cannot allocate 4.0 MiB (4194304 bytes)"));
