@@ -314,6 +314,7 @@ def main():
     a.counts = [int(c) for c in a.counts.split(",")]
     skip = set(filter(None, a.skip.split(",")))
     work = a.work or tempfile.mkdtemp(prefix="vramd-torch-mem-")
+    os.makedirs(work, exist_ok=True)
     a.server_log = a.server_log or os.path.join(work, "server.log")
     a.worker_log = open(a.worker_log or os.path.join(work, "workers.log"), "ab")
 

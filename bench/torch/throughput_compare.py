@@ -172,6 +172,7 @@ def main():
     a.concurrency = [int(c) for c in a.concurrency.split(",")]
     skip = set(filter(None, a.skip.split(",")))
     work = a.work or tempfile.mkdtemp(prefix="vramd-torch-tput-")
+    os.makedirs(work, exist_ok=True)
     a.server_log = a.server_log or os.path.join(work, "server.log")
 
     subprocess.run([a.python, os.path.join(HERE, "make_model.py"), work, "--name", "torch_tput",
