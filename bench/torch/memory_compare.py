@@ -163,12 +163,7 @@ def vramd_explicit(a, meta, meter):
                 config = json.loads(body)
             server.ready(model, timeout=120)
             load_s = time.time() - t0
-            check_count(server.port, model, n)
-            res = exercise(a, server.port, model, meta, n)
-            time.sleep(0.5)
-            m = meter.read([server.pid])
-            m.update({"n": n, "load_seconds": round(load_s, 3), "requests": res["requests"],
-                      "rps": res["rps"]})
+            m = measure(a, server, model, meta, meter, n, load_s)
             if residue is not None:
                 m["after_previous_unload"] = residue
             rows.append(m)
@@ -179,6 +174,18 @@ def vramd_explicit(a, meta, meter):
         log(f"vramd exit code {code}")
     meter.settle()
     return rows
+
+
+def measure(a, server, model, meta, meter, n, load_s):
+    """With `n` instances loaded: checks the count, keeps every instance busy, reads the
+    server's memory; returns the row."""
+    check_count(server.port, model, n)
+    res = exercise(a, server.port, model, meta, n)
+    time.sleep(0.5)
+    m = meter.read([server.pid])
+    m.update({"n": n, "load_seconds": round(load_s, 3), "requests": res["requests"],
+              "rps": res["rps"]})
+    return m
 
 
 def vramd_restart(a, meta, meter):
@@ -195,12 +202,7 @@ def vramd_restart(a, meta, meter):
         try:
             server.ready(model, timeout=120)
             load_s = time.time() - t0
-            check_count(server.port, model, n)
-            res = exercise(a, server.port, model, meta, n)
-            time.sleep(0.5)
-            m = meter.read([server.pid])
-            m.update({"n": n, "load_seconds": round(load_s, 3), "requests": res["requests"],
-                      "rps": res["rps"]})
+            m = measure(a, server, model, meta, meter, n, load_s)
             rows.append(m)
             log(f"vramd(restart) n={n}: pid {fmt(m['pid_bytes'])} "
                 f"device+{fmt(m['device_delta'])}")
