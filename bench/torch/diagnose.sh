@@ -2,9 +2,10 @@
 # Where a TorchScript request's time and memory go inside vramd: serves bench/torch's ResNet-like
 # model with 4 instances, once with the ledger allocators and once with LibTorch's own
 # (VRAMD_PYTORCH_LEDGER_ALLOCATORS=0), each with VRAMD_PYTORCH_PROFILE=1 (the backend logs the
-# mean time of inputs / forward / outputs every 500 executions), drives it with infer_load at
+# mean time of inputs / forward / outputs every 200 executions), drives it with infer_load at
 # concurrency 1 and 8, prints the profile lines and the ledger's view of each owner, and runs
-# direct_bench at the same concurrencies for the floor.
+# direct_bench at the same concurrencies for the floor; bench/inprocess_infer (when built beside
+# infer_load) gives the runtime's figure without HTTP.
 #   bash bench/torch/diagnose.sh VRAMD INFER_LOAD BACKEND_DIR DIRECT_BENCH [gpu|cpu] [OUTDIR]
 set -uo pipefail
 vramd=$1 load=$2 backends=$3 direct=$4 kind=${5:-gpu} out=${6:-/tmp/vramd-diagnose}
@@ -55,6 +56,14 @@ PY
   kill -TERM $pid; wait $pid
   grep -h "profile of" "$out/$variant.log" | tail -${PROFILE_LINES:-4} | sed "s/^/  $variant: /"
 done
+# The same model through vramd's runtime without HTTP (bench/inprocess_infer, built beside
+# infer_load): what is left of the gap once the front end is out of the way.
+inprocess="$(dirname "$load")/inprocess_infer"
+if [ -x "$inprocess" ]; then
+  "$inprocess" --repository "$out/m/repo" --model "$name" --backend-directory "$backends" \
+    --input "$out/m/input.bin" --shape "$shape" --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" \
+    --duration 4 --warmup 1 | sed 's/^/inprocess: /'
+fi
 for spec in $DIRECT_VARIANTS; do
   variant=${spec%%:*}
   env_args=()

@@ -19,8 +19,10 @@ for f in build-device/tests/gpu_*_test build-device/tests/{caching_pool,nvml}_te
   [ -x "$f" ] && binaries+=("$f")
 done
 # The HTTP load generator of the pytorch benchmarks (not a Google Benchmark binary).
-[ -x build-device/bench/infer_load ] || { echo "package.sh: build-device/bench/infer_load was not built" >&2; exit 1; }
-binaries+=(build-device/bench/infer_load)
+for tool in infer_load inprocess_infer pool_replay; do
+  [ -x build-device/bench/$tool ] || { echo "package.sh: build-device/bench/$tool was not built" >&2; exit 1; }
+  binaries+=(build-device/bench/$tool)
+done
 cp "${binaries[@]}" device-dist/bin/
 # Headers the pytorch backend needs when it is built on the device (scripts/device/build_torch.sh).
 mkdir -p device-dist/include
