@@ -6,7 +6,8 @@
 # <bench>.json per benchmark (3), server.log, reload_bench.json and pytorch_bench.json: at most 8
 # files come back, so keep it to these (when every step runs, gpu_tests.log is folded into
 # benchmarks.log at the end to stay at 8).
-# Later issues add their steps here. STEPS (default "tests benches server reload pytorch") picks
+# Later issues add their steps here. STEPS (default "tests benches server reload pytorch"; also
+# "pytorch_diag") picks
 # steps, e.g. STEPS="pytorch"; the reload step alone still measures the pinned H2D rate
 # (h2d_bench) it compares against.
 set -uo pipefail
@@ -177,6 +178,22 @@ if has_step pytorch; then
   [ -s "$ptmp/check_server.log" ] && { echo "# pytorch: GPU check's vramd log (tail)"; tail -60 "$ptmp/check_server.log"; } >> "$OUT/server.log"
   [ -s "$ptmp/server.log" ] && { echo "# pytorch: vramd server log (tail)"; tail -300 "$ptmp/server.log"; } >> "$OUT/server.log"
   rm -rf "$ptmp"
+fi
+
+# 6. pytorch_diag (not in the default STEPS): where a TorchScript request's time goes, for the
+#    throughput gap against direct calls (docs/benchmarks.md): the same model over HTTP
+#    (infer_load, with the backend's VRAMD_PYTORCH_PROFILE timings), through the runtime without
+#    HTTP (inprocess_infer) and by direct LibTorch calls (direct_bench), at DIAG_CONCURRENCY.
+if has_step pytorch_diag; then
+  if [ -x build-torch-device/backends/pytorch/libvramd_pytorch.so ] && [ -x build-torch-bench/direct_bench ] \
+     || bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
+    CONCURRENCY="${DIAG_CONCURRENCY:-1 8 16}" VARIANTS="${DIAG_VARIANTS:-ledger}" DIRECT_VARIANTS="default" \
+      timeout "${PYTORCH_DIAG_TIMEOUT:-300}" bash bench/torch/diagnose.sh "$BIN"/vramd "$BIN"/infer_load \
+      build-torch-device/backends build-torch-bench/direct_bench gpu "$(mktemp -d)" 2>&1 \
+      | tee -a "$OUT/benchmarks.log" | grep -E 'c=|inprocess|direct|profile|pool ' | tee -a "$summary"
+  else
+    say "FAIL pytorch_diag: build_torch.sh failed (log in benchmarks.log)"; status=1
+  fi
 fi
 
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
