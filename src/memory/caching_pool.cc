@@ -145,6 +145,13 @@ class CachingPool::Impl {
   void DeleteBlock(Block* b);
   // The best free block for a rounded size on `stream`, taken out of its free set; or nullptr.
   Block* TakeBestFit(bool small, size_t rounded, StreamId stream);
+  // Whether `stream` holds a large-pool segment (the mid-size segment rule). Walks the segments:
+  // called only on a cache miss, which is about to ask the source for memory anyway.
+  bool HoldsLargeSegment(StreamId stream) const {
+    return std::any_of(segments_.begin(), segments_.end(), [&](const auto& entry) {
+      return !entry.second->small && entry.second->stream == stream;
+    });
+  }
   // Registers a new segment and returns its single block (not in any free set).
   Block* AddSegment(void* ptr, size_t size, StreamId stream, bool small);
   // Splits off what `b` does not need, marks it allocated and returns its address.
@@ -162,8 +169,6 @@ class CachingPool::Impl {
   const Device device_;
 
   mutable std::mutex mu_;
-  // Bytes of large-pool segments each stream holds, for the mid-size segment rule.
-  std::unordered_map<StreamId, size_t> large_bytes_by_stream_;
   // Guarded by mu_.
   FreeSet small_free_;
   FreeSet large_free_;
@@ -226,7 +231,6 @@ Block* CachingPool::Impl::TakeBestFit(bool small, size_t rounded, StreamId strea
 }
 
 Block* CachingPool::Impl::AddSegment(void* ptr, size_t size, StreamId stream, bool small) {
-  if (!small) large_bytes_by_stream_[stream] += size;
   auto segment = std::make_unique<Segment>();
   segment->address = reinterpret_cast<uintptr_t>(ptr);
   segment->size = size;
@@ -286,9 +290,8 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
   {
     std::lock_guard lock(mu_);
     if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
-    if (!small && rounded < kMidRequestLimit) {
-      auto held = large_bytes_by_stream_.find(stream);
-      if (held != large_bytes_by_stream_.end()) wanted_size = std::max(segment_size, kMidSegmentSize);
+    if (!small && rounded < kMidRequestLimit && HoldsLargeSegment(stream)) {
+      wanted_size = std::max(segment_size, kMidSegmentSize);
     }
   }
 
@@ -381,11 +384,6 @@ std::vector<DetachedSegment> CachingPool::Impl::DetachFreeSegments() {
       it = set->erase(it);
       Segment* segment = b->segment;
       detached.push_back({reinterpret_cast<void*>(segment->address), segment->size});
-      if (!segment->small) {
-        auto held = large_bytes_by_stream_.find(segment->stream);
-        held->second -= segment->size;
-        if (held->second == 0) large_bytes_by_stream_.erase(held);
-      }
       c_.reserved -= segment->size;
       ++c_.segment_frees;
       DeleteBlock(b);

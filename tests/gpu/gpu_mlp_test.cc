@@ -72,25 +72,8 @@ using vramd::testing::RandomMlpInput;
 
 
 Weights RandomWeights(std::vector<int64_t> widths, bool fp16, uint32_t seed) {
-  Weights m;
-  m.widths = std::move(widths);
-  std::mt19937 rng(seed);
-  for (size_t i = 0; i + 1 < m.widths.size(); ++i) {
-    const int64_t in = m.widths[i], out = m.widths[i + 1];
-    // Uniform with the variance of He initialisation: keeps activations near 1 through layers.
-    const float a = std::sqrt(6.0f / static_cast<float>(in));
-    std::uniform_real_distribution<float> dist(-a, a);
-    std::vector<float> w(out * in), b(out);
-    for (auto& v : w) v = dist(rng);
-    for (auto& v : b) v = 0.1f * dist(rng);
-    if (fp16) {
-      for (auto& v : w) v = HalfToFloat(HalfFromFloat(v));
-      for (auto& v : b) v = HalfToFloat(HalfFromFloat(v));
-    }
-    m.w.push_back(std::move(w));
-    m.b.push_back(std::move(b));
-  }
-  return m;
+  return vramd::testing::RandomMlpWeights(std::move(widths), seed, 0.1f, fp16,
+                                          vramd::testing::MlpInit::kHeUniform);
 }
 
 void WriteModel(const fs::path& file, const Weights& m, bool fp16) {

@@ -59,21 +59,28 @@ inline std::vector<float> MlpReference(const MlpWeights& m, const std::vector<fl
   return std::vector<float>(cur.begin(), cur.end());
 }
 
-// `batch` x `k` inputs uniform in [-1, 1), reproducible from `seed`.
-// Weights of an MLP with `widths` (K, hidden..., N), He-initialised (normal) from `seed`;
-// biases scaled by `bias_scale`. With `fp16`, every value is rounded to FP16 (as a file of F16
-// tensors holds it).
+// How RandomMlpWeights draws: He initialisation, from a normal distribution, or from a uniform
+// one of the same variance (which keeps activations near 1 through many layers).
+enum class MlpInit { kHeNormal, kHeUniform };
+
+// Weights of an MLP with `widths` (K, hidden..., N), He-initialised from `seed`; biases scaled
+// by `bias_scale`. With `fp16`, every value is rounded to FP16 (as a file of F16 tensors holds
+// it).
 inline MlpWeights RandomMlpWeights(std::vector<int64_t> widths, uint32_t seed, float bias_scale,
-                                   bool fp16 = false) {
+                                   bool fp16 = false, MlpInit init = MlpInit::kHeNormal) {
   MlpWeights m;
   m.widths = std::move(widths);
   std::mt19937 rng(seed);
   for (size_t i = 0; i + 1 < m.widths.size(); ++i) {
     const int64_t in = m.widths[i], out = m.widths[i + 1];
-    std::normal_distribution<float> dist(0.0f, std::sqrt(2.0f / static_cast<float>(in)));
+    const float fan_in = static_cast<float>(in);
+    std::normal_distribution<float> normal(0.0f, std::sqrt(2.0f / fan_in));
+    std::uniform_real_distribution<float> uniform(-std::sqrt(6.0f / fan_in),
+                                                  std::sqrt(6.0f / fan_in));
+    auto draw = [&] { return init == MlpInit::kHeNormal ? normal(rng) : uniform(rng); };
     std::vector<float> w(out * in), b(out);
-    for (auto& v : w) v = dist(rng);
-    for (auto& v : b) v = bias_scale * dist(rng);
+    for (auto& v : w) v = draw();
+    for (auto& v : b) v = bias_scale * draw();
     if (fp16) {
       for (auto& v : w) v = HalfToFloat(HalfFromFloat(v));
       for (auto& v : b) v = HalfToFloat(HalfFromFloat(v));
@@ -84,6 +91,7 @@ inline MlpWeights RandomMlpWeights(std::vector<int64_t> widths, uint32_t seed, f
   return m;
 }
 
+// `batch` x `k` inputs uniform in [-1, 1), reproducible from `seed`.
 inline std::vector<float> RandomMlpInput(int64_t batch, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

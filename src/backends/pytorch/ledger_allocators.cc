@@ -120,16 +120,8 @@ c10::Allocator* g_previous_cpu = nullptr;
 
 void FreeCpu(void* ptr) {
   if (ptr == nullptr) return;
-  {
-    std::shared_lock lock(registry().mu);
-    if (registry().allocations.count(ptr) == 0) {
-      lock.unlock();
-      // Not ours: made by the previous allocator while no model was there.
-      g_previous_cpu->raw_deleter()(ptr);
-      return;
-    }
-  }
-  FreeLedgerAllocation(ptr);
+  // Not ours: made by the previous allocator while no model was there.
+  if (!FreeLedgerAllocation(ptr)) g_previous_cpu->raw_deleter()(ptr);
 }
 
 c10::DataPtr AllocateCpu(size_t n) {
@@ -229,20 +221,21 @@ LiveUsage LiveUsageOf(const ServerLink* link) {
   return usage;
 }
 
-void FreeLedgerAllocation(void* ptr) {
-  if (ptr == nullptr) return;
+bool FreeLedgerAllocation(void* ptr) {
+  if (ptr == nullptr) return true;
   // Hold the lock across the free: a link's table stays valid while its model_destroy waits
   // in Close() for this lock.
   std::unique_lock lock(registry().mu);
   auto it = registry().allocations.find(ptr);
-  if (it == registry().allocations.end()) return;
+  if (it == registry().allocations.end()) return false;
   Allocation a = std::move(it->second);
   TraceEvent('F', ptr, a, nullptr, 0);
   registry().allocations.erase(it);
   std::shared_ptr<ServerLink> link =
       a.link->live() ? a.link : AnyLiveLinkLocked(a.link.get());
-  if (!link) return;  // no table left to free through: vramd's ledger reports it at its owner
-  link->api()->free(link->api()->server, a.kind, a.device, ptr);
+  // With no table left to free through, vramd's ledger reports it at its owner.
+  if (link) link->api()->free(link->api()->server, a.kind, a.device, ptr);
+  return true;
 }
 
 const std::string& InstallLedgerAllocators() {

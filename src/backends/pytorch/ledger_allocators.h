@@ -84,7 +84,8 @@ struct LiveUsage {
 };
 LiveUsage LiveUsageOf(const ServerLink* link);
 
-// Frees one allocation made through a ledger allocator (what the DataPtr deleters call).
-void FreeLedgerAllocation(void* ptr);
+// Frees one allocation made through a ledger allocator (what the deleters call); false when
+// `ptr` is not one (it came from the allocator LibTorch had before).
+bool FreeLedgerAllocation(void* ptr);
 
 }  // namespace vramd::pytorch

@@ -254,7 +254,6 @@ TorchModel::TorchModel(ModelSpec spec, std::string path, const VramdModelInfo& i
 
 TorchModel::~TorchModel() {
   {
-    ChargeScope charge(link_, owner_);
     std::lock_guard lock(mu_);
     modules_.clear();
   }
