@@ -11,11 +11,13 @@ set -uo pipefail
 vramd=$1 load=$2 backends=$3 direct=$4 kind=${5:-gpu} out=${6:-/tmp/vramd-diagnose}
 py=${PYTHON:-python3}
 mkdir -p "$out"
-$py bench/torch/make_model.py "$out/m" --instances 4 --kind "$kind" > /dev/null || exit 1
+# MODEL_ARGS: more make_model.py arguments (e.g. "--image 32 --width 16"); INSTANCES: per model.
+$py bench/torch/make_model.py "$out/m" --instances "${INSTANCES:-4}" --kind "$kind" ${MODEL_ARGS:-} > /dev/null || exit 1
 read -r name hl shape < <($py -c 'import json,sys; m=json.load(open(sys.argv[1]))
 print(m["name"], m["header_length"], ",".join(map(str, m["input_shape"])))' "$out/m/meta.json")
 port=18577
-# VARIANTS: "name[:VAR=value,VAR=value]" each; DIRECT_VARIANTS likewise for direct_bench;
+# VARIANTS: "name[:VAR=value,VAR=value]" each; DIRECT_VARIANTS likewise for direct_bench, where
+# an item starting with "--" is a direct_bench argument instead (e.g. "like_server:--server-like");
 # VRAMD_SERVE_ARGS: more `vramd serve` arguments for every variant.
 VARIANTS=${VARIANTS:-"ledger torch_allocators:VRAMD_PYTORCH_LEDGER_ALLOCATORS=0"}
 DIRECT_VARIANTS=${DIRECT_VARIANTS:-"default"}
@@ -29,6 +31,9 @@ for spec in $VARIANTS; do
     > "$out/$variant.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf localhost:$port/v2/models/$name/ready > /dev/null && break; sleep 0.2; done
+  # Which CUDA / cuDNN / OpenMP libraries the server process actually mapped.
+  grep -oE '/[^ ]*lib(cuda|cudart|cublas|cublasLt|cudnn|nvrtc|gomp|torch_cuda)[^/ ]*\.so[^ ]*' /proc/$pid/maps 2>/dev/null \
+    | sort -u | sed "s/^/  $variant maps: /" | head -20
   for c in $CONCURRENCY; do
     echo "$variant c=$c: $("$load" --port $port --model "$name" --body-file "$out/m/request.bin" \
       --header-length "$hl" --concurrency $c --duration 4 --warmup 1)"
@@ -55,20 +60,35 @@ for u in r.get("unattributed", []):
 PY
   kill -TERM $pid; wait $pid
   grep -h "profile of" "$out/$variant.log" | tail -${PROFILE_LINES:-4} | sed "s/^/  $variant: /"
+  grep -h -m1 "graph run on" "$out/$variant.log" | sed "s/^/  $variant: /"
+  # VRAMD_PYTORCH_OP_STATS=1: the last operator table the backend logged.
+  # VRAMD_PYTORCH_OP_STATS=1: the OPS_TABLE-th operator table the backend logged (the first
+  # ones include the warm-up; with the default CONCURRENCY the third is from the c=1 run).
+  awk -v want="${OPS_TABLE:-3}" '/operators \(total us/{n++; keep=(n==want)} /profile of|graph run/{keep=0} keep' \
+    "$out/$variant.log" | head -27 | sed "s/^/  $variant ops: /"
 done
 # The same model through vramd's runtime without HTTP (bench/inprocess_infer, built beside
 # infer_load): what is left of the gap once the front end is out of the way.
 inprocess="$(dirname "$load")/inprocess_infer"
+# INPROCESS_ENV: "VAR=value,..." for it (e.g. VRAMD_PYTORCH_PROFILE=1); its log goes to
+# $out/inprocess.log and the profile lines in it are printed.
 if [ -x "$inprocess" ]; then
-  "$inprocess" --repository "$out/m/repo" --model "$name" --backend-directory "$backends" \
+  IFS=, read -r -a inprocess_env <<< "${INPROCESS_ENV:-VRAMD_UNUSED=0}"
+  env "${inprocess_env[@]}" "$inprocess" --repository "$out/m/repo" --model "$name" --backend-directory "$backends" \
     --input "$out/m/input.bin" --shape "$shape" --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" \
-    --duration 4 --warmup 1 | sed 's/^/inprocess: /'
+    --duration 4 --warmup 1 2> "$out/inprocess.log" | sed 's/^/inprocess: /'
+  grep -h "profile of\|graph run on" "$out/inprocess.log" | tail -${PROFILE_LINES:-4} | sed "s/^/  inprocess: /"
 fi
 for spec in $DIRECT_VARIANTS; do
   variant=${spec%%:*}
-  env_args=()
-  [ "$spec" != "$variant" ] && IFS=, read -r -a env_args <<< "${spec#*:}"
-  env "${env_args[@]}" "$direct" --model "$out/m/repo/$name/1/model.pt" --input "$out/m/input.bin" \
+  env_args=() direct_args=()
+  if [ "$spec" != "$variant" ]; then
+    IFS=, read -r -a items <<< "${spec#*:}"
+    for item in "${items[@]}"; do
+      case "$item" in --*) direct_args+=("$item") ;; *) env_args+=("$item") ;; esac
+    done
+  fi
+  env "${env_args[@]}" "$direct" "${direct_args[@]}" --model "$out/m/repo/$name/1/model.pt" --input "$out/m/input.bin" \
     --shape "$shape" --device "$([ "$kind" = gpu ] && echo cuda:0 || echo cpu)" \
-    --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" --duration 4 --warmup 1 | sed "s/^/direct $variant: /"
+    --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" --duration 4 --warmup 1 2>&1 | sed "s/^/direct $variant: /"
 done

@@ -4,6 +4,7 @@
 //   direct_bench --model model.pt --input input.bin --shape 1,3,112,112
 //                [--device cuda:0|cpu] [--concurrency 1,2,4,8,16,32] [--duration S] [--warmup S]
 //                [--reference output.bin] [--pageable] [--module-per-thread]
+//                [--server-like] [--profile] [--op-stats] [--idle-us N]
 //
 // For each concurrency c: c threads, each with its own CUDA stream (from c10's pool) and its own
 // host buffers. Each iteration copies the input host->device, runs forward() under
@@ -11,7 +12,17 @@
 // request takes through a server's backend. Host buffers are pinned (the fastest copies) unless
 // --pageable. The threads share one module (TorchScript modules may be called from several
 // threads at once), unless --module-per-thread. The first --warmup seconds of each concurrency
-// are not measured. One JSON line per concurrency, like infer_load's:
+// are not measured. --server-like instead does what the pytorch backend's Execute does (pageable
+// buffers, synchronous copies, NoGrad and optimizer guards, a contiguous output copied into a
+// host buffer), to tell the backend's code from the server around it. --profile times forward()
+// the way VRAMD_PYTORCH_PROFILE=1 does in the backend (stream synchronized before and after;
+// wall time until it returns, until the GPU is done, its CPU time and context switches) and adds
+// those means to the JSON, and prints once the node kinds of the graph run; --op-stats prints
+// the operators with the most time at each concurrency (src/backends/pytorch/forward_probe.h).
+// --idle-us N makes each thread sleep N us after each iteration, as a server's thread waits for
+// its next request (latencies exclude the sleep): does the module run slower on a thread that
+// went idle in between?
+// One JSON line per concurrency, like infer_load's:
 //   {"mode":"direct","device":"cuda:0","concurrency":c,"requests":n,"errors":0,"rps":x,
 //    "p50_ms":..,"p90_ms":..,"p99_ms":..,"mean_ms":..,"duration_s":..}
 // With --reference, first checks one output against the file (FP32 raw, e.g. make_model.py's
@@ -19,6 +30,7 @@
 // exits 4 when the error exceeds 2% of the reference's largest magnitude (TF32 convs on a GPU
 // differ from the CPU at the 1e-3 level).
 #include "../latency_summary.h"
+#include "../../src/backends/pytorch/forward_probe.h"
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 
@@ -58,13 +71,28 @@ struct Options {
   double warmup_s = 1.0;
   bool pinned = true;
   bool module_per_thread = false;
+  bool server_like = false;
+  bool profile = false;
+  bool op_stats = false;
+  int idle_us = 0;
+};
+
+// --profile's sums over one thread's measured iterations.
+struct ForwardTimes {
+  long calls = 0;
+  double returned_us = 0, done_us = 0, cpu_us = 0, voluntary = 0, involuntary = 0;
+  void Add(const ForwardTimes& o) {
+    calls += o.calls; returned_us += o.returned_us; done_us += o.done_us; cpu_us += o.cpu_us;
+    voluntary += o.voluntary; involuntary += o.involuntary;
+  }
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   std::cerr << "direct_bench: " << why << "\n"
             << "usage: direct_bench --model model.pt --input input.bin --shape 1,3,112,112\n"
             << "       [--device cuda:0|cpu] [--concurrency 1,2,4] [--duration S] [--warmup S]\n"
-            << "       [--reference output.bin] [--pageable] [--module-per-thread]\n";
+            << "       [--reference output.bin] [--pageable] [--module-per-thread]\n"
+            << "       [--server-like] [--profile] [--op-stats] [--idle-us N]\n";
   std::exit(2);
 }
 
@@ -82,13 +110,28 @@ std::vector<T> ParseList(const std::string& s) {
 
 Options Parse(int argc, char** argv) {
   Options o;
+  std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {  // --key=value
+      args.push_back(a.substr(0, eq));
+      args.push_back(a.substr(eq + 1));
+    } else {
+      args.push_back(a);
+    }
+  }
+  const int n = static_cast<int>(args.size());
+  for (int i = 0; i < n; ++i) {
+    std::string a = args[i];
     if (a == "-h" || a == "--help") Usage("help");
     if (a == "--pageable") { o.pinned = false; continue; }
     if (a == "--module-per-thread") { o.module_per_thread = true; continue; }
-    if (i + 1 >= argc) Usage("missing value for " + a);
-    std::string v = argv[++i];
+    if (a == "--server-like") { o.server_like = true; o.pinned = false; continue; }
+    if (a == "--profile") { o.profile = true; continue; }
+    if (a == "--op-stats") { o.op_stats = true; continue; }
+    if (i + 1 >= n) Usage("missing value for " + a);
+    std::string v = args[++i];
     try {
       if (a == "--model") o.model = v;
       else if (a == "--input") o.input = v;
@@ -98,6 +141,7 @@ Options Parse(int argc, char** argv) {
       else if (a == "--concurrency") o.concurrency = ParseList<int>(v);
       else if (a == "--duration") o.duration_s = std::stod(v);
       else if (a == "--warmup") o.warmup_s = std::stod(v);
+      else if (a == "--idle-us") o.idle_us = std::stoi(v);
       else Usage("unknown option " + a);
     } catch (const std::exception&) {
       Usage("bad value '" + v + "' for " + a);
@@ -133,12 +177,39 @@ struct Bench {
     return at::empty(like_cpu.sizes(), opts);
   }
 
+  static void SyncStream(const torch::Device& dev) {
+#if DIRECT_WITH_CUDA
+    if (dev.is_cuda()) c10::cuda::getCurrentCUDAStream(dev.index()).synchronize();
+#endif
+  }
+
+  // forward() on `args`, timed into `times` when profiling (see --profile).
+  static c10::IValue Forward(torch::jit::Module& m, const torch::Device& dev,
+                             std::vector<torch::jit::IValue> args, ForwardTimes* times) {
+    if (times == nullptr) return m.forward(std::move(args));
+    SyncStream(dev);
+    const auto t0 = Clock::now();
+    const auto u0 = vramd::pytorch::probe::ThreadUsageNow();
+    c10::IValue out = m.forward(std::move(args));
+    const auto t1 = Clock::now();
+    const auto u1 = vramd::pytorch::probe::ThreadUsageNow();
+    SyncStream(dev);
+    const auto t2 = Clock::now();
+    auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+    times->calls += 1;
+    times->returned_us += us(t0, t1);
+    times->done_us += us(t0, t2);
+    times->cpu_us += u1.cpu_us - u0.cpu_us;
+    times->voluntary += static_cast<double>(u1.voluntary_switches - u0.voluntary_switches);
+    times->involuntary += static_cast<double>(u1.involuntary_switches - u0.involuntary_switches);
+    return out;
+  }
+
   // One request's path: H2D, forward, D2H, wait. Returns the host output tensor.
   static void Once(torch::jit::Module& m, const torch::Device& dev, const at::Tensor& host_in,
-                   at::Tensor& host_out, bool sync_cuda) {
+                   at::Tensor& host_out, bool sync_cuda, ForwardTimes* times = nullptr) {
     auto d_in = host_in.to(dev, /*non_blocking=*/true);
-    std::vector<torch::jit::IValue> args{d_in};
-    auto out = m.forward(args).toTensor();
+    auto out = Forward(m, dev, {d_in}, times).toTensor();
     if (!host_out.defined() || host_out.sizes() != out.sizes()) {
       auto opts = at::TensorOptions().dtype(out.dtype());
 #if DIRECT_WITH_CUDA
@@ -152,8 +223,28 @@ struct Bench {
 #endif
   }
 
+  // What the pytorch backend's Execute does with the same request (torch_model.cc): the
+  // request's bytes wrapped and copied to the device synchronously, forward() under NoGrad and
+  // the optimizer guard, the output made contiguous and copied into a pageable host buffer.
+  static void OnceLikeServer(torch::jit::Module& m, const torch::Device& dev,
+                             const at::Tensor& host_in, std::vector<char>& host_out,
+                             ForwardTimes* times) {
+    torch::NoGradGuard no_grad;
+    torch::jit::GraphOptimizerEnabledGuard optimize(true);
+    at::Tensor t = torch::from_blob(host_in.data_ptr(), host_in.sizes(),
+                                    torch::TensorOptions().dtype(host_in.scalar_type()));
+    if (dev.is_cuda()) t = t.to(dev, /*non_blocking=*/false, /*copy=*/true);
+    at::Tensor out = Forward(m, dev, {t}, times).toTensor().contiguous();
+    const size_t bytes = static_cast<size_t>(out.numel()) * out.element_size();
+    if (host_out.size() != bytes) host_out.resize(bytes);
+    torch::from_blob(host_out.data(), out.sizes(), torch::TensorOptions().dtype(out.scalar_type()))
+        .copy_(out);
+  }
+
   std::string Run(int c) {
     std::vector<std::vector<double>> lat(static_cast<size_t>(c));
+    std::vector<ForwardTimes> times(static_cast<size_t>(c));
+    std::string graph;  // thread 0's, after its loop
     std::atomic<long> errors{0};
     std::vector<torch::jit::Module> modules;
     if (opt.module_per_thread) {
@@ -183,17 +274,29 @@ struct Bench {
           at::Tensor host_in = HostTensor(input_cpu);
           host_in.copy_(input_cpu);
           at::Tensor host_out;
+          std::vector<char> server_out;
           auto& mine = lat[static_cast<size_t>(t)];
           mine.reserve(1 << 16);
+          ForwardTimes sums;
           for (;;) {
             auto t0 = Clock::now();
             if (t0 >= end) break;
-            Once(m, device, host_in, host_out, device.is_cuda());
+            ForwardTimes one;
+            ForwardTimes* timed = opt.profile ? &one : nullptr;
+            if (opt.server_like) {
+              OnceLikeServer(m, device, host_in, server_out, timed);
+            } else {
+              Once(m, device, host_in, host_out, device.is_cuda(), timed);
+            }
             auto t1 = Clock::now();
             if (t0 >= begin && t1 <= end) {
               mine.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+              sums.Add(one);
             }
+            if (opt.idle_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(opt.idle_us));
           }
+          times[static_cast<size_t>(t)] = sums;
+          if (t == 0 && opt.profile) graph = vramd::pytorch::probe::LastGraphSummary();
         } catch (const std::exception& e) {
           if (errors.fetch_add(1) == 0) std::cerr << "direct_bench: thread error: " << e.what() << "\n";
         }
@@ -201,13 +304,31 @@ struct Bench {
     }
     for (auto& th : threads) th.join();
     const vramd::bench::LatencySummary summary = vramd::bench::Summarize(lat, opt.duration_s);
-    char line[512];
+    char profile[320] = "";
+    if (opt.profile) {
+      ForwardTimes all;
+      for (const auto& t : times) all.Add(t);
+      const double n = std::max<double>(1, static_cast<double>(all.calls));
+      std::snprintf(profile, sizeof profile,
+                    ",\"forward_returned_us\":%.1f,\"forward_done_us\":%.1f,\"forward_cpu_us\":%.1f,"
+                    "\"forward_voluntary_switches\":%.2f,\"forward_involuntary_switches\":%.2f",
+                    all.returned_us / n, all.done_us / n, all.cpu_us / n, all.voluntary / n,
+                    all.involuntary / n);
+      std::printf("graph run (thread 0, c=%d): %s\n", c, graph.c_str());
+    }
+    if (opt.op_stats) {
+      std::printf("operators at c=%d (total us, calls, us/call):\n%s", c,
+                  vramd::pytorch::probe::TakeOpStats(25).c_str());
+    }
+    char line[1024];
     std::snprintf(line, sizeof line,
                   "{\"mode\":\"direct\",\"device\":\"%s\",\"concurrency\":%d,\"errors\":%ld,%s,"
-                  "\"duration_s\":%.3f,\"pinned\":%s,\"module_per_thread\":%s}",
+                  "\"duration_s\":%.3f,\"pinned\":%s,\"module_per_thread\":%s,\"server_like\":%s,"
+                  "\"idle_us\":%d%s}",
                   device.str().c_str(), c, errors.load(), vramd::bench::JsonFields(summary).c_str(),
                   opt.duration_s, opt.pinned && device.is_cuda() ? "true" : "false",
-                  opt.module_per_thread ? "true" : "false");
+                  opt.module_per_thread ? "true" : "false", opt.server_like ? "true" : "false",
+                  opt.idle_us, profile);
     return line;
   }
 };
@@ -265,6 +386,10 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         if (!ok) return 4;
       }
+    }
+    if (b.opt.op_stats) {
+      vramd::pytorch::probe::StartOpStats();
+      vramd::pytorch::probe::TakeOpStats(0);  // drop what warm-up counted
     }
     for (int c : b.opt.concurrency) {
       std::printf("%s\n", b.Run(c).c_str());

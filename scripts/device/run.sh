@@ -187,10 +187,17 @@ fi
 if has_step pytorch_diag; then
   if [ -x build-torch-device/backends/pytorch/libvramd_pytorch.so ] && [ -x build-torch-bench/direct_bench ] \
      || bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
-    CONCURRENCY="${DIAG_CONCURRENCY:-1 8 16}" VARIANTS="${DIAG_VARIANTS:-ledger}" DIRECT_VARIANTS="default" \
-      timeout "${PYTORCH_DIAG_TIMEOUT:-300}" bash bench/torch/diagnose.sh "$BIN"/vramd "$BIN"/infer_load \
+    # vramd over HTTP (with and without the operator table), the runtime without HTTP, and
+    # direct calls: plain, doing what the backend's Execute does, sleeping between iterations
+    # as a server thread does between requests, with vramd's cuBLAS workspace setting, and with
+    # the operator table. Every one profiles forward() the same way (forward_probe.h).
+    CONCURRENCY="${DIAG_CONCURRENCY:-1 8 16}" INSTANCES="${DIAG_INSTANCES:-16}" \
+    VARIANTS="${DIAG_VARIANTS:-ledger ops:VRAMD_PYTORCH_OP_STATS=1}" \
+    INPROCESS_ENV="${DIAG_INPROCESS_ENV:-VRAMD_PYTORCH_PROFILE=1}" OPS_TABLE="${DIAG_OPS_TABLE:-3}" \
+    DIRECT_VARIANTS="${DIAG_DIRECT_VARIANTS:-default:--profile like_server:--server-like,--profile idle:--idle-us=50,--profile ws0:CUBLAS_WORKSPACE_CONFIG=:0:0,--profile ops:--op-stats}" \
+      timeout "${PYTORCH_DIAG_TIMEOUT:-420}" bash bench/torch/diagnose.sh "$BIN"/vramd "$BIN"/infer_load \
       build-torch-device/backends build-torch-bench/direct_bench gpu "$(mktemp -d)" 2>&1 \
-      | tee -a "$OUT/benchmarks.log" | grep -E 'c=|inprocess|direct|profile|pool ' | tee -a "$summary"
+      | tee -a "$OUT/benchmarks.log" | grep -v '^  owner' | cut -c1-700 | tee -a "$summary"
   else
     say "FAIL pytorch_diag: build_torch.sh failed (log in benchmarks.log)"; status=1
   fi

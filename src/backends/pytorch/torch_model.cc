@@ -1,5 +1,7 @@
 #include "torch_model.h"
 
+#include "forward_probe.h"
+
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -221,12 +223,23 @@ std::shared_mutex& WorkspaceLock() {
 
 // VRAMD_PYTORCH_PROFILE=1: each instance logs, every kProfileEvery executions, where the time
 // of an execution went (inputs to the device, forward, outputs back), synchronizing its stream
-// between the parts so that GPU time lands in the part that queued it. For diagnosis only: the
-// synchronizations cost time themselves.
+// between the parts so that GPU time lands in the part that queued it, with forward()'s CPU time
+// and context switches, and once the node kinds of the graph it ran. VRAMD_PYTORCH_OP_STATS=1
+// adds the operators with the most time (forward_probe.h). For diagnosis only: the
+// synchronizations and the operator callback cost time themselves.
+bool EnvIsOne(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == "1";
+}
 bool ProfileEnabled() {
+  static const bool on = EnvIsOne("VRAMD_PYTORCH_PROFILE");
+  return on;
+}
+bool OpStatsEnabled() {
   static const bool on = [] {
-    const char* env = std::getenv("VRAMD_PYTORCH_PROFILE");
-    return env != nullptr && std::string(env) == "1";
+    const bool enabled = ProfileEnabled() && EnvIsOne("VRAMD_PYTORCH_OP_STATS");
+    if (enabled) probe::StartOpStats();
+    return enabled;
   }();
   return on;
 }
@@ -238,7 +251,10 @@ struct TorchInstance::Profile {
   using Clock = std::chrono::steady_clock;
   int count = 0;
   double inputs_us = 0, forward_us = 0, forward_launch_us = 0, outputs_us = 0;
+  double forward_cpu_us = 0, forward_voluntary = 0, forward_involuntary = 0;
   Clock::time_point start, inputs_done, forward_returned, forward_done;
+  probe::ThreadUsage before_forward;
+  bool graph_logged = false;  // kept across resets: the graph is logged once per instance
 };
 
 // ---- TorchModel ---------------------------------------------------------------------------
@@ -363,7 +379,9 @@ TorchInstance::TorchInstance(TorchModel* model, VramdOwner owner,
       owner_(owner),
       module_(std::move(module)),
       device_(std::move(device)),
-      profile_(ProfileEnabled() ? std::make_unique<Profile>() : nullptr) {}
+      profile_(ProfileEnabled() ? std::make_unique<Profile>() : nullptr) {
+  if (profile_) OpStatsEnabled();
+}
 
 TorchInstance::~TorchInstance() = default;
 
@@ -423,15 +441,24 @@ void TorchInstance::ProfileDone() {
   p.forward_launch_us += us(p.inputs_done, p.forward_returned);
   p.outputs_us += us(p.forward_done, now);
   if (++p.count < kProfileEvery) return;
+  const VramdServerApi* server = model_->server();
+  auto log = [server](const std::string& text) {
+    if (server != nullptr) server->log(server->server, VRAMD_LOG_INFO, text.c_str());
+  };
   const std::string text = "profile of " + std::to_string(p.count) + " executions on " +
                            module_->device.str() + ", mean us: inputs " +
                            std::to_string(p.inputs_us / p.count) + ", forward " +
                            std::to_string(p.forward_us / p.count) + " (of which forward() returning " +
-                           std::to_string(p.forward_launch_us / p.count) + "), outputs " +
-                           std::to_string(p.outputs_us / p.count);
-  const VramdServerApi* server = model_->server();
-  if (server != nullptr) server->log(server->server, VRAMD_LOG_INFO, text.c_str());
+                           std::to_string(p.forward_launch_us / p.count) + ", CPU " +
+                           std::to_string(p.forward_cpu_us / p.count) + ", switches " +
+                           std::to_string(p.forward_voluntary / p.count) + " voluntary " +
+                           std::to_string(p.forward_involuntary / p.count) +
+                           " involuntary), outputs " + std::to_string(p.outputs_us / p.count);
+  log(text);
+  if (!p.graph_logged) log("graph run on " + module_->device.str() + ": " + probe::LastGraphSummary());
+  if (OpStatsEnabled()) log("operators (total us, calls, us/call), process-wide:\n" + probe::TakeOpStats(25));
   p = Profile{};
+  p.graph_logged = true;
 }
 
 bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& outputs,
@@ -481,8 +508,17 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
       args.push_back(std::move(t));
     }
     ProfileMark(&Profile::inputs_done);
+    if (profile_) profile_->before_forward = probe::ThreadUsageNow();
     const c10::IValue result = module_->module.forward(std::move(args));
-    if (profile_) profile_->forward_returned = Profile::Clock::now();
+    if (profile_) {
+      profile_->forward_returned = Profile::Clock::now();
+      const probe::ThreadUsage after = probe::ThreadUsageNow();
+      profile_->forward_cpu_us += after.cpu_us - profile_->before_forward.cpu_us;
+      profile_->forward_voluntary +=
+          after.voluntary_switches - profile_->before_forward.voluntary_switches;
+      profile_->forward_involuntary +=
+          after.involuntary_switches - profile_->before_forward.involuntary_switches;
+    }
     ProfileMark(&Profile::forward_done);
 
     for (size_t i = 0; i < spec.outputs.size(); ++i) {
