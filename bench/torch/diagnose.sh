@@ -35,8 +35,12 @@ for spec in $VARIANTS; do
   grep -oE '/[^ ]*lib(cuda|cudart|cublas|cublasLt|cudnn|nvrtc|gomp|torch_cuda)[^/ ]*\.so[^ ]*' /proc/$pid/maps 2>/dev/null \
     | sort -u | sed "s/^/  $variant maps: /" | head -20
   for c in $CONCURRENCY; do
+    lines=$(wc -l < "$out/$variant.log")
     echo "$variant c=$c: $("$load" --port $port --model "$name" --body-file "$out/m/request.bin" \
       --header-length "$hl" --concurrency $c --duration 4 --warmup 1)"
+    # The backend's last profile line of this concurrency (VRAMD_PYTORCH_PROFILE=1).
+    tail -n +$((lines + 1)) "$out/$variant.log" | grep "profile of" | tail -1 \
+      | sed -e "s/^.*profile of/  $variant c=$c profile of/"
   done
   curl -s localhost:$port/v2/memory > "$out/$variant.memory.json"
   $py - "$out/$variant.memory.json" <<'PY'
@@ -59,7 +63,6 @@ for u in r.get("unattributed", []):
     print("  unattributed %s: %s" % (u["device"], {k: v for k, v in u.items() if k != "device"}))
 PY
   kill -TERM $pid; wait $pid
-  grep -h "profile of" "$out/$variant.log" | tail -${PROFILE_LINES:-4} | sed "s/^/  $variant: /"
   grep -h -m1 "graph run on" "$out/$variant.log" | sed "s/^/  $variant: /"
   # VRAMD_PYTORCH_OP_STATS=1: the last operator table the backend logged.
   # VRAMD_PYTORCH_OP_STATS=1: the OPS_TABLE-th operator table the backend logged (the first
@@ -70,14 +73,18 @@ done
 # The same model through vramd's runtime without HTTP (bench/inprocess_infer, built beside
 # infer_load): what is left of the gap once the front end is out of the way.
 inprocess="$(dirname "$load")/inprocess_infer"
-# INPROCESS_ENV: "VAR=value,..." for it (e.g. VRAMD_PYTORCH_PROFILE=1); its log goes to
-# $out/inprocess.log and the profile lines in it are printed.
+# INPROCESS_VARIANTS: "name[:VAR=value,...]" each, as VARIANTS; each one's log goes to
+# $out/inprocess-<name>.log and its last profile line is printed.
 if [ -x "$inprocess" ]; then
-  IFS=, read -r -a inprocess_env <<< "${INPROCESS_ENV:-VRAMD_UNUSED=0}"
-  env "${inprocess_env[@]}" "$inprocess" --repository "$out/m/repo" --model "$name" --backend-directory "$backends" \
-    --input "$out/m/input.bin" --shape "$shape" --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" \
-    --duration 4 --warmup 1 2> "$out/inprocess.log" | sed 's/^/inprocess: /'
-  grep -h "profile of\|graph run on" "$out/inprocess.log" | tail -${PROFILE_LINES:-4} | sed "s/^/  inprocess: /"
+  for spec in ${INPROCESS_VARIANTS:-default:VRAMD_PYTORCH_PROFILE=1}; do
+    variant=${spec%%:*}
+    env_args=(VRAMD_UNUSED=0)
+    [ "$spec" != "$variant" ] && IFS=, read -r -a extra <<< "${spec#*:}" && env_args+=("${extra[@]}")
+    env "${env_args[@]}" "$inprocess" --repository "$out/m/repo" --model "$name" --backend-directory "$backends" \
+      --input "$out/m/input.bin" --shape "$shape" --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" \
+      --duration 4 --warmup 1 2> "$out/inprocess-$variant.log" | sed "s/^/inprocess $variant: /"
+    grep -h "profile of" "$out/inprocess-$variant.log" | tail -1 | sed "s/^.*profile of/  inprocess $variant profile of/"
+  done
 fi
 for spec in $DIRECT_VARIANTS; do
   variant=${spec%%:*}

@@ -27,12 +27,19 @@
  * adds a phase's seconds and bytes to the load in progress, while model_create or
  * instance_create runs.
  *
+ * Execution thread: VramdBackendApi::execute_on_instance_threads (appended within version 1;
+ * vramd reads it only when the table's struct_size covers it) asks vramd to run every execute
+ * on the instance's own thread, for frameworks that keep state per thread.
+ *
  * vramd's own backends (identity, add_sub, mlp) are linked into the server but implement this
  * same ABI and are reached through the same table; only how the table is found differs.
  *
  * Threads: model_create, model_destroy and instance_create / instance_destroy may run on any
  * thread; one instance's execute calls never overlap (an instance is one thread's at a time);
- * different instances execute concurrently. VramdServerApi functions are safe from any thread.
+ * different instances execute concurrently. Unless the table sets execute_on_instance_threads,
+ * an execute may run on the thread that received the request (an idle instance serves it there,
+ * saving two thread hand-offs), so one instance's calls may come from different threads.
+ * VramdServerApi functions are safe from any thread.
  *
  * Versioning: VRAMD_BACKEND_ABI_VERSION changes whenever any struct or signature here changes
  * incompatibly. vramd refuses a library whose table says another version, naming both. Structs
@@ -191,6 +198,16 @@ typedef struct VramdBackendApi {
   void (*instance_destroy)(void* instance);
   VramdCode (*execute)(void* instance, const VramdRequest* request, const VramdOutputs* outputs,
                        VramdError* error);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdBackendApi,
+   * execute_on_instance_threads) (older libraries pass a shorter struct, and vramd then reads
+   * it as 0).
+   * Non-zero: vramd runs every execute on the instance's own thread, never inline on the thread
+   * that received the request: for frameworks with per-thread state (handles, caches), which
+   * would otherwise be built on every request thread that ever ran an execute. 0: an idle
+   * instance may run a request on the receiving thread (in the default scheduling mode; dynamic
+   * batching always uses the instance threads). */
+  int32_t execute_on_instance_threads;
 } VramdBackendApi;
 
 /* The entry point: `server_abi_version` is vramd's VRAMD_BACKEND_ABI_VERSION. Returns the table

@@ -193,7 +193,7 @@ if has_step pytorch_diag; then
     # the operator table. Every one profiles forward() the same way (forward_probe.h).
     CONCURRENCY="${DIAG_CONCURRENCY:-1 8 16}" INSTANCES="${DIAG_INSTANCES:-16}" \
     VARIANTS="${DIAG_VARIANTS:-ledger ops:VRAMD_PYTORCH_OP_STATS=1}" \
-    INPROCESS_ENV="${DIAG_INPROCESS_ENV:-VRAMD_PYTORCH_PROFILE=1}" OPS_TABLE="${DIAG_OPS_TABLE:-3}" \
+    INPROCESS_VARIANTS="${DIAG_INPROCESS_VARIANTS:-default:VRAMD_PYTORCH_PROFILE=1}" OPS_TABLE="${DIAG_OPS_TABLE:-3}" \
     DIRECT_VARIANTS="${DIAG_DIRECT_VARIANTS:-default:--profile like_server:--server-like,--profile idle:--idle-us=50,--profile ws0:CUBLAS_WORKSPACE_CONFIG=:0:0,--profile ops:--op-stats}" \
       timeout "${PYTORCH_DIAG_TIMEOUT:-420}" bash bench/torch/diagnose.sh "$BIN"/vramd "$BIN"/infer_load \
       build-torch-device/backends build-torch-bench/direct_bench gpu "$(mktemp -d)" 2>&1 \

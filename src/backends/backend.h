@@ -81,6 +81,11 @@ class Backend {
   // Whether instances of kind kGpu can be created. KIND_AUTO becomes GPU instances when this is
   // true and a GPU is present (as in Triton); KIND_GPU for a backend without it is an error.
   virtual bool SupportsGpu() const { return false; }
+  // Whether every Execute must run on the instance's own thread. By default an idle instance
+  // may run a request on the thread that received it (scheduler.h's fast path), which suits
+  // small models; a framework that keeps state per thread (LibTorch's cuBLAS/cuDNN handles and
+  // caches) would otherwise pay for it on every request thread, and run slower there.
+  virtual bool ExecutesOnInstanceThreads() const { return false; }
   // Loads a version; a config the backend cannot serve is an InvalidArgument naming the field.
   virtual Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) = 0;
 };

@@ -41,8 +41,14 @@ Allocator::Allocator(Ledger* ledger) : ledger_(ledger) {}
 Allocator::~Allocator() = default;
 
 Result<CachingPool*> Allocator::Pool(Device device) {
+  const int type = static_cast<int>(device.type);
+  std::atomic<CachingPool*>* fast = nullptr;
+  if (type >= 0 && type < kDeviceTypes && device.index >= 0 && device.index < kFastIndices) {
+    fast = &fast_pools_[static_cast<size_t>(type * kFastIndices + device.index)];
+    if (CachingPool* pool = fast->load(std::memory_order_acquire)) return pool;
+  }
   std::lock_guard lock(mu_);
-  auto key = std::make_pair(static_cast<int>(device.type), device.index);
+  auto key = std::make_pair(type, device.index);
   auto it = pools_.find(key);
   if (it != pools_.end()) return it->second.get();
   // A source that is unavailable leaves no pool behind: the next call asks again.
@@ -50,6 +56,7 @@ Result<CachingPool*> Allocator::Pool(Device device) {
   auto pool = std::make_unique<CachingPool>(std::move(source));
   CachingPool* raw = pool.get();
   pools_.emplace(key, std::move(pool));
+  if (fast != nullptr) fast->store(raw, std::memory_order_release);
   return raw;
 }
 

@@ -5,6 +5,7 @@
 // Thread safety: all methods are safe from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <map>
@@ -86,6 +87,13 @@ class Allocator {
  private:
   Ledger* const ledger_;
   std::atomic<uint64_t> fail_countdown_{0};  // 0: none pending
+  // Pool() is on every allocation and free; the pools of the first kFastIndices ordinals of each
+  // device type are also kept here, read without mu_ (a pool, once made, lives as long as the
+  // allocator).
+  static constexpr int kFastIndices = 16;
+  static constexpr int kDeviceTypes = 3;
+  std::array<std::atomic<CachingPool*>, kDeviceTypes * kFastIndices> fast_pools_{};
+
   mutable std::mutex mu_;
   std::map<std::pair<int, int>, std::unique_ptr<CachingPool>> pools_;  // guarded by mu_
 };

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <future>
+#include <string>
 #include <thread>
 
 #include "memory/cuda_devices.h"
@@ -185,6 +186,8 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     options.queue_policy =
         RequestQueue::PolicyFrom(config->dynamic_batching().default_queue_policy());
   }
+  // A backend with per-thread state runs on its instances' threads only (backend.h).
+  options.inline_execution = !(*backend)->ExecutesOnInstanceThreads();
   LoadedModel* raw = model.get();
   model->scheduler_ = std::make_unique<Scheduler>(
       std::move(options),

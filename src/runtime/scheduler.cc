@@ -42,7 +42,7 @@ std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request,
   request.enqueued = SchedulerClock::now();
   std::unique_lock lock(mu_);
   if (stopping_) return request;
-  if (allow_inline && !options_.batching && queue_.empty()) {
+  if (allow_inline && options_.inline_execution && !options_.batching && queue_.empty()) {
     for (size_t i = 0; i < workers_.size(); ++i) {
       Worker& worker = *workers_[i];
       if (worker.busy) continue;

@@ -65,6 +65,9 @@ class Scheduler {
     std::optional<BatcherOptions> batching;
     // Used with dynamic batching only.
     RequestQueue::Policy queue_policy;
+    // Default mode only: false never takes the fast path (every request runs on an instance
+    // thread).
+    bool inline_execution = true;
   };
 
   // Starts one thread per instance. `run` and `stats` must outlive the Scheduler.

@@ -46,7 +46,30 @@ TEST(AbiBuiltinsTest, EveryBuiltInIsItsTableBehindTheBridge) {
     EXPECT_EQ(abi->api()->abi_version, VRAMD_BACKEND_ABI_VERSION);
     EXPECT_STREQ(abi->api()->name, name.c_str());
     EXPECT_EQ(abi->SupportsGpu(), name == "mlp" && VRAMD_WITH_CUDA != 0) << name;
+    EXPECT_EQ(abi->api()->execute_on_instance_threads, 0) << name;
+    EXPECT_FALSE(abi->ExecutesOnInstanceThreads()) << name << " keeps the inline fast path";
   }
+}
+
+TEST(AbiBuiltinsTest, ExecuteOnInstanceThreadsIsReadOnlyWhereTheTableHasIt) {
+  VramdBackendApi table = *IdentityBackendApi();
+  table.execute_on_instance_threads = 1;
+  auto declares = AbiBackend::Create(&table, "identity", std::nullopt);
+  ASSERT_TRUE(declares.ok()) << declares.status().ToString();
+  EXPECT_TRUE((*declares)->ExecutesOnInstanceThreads());
+
+  // A library built before the field was appended: its table ends where the field begins, and
+  // whatever lies past it (here a 1) is not the table's.
+  table.struct_size = offsetof(VramdBackendApi, execute_on_instance_threads);
+  auto older = AbiBackend::Create(&table, "identity", std::nullopt);
+  ASSERT_TRUE(older.ok()) << "an older table must still load: " << older.status().ToString();
+  EXPECT_FALSE((*older)->ExecutesOnInstanceThreads());
+
+  // One that ends before execute lacks an entry point of version 1.
+  table.struct_size = offsetof(VramdBackendApi, execute);
+  auto small = AbiBackend::Create(&table, "identity", std::nullopt);
+  ASSERT_FALSE(small.ok());
+  EXPECT_THAT(small.status().message(), HasSubstr("needs at least"));
 }
 
 TEST(AbiBuiltinsTest, LinkedTablesAreCheckedAsLibrariesAre) {

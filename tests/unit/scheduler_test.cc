@@ -1,7 +1,8 @@
 // Instances as threads and the scheduler, end to end through LoadedModel with the identity
 // backend and its execute_delay_us (a fixed cost per execution, whatever the batch size):
-// concurrency across instances, dynamic batching under load, max_queue_delay, queue-full and
-// timeout rejections, DELAY, draining at shutdown, and statistics equal to the traffic.
+// concurrency across instances, the inline fast path and backends that opt out of it, dynamic
+// batching under load, max_queue_delay, queue-full and timeout rejections, DELAY, draining at
+// shutdown, and statistics equal to the traffic.
 //
 // Timing assertions are deliberately loose (order of magnitude, generous margins for a loaded
 // 2-core machine); where possible the tests count (executions, batch sizes) instead of timing.
@@ -12,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,6 +23,7 @@
 #include "backends/backend.h"
 #include "config/model_config_parser.h"
 #include "runtime/loaded_model.h"
+#include "runtime/scheduler.h"
 
 namespace vramd::runtime {
 namespace {
@@ -131,6 +134,22 @@ class FailingBackend : public backends::Backend {
   }
 };
 
+// Identity, declaring that its executions must run on the instance threads (as the pytorch
+// backend does), to see LoadedModel turn that into the scheduler's option.
+class InstanceThreadsBackend : public backends::Backend {
+ public:
+  std::string_view name() const override { return "instance_threads_test"; }
+  bool ExecutesOnInstanceThreads() const override { return true; }
+  Result<std::unique_ptr<backends::BackendModel>> LoadModel(
+      const backends::ModelContext& ctx) override {
+    config::ModelConfig identity;
+    identity.set_name("m");
+    identity.set_backend("identity");
+    VRAMD_ASSIGN_OR_RETURN(backends::Backend * backend, backends::FindBackend(identity));
+    return backend->LoadModel(ctx);
+  }
+};
+
 class SchedulerTest : public ::testing::Test {
  protected:
   std::shared_ptr<LoadedModel> Load(const ModelSpec& spec, const char* backend = "identity") {
@@ -222,6 +241,67 @@ TEST_F(SchedulerTest, IdleInstanceRunsTheRequestOnTheCallersThread) {
   EXPECT_EQ(c.Get(0).thread, std::this_thread::get_id());
   EXPECT_TRUE(c.Get(0).status.ok());
   EXPECT_EQ(c.Get(0).values, (std::vector<int32_t>{7, 7}));
+}
+
+// The Scheduler alone: where RunBatch is called for a request submitted to idle instances.
+TEST(SchedulerOptionsTest, InlineExecutionDecidesWhereAnIdleInstanceRuns) {
+  for (const bool inline_execution : {true, false}) {
+    SCOPED_TRACE(inline_execution ? "inline_execution" : "instance threads only");
+    InferenceStatistics stats;
+    std::mutex mu;
+    std::condition_variable ran;
+    std::optional<std::thread::id> ran_on;
+    bool on_instance_thread = false;
+    std::unique_ptr<Scheduler> scheduler;  // set before anything is submitted
+    Scheduler::Options options;
+    options.name = "model 'm' version 1";
+    options.instance_count = 2;
+    options.inline_execution = inline_execution;
+    scheduler = std::make_unique<Scheduler>(
+        options,
+        [&](size_t, std::vector<QueuedRequest> batch) {
+          {
+            std::lock_guard lock(mu);
+            ran_on = std::this_thread::get_id();
+            on_instance_thread = scheduler->OnWorkerThread();
+          }
+          ran.notify_all();
+          for (auto& r : batch) r.done(InferOutcome{});
+        },
+        &stats);
+    QueuedRequest request;
+    request.request = std::make_shared<InferRequest>();
+    request.done = [](Result<InferOutcome>) {};
+    scheduler->Submit(std::move(request));
+    {
+      std::unique_lock lock(mu);
+      ASSERT_TRUE(ran.wait_for(lock, milliseconds(5000), [&] { return ran_on.has_value(); }));
+      if (inline_execution) {
+        EXPECT_EQ(*ran_on, std::this_thread::get_id()) << "the fast path runs on the caller";
+        EXPECT_FALSE(on_instance_thread);
+      } else {
+        EXPECT_NE(*ran_on, std::this_thread::get_id());
+        EXPECT_TRUE(on_instance_thread);
+      }
+    }
+    scheduler->Shutdown();
+  }
+}
+
+TEST_F(SchedulerTest, BackendThatExecutesOnInstanceThreadsSkipsTheFastPath) {
+  static InstanceThreadsBackend backend;
+  static const bool registered = backends::RegisterBackend(&backend).ok();
+  ASSERT_TRUE(registered);
+  auto model = Load(Config(0, 2, 0, ""), "instance_threads_test");
+  ASSERT_NE(model, nullptr);
+  Collector c;
+  for (int i = 0; i < 3; ++i) {
+    model->InferAsync(Request(1, i, 2, false), c.Callback(i));
+    ASSERT_TRUE(c.WaitFor(i + 1)) << i;  // each one submitted while both instances are idle
+    EXPECT_TRUE(c.Get(i).status.ok()) << c.Get(i).status.ToString();
+    EXPECT_EQ(c.Get(i).values, (std::vector<int32_t>{i, i}));
+    EXPECT_NE(c.Get(i).thread, std::this_thread::get_id()) << "run by an instance's thread";
+  }
 }
 
 TEST_F(SchedulerTest, BusyInstancesQueueRequestsForTheirThreads) {

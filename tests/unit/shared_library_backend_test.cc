@@ -237,6 +237,36 @@ TEST_F(SharedLibraryBackendTest, BrokenTablesAreRefusedSayingWhy) {
   EXPECT_THAT(no_entry.status().message(), HasSubstr("vramd_backend_get_api"));
 }
 
+TEST_F(SharedLibraryBackendTest, ExecuteOnInstanceThreadsComesFromTheLibrarysTable) {
+  auto echo = backends::LoadSharedLibraryBackend(kBackends, "echo_c");
+  ASSERT_TRUE(echo.ok()) << echo.status().ToString();
+  EXPECT_FALSE((*echo)->ExecutesOnInstanceThreads());
+  auto declares = backends::LoadSharedLibraryBackend(kBackends, "instance_threads");
+  ASSERT_TRUE(declares.ok()) << declares.status().ToString();
+  EXPECT_TRUE((*declares)->ExecutesOnInstanceThreads());
+}
+
+TEST_F(SharedLibraryBackendTest, LibraryBuiltBeforeAnAppendedFieldStillServes) {
+  // older_table's struct_size ends before execute_on_instance_threads (its memory says 1).
+  repo_.AddModel("older", EchoConfig("older_table"), {"1"});
+  auto manager = Start();
+  ASSERT_NE(manager, nullptr);
+  auto model = manager->Find("older", 0);
+  ASSERT_TRUE(model.ok()) << model.status().ToString() << "\n" << Reasons(*manager)["older"];
+  {
+    // Scoped: an outcome holds its version, which must be released before the unload below.
+    auto outcome = (*model)->Infer(Request("r", {5}, "x"));
+    ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+    EXPECT_EQ(outcome->response.outputs.size(), 2u);
+  }
+  auto backend = backends::LoadSharedLibraryBackend(kBackends, "older_table");
+  ASSERT_TRUE(backend.ok());
+  EXPECT_FALSE((*backend)->ExecutesOnInstanceThreads()) << "read past the table's end";
+
+  model = Status::NotFound("dropped");
+  StopAndExpectNothingLeft(manager);
+}
+
 TEST_F(SharedLibraryBackendTest, DlopenFailureCarriesDlerror) {
   const fs::path dir = repo_.root() / "backends";
   fs::create_directories(dir / "junk");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <exception>
 #include <memory>
 #include <utility>
@@ -13,6 +14,11 @@
 
 namespace vramd::backends {
 namespace {
+
+// The smallest table of version 1: what it had before fields were appended (up to execute).
+// An appended field is read only where struct_size covers it.
+constexpr size_t kMinimumApiSize =
+    offsetof(VramdBackendApi, execute) + sizeof(VramdBackendApi::execute);
 
 static_assert(static_cast<int>(VRAMD_TYPE_BYTES) == static_cast<int>(DataType::kBytes) &&
                   static_cast<int>(VRAMD_TYPE_BF16) == static_cast<int>(DataType::kBf16),
@@ -222,10 +228,10 @@ Result<std::unique_ptr<AbiBackend>> AbiBackend::Create(const VramdBackendApi* ap
         "backend against this vramd's include/vramd/backend.h",
         origin, api->abi_version, VRAMD_BACKEND_ABI_VERSION));
   }
-  if (api->struct_size < sizeof(VramdBackendApi)) {
+  if (api->struct_size < kMinimumApiSize) {
     return Status::InvalidArgument(
         fmt::format("{}: its API table is {} bytes, ABI version {} needs at least {}", origin,
-                    api->struct_size, VRAMD_BACKEND_ABI_VERSION, sizeof(VramdBackendApi)));
+                    api->struct_size, VRAMD_BACKEND_ABI_VERSION, kMinimumApiSize));
   }
   if (api->model_create == nullptr || api->model_destroy == nullptr ||
       api->instance_create == nullptr || api->instance_destroy == nullptr ||
@@ -241,6 +247,13 @@ Result<std::unique_ptr<AbiBackend>> AbiBackend::Create(const VramdBackendApi* ap
                     api->name != nullptr ? api->name : "(NULL)", name));
   }
   return std::unique_ptr<AbiBackend>(new AbiBackend(api, std::move(name), std::move(library)));
+}
+
+bool AbiBackend::ExecutesOnInstanceThreads() const {
+  // An older library's table ends before the field: what lies past it is not the table's.
+  constexpr size_t kEnd = offsetof(VramdBackendApi, execute_on_instance_threads) +
+                          sizeof(VramdBackendApi::execute_on_instance_threads);
+  return api_->struct_size >= kEnd && api_->execute_on_instance_threads != 0;
 }
 
 Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& ctx) {

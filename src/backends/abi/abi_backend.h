@@ -33,8 +33,9 @@ namespace vramd::backends {
 
 class AbiBackend final : public Backend {
  public:
-  // Checks `api`: not NULL, abi_version equal to ours (naming both), struct_size large enough,
-  // every entry point set, and the table's name equal to `name`; InvalidArgument otherwise.
+  // Checks `api`: not NULL, abi_version equal to ours (naming both), struct_size large enough
+  // for the entry points (fields appended since may be missing: an older library), every entry
+  // point set, and the table's name equal to `name`; InvalidArgument otherwise.
   // `library` is where the table lives (kept with the backend; its path is named in errors), or
   // nullopt for a table linked into the server.
   static Result<std::unique_ptr<AbiBackend>> Create(const VramdBackendApi* api, std::string name,
@@ -42,6 +43,8 @@ class AbiBackend final : public Backend {
 
   std::string_view name() const override { return name_; }
   bool SupportsGpu() const override { return api_->supports_gpu != 0; }
+  // The table's execute_on_instance_threads; false for a table that ends before it.
+  bool ExecutesOnInstanceThreads() const override;
   Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
 
   // The table every call goes through.

@@ -204,6 +204,9 @@ const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu) {
       sizeof(VramdBackendApi), VRAMD_BACKEND_ABI_VERSION, name,  supports_gpu ? 1 : 0,
       &Entry::ModelCreate,     &Entry::ModelDestroy,      &Entry::InstanceCreate,
       &Entry::InstanceDestroy, &Entry::Execute,
+      // execute_on_instance_threads: the kit's backends (the built-ins) keep no per-thread
+      // state, so they keep the inline fast path and its saved thread hand-offs.
+      0,
   };
   return &api;
 }

@@ -6,6 +6,8 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,12 +36,19 @@ struct Allocation {
   size_t size = 0;
 };
 
-// Every live ledger allocation and every live link. One lock: an allocation's entry and its
-// link's liveness change together, so a free never uses a table whose model_destroy returned.
+// Every live ledger allocation, in shards by address, and every live link. Executions on many
+// instances allocate and free at once (a forward() makes dozens of each), so no lock here is
+// shared by all of them or held while vramd's side of a call runs: a shard's lock covers its
+// map only, and a link's own lock (ServerLink::WithApi) keeps its table valid during a call.
+constexpr size_t kShardBits = 6;
+struct AllocationShard {
+  std::mutex mu;
+  std::unordered_map<void*, Allocation> allocations;  // guarded by mu
+};
 struct Registry {
-  std::shared_mutex mu;
-  std::unordered_map<void*, Allocation> allocations;
-  std::vector<std::weak_ptr<ServerLink>> links;
+  std::array<AllocationShard, size_t{1} << kShardBits> shards;
+  std::shared_mutex links_mu;
+  std::vector<std::weak_ptr<ServerLink>> links;  // guarded by links_mu
 };
 
 Registry& registry() {
@@ -47,13 +56,32 @@ Registry& registry() {
   return *r;
 }
 
+AllocationShard& ShardOf(const void* ptr) {
+  // Allocations are at least 256-byte aligned; a multiplicative hash spreads the higher bits.
+  const uint64_t key = reinterpret_cast<uintptr_t>(ptr) >> 8;
+  return registry().shards[(key * 0x9E3779B97F4A7C15ull) >> (64 - kShardBits)];
+}
+
+// The live links other than `except`, for allocations outside a scope and for frees whose own
+// link has closed.
+std::vector<std::shared_ptr<ServerLink>> OtherLiveLinks(const ServerLink* except) {
+  std::vector<std::shared_ptr<ServerLink>> out;
+  std::shared_lock lock(registry().links_mu);
+  for (const auto& weak : registry().links) {
+    auto link = weak.lock();
+    if (link && link.get() != except && link->live()) out.push_back(std::move(link));
+  }
+  return out;
+}
+
 // VRAMD_PYTORCH_TRACE_ALLOCATIONS=<file>: the first kTraceLimit allocations and frees, one line
 // each ("A|F <ptr> <bytes> <cpu|gpu> <device> <stream> <owner>"), for replaying LibTorch's
-// pattern against vramd's pool (bench/pool_replay.cc). Written under the registry's lock.
+// pattern against vramd's pool (bench/pool_replay.cc).
 constexpr long kTraceLimit = 200000;
 struct Trace {
-  std::FILE* file = nullptr;
-  long events = 0;
+  std::FILE* file = nullptr;  // set once, before any event
+  std::mutex mu;
+  long events = 0;  // guarded by mu
 };
 Trace& trace() {
   static Trace* t = [] {
@@ -67,21 +95,13 @@ Trace& trace() {
 }
 void TraceEvent(char op, void* ptr, const Allocation& a, void* stream, VramdOwner owner) {
   Trace& t = trace();
-  if (t.file == nullptr || t.events >= kTraceLimit) return;
+  if (t.file == nullptr) return;
+  std::lock_guard lock(t.mu);
+  if (t.events >= kTraceLimit) return;
   std::fprintf(t.file, "%c %p %zu %s %d %p %llu\n", op, ptr, a.size,
                a.kind == VRAMD_DEVICE_GPU ? "gpu" : "cpu", a.device, stream,
                static_cast<unsigned long long>(owner));
   if (++t.events == kTraceLimit) std::fflush(t.file);
-}
-
-// A live link other than `except`, for allocations outside a scope and for frees whose own
-// link has closed. Caller holds the registry's lock.
-std::shared_ptr<ServerLink> AnyLiveLinkLocked(const ServerLink* except) {
-  for (const auto& weak : registry().links) {
-    auto link = weak.lock();
-    if (link && link->live() && link.get() != except) return link;
-  }
-  return nullptr;
 }
 
 // Takes `size` bytes from vramd for the calling thread's charge. Null with `error` set on
@@ -90,27 +110,36 @@ void* AllocateFromVramd(VramdDeviceKind kind, int32_t device, size_t size, void*
                         std::string* error) {
   std::shared_ptr<ServerLink> link;
   VramdOwner owner = 0;  // 0: vramd charges the thread's own current owner
+  VramdCode code = VRAMD_OK;
+  VramdError err{};
+  void* ptr = nullptr;
+  auto allocate = [&](const VramdServerApi* api) {
+    code = api->allocate(api->server, owner, kind, device, size, stream, &ptr, &err);
+  };
+  bool called = false;
   if (t_scope != nullptr) {
     link = t_scope->link();
     owner = t_scope->owner();
+    called = link->WithApi(allocate);
   } else {
-    std::shared_lock lock(registry().mu);
-    link = AnyLiveLinkLocked(nullptr);
+    for (auto& other : OtherLiveLinks(nullptr)) {
+      if ((called = other->WithApi(allocate))) {
+        link = std::move(other);
+        break;
+      }
+    }
   }
-  if (!link) {
+  if (!called) {
     *error = "no vramd model is loading or executing on this thread to charge it to";
     return nullptr;
   }
-  const VramdServerApi* api = link->api();
-  VramdError err{};
-  void* ptr = nullptr;
-  if (api->allocate(api->server, owner, kind, device, size, stream, &ptr, &err) != VRAMD_OK ||
-      ptr == nullptr) {
+  if (code != VRAMD_OK || ptr == nullptr) {
     *error = std::string(err.message, strnlen(err.message, sizeof err.message));
     return nullptr;
   }
-  std::unique_lock lock(registry().mu);
-  Allocation& a = registry().allocations[ptr] = Allocation{std::move(link), kind, device, size};
+  AllocationShard& shard = ShardOf(ptr);
+  std::lock_guard lock(shard.mu);
+  const Allocation& a = shard.allocations[ptr] = Allocation{std::move(link), kind, device, size};
   TraceEvent('A', ptr, a, stream, owner);
   return ptr;
 }
@@ -179,7 +208,7 @@ ServerLink::ServerLink(const VramdServerApi* api, std::string model_name)
     : api_(api), model_name_(std::move(model_name)) {}
 
 void ServerLink::Close() {
-  std::unique_lock lock(registry().mu);
+  std::unique_lock lock(mu_);
   live_ = false;
 }
 
@@ -191,7 +220,7 @@ ChargeScope::ChargeScope(std::shared_ptr<ServerLink> link, VramdOwner owner)
 ChargeScope::~ChargeScope() { t_scope = outer_; }
 
 void AddLiveLink(const std::shared_ptr<ServerLink>& link) {
-  std::unique_lock lock(registry().mu);
+  std::unique_lock lock(registry().links_mu);
   auto& links = registry().links;
   links.erase(std::remove_if(links.begin(), links.end(),
                              [](const std::weak_ptr<ServerLink>& w) { return w.expired(); }),
@@ -200,7 +229,7 @@ void AddLiveLink(const std::shared_ptr<ServerLink>& link) {
 }
 
 void RemoveLiveLink(const ServerLink* link) {
-  std::unique_lock lock(registry().mu);
+  std::unique_lock lock(registry().links_mu);
   auto& links = registry().links;
   links.erase(std::remove_if(links.begin(), links.end(),
                              [&](const std::weak_ptr<ServerLink>& w) {
@@ -211,30 +240,37 @@ void RemoveLiveLink(const ServerLink* link) {
 }
 
 LiveUsage LiveUsageOf(const ServerLink* link) {
-  std::shared_lock lock(registry().mu);
   LiveUsage usage;
-  for (const auto& [ptr, a] : registry().allocations) {
-    if (a.link.get() != link) continue;
-    ++usage.allocations;
-    usage.bytes += a.size;
+  for (AllocationShard& shard : registry().shards) {
+    std::lock_guard lock(shard.mu);
+    for (const auto& [ptr, a] : shard.allocations) {
+      if (a.link.get() != link) continue;
+      ++usage.allocations;
+      usage.bytes += a.size;
+    }
   }
   return usage;
 }
 
 bool FreeLedgerAllocation(void* ptr) {
   if (ptr == nullptr) return true;
-  // Hold the lock across the free: a link's table stays valid while its model_destroy waits
-  // in Close() for this lock.
-  std::unique_lock lock(registry().mu);
-  auto it = registry().allocations.find(ptr);
-  if (it == registry().allocations.end()) return false;
-  Allocation a = std::move(it->second);
-  TraceEvent('F', ptr, a, nullptr, 0);
-  registry().allocations.erase(it);
-  std::shared_ptr<ServerLink> link =
-      a.link->live() ? a.link : AnyLiveLinkLocked(a.link.get());
-  // With no table left to free through, vramd's ledger reports it at its owner.
-  if (link) link->api()->free(link->api()->server, a.kind, a.device, ptr);
+  Allocation a;
+  {
+    AllocationShard& shard = ShardOf(ptr);
+    std::lock_guard lock(shard.mu);
+    auto it = shard.allocations.find(ptr);
+    if (it == shard.allocations.end()) return false;
+    a = std::move(it->second);
+    shard.allocations.erase(it);
+    TraceEvent('F', ptr, a, nullptr, 0);
+  }
+  auto free = [&](const VramdServerApi* api) { api->free(api->server, a.kind, a.device, ptr); };
+  if (a.link->WithApi(free)) return true;
+  // Its model is gone: through another live model's table, and vramd's ledger reports it at
+  // its owner. With none left it stays allocated.
+  for (const auto& other : OtherLiveLinks(a.link.get())) {
+    if (other->WithApi(free)) break;
+  }
   return true;
 }
 

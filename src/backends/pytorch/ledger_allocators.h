@@ -32,19 +32,33 @@ class ServerLink {
   explicit ServerLink(const VramdServerApi* api, std::string model_name);
   ServerLink(const ServerLink&) = delete;
   ServerLink& operator=(const ServerLink&) = delete;
-  // Called at the end of model_destroy: allocations still live are freed through another live
-  // model's table from then on, or stay allocated when there is none.
+  // Called at the end of model_destroy: waits for calls through the table in progress, and
+  // none starts after it. Allocations still live are freed through another live model's table
+  // from then on, or stay allocated when there is none.
   void Close();
 
+  // Runs `call(api)` while the table is valid and returns true; false, running nothing, once
+  // Close() ran. Calls from many threads run side by side (each execution allocates through
+  // its model's link), so this takes a shared lock only.
+  template <typename Call>
+  bool WithApi(Call&& call) const {
+    std::shared_lock lock(mu_);
+    if (!live_) return false;
+    call(api_);
+    return true;
+  }
+
   const std::string& model_name() const { return model_name_; }
-  const VramdServerApi* api() const { return api_; }
-  // False once Close() ran; read under the registry's lock (ledger_allocators.cc).
-  bool live() const { return live_; }
+  bool live() const {
+    std::shared_lock lock(mu_);
+    return live_;
+  }
 
  private:
   const VramdServerApi* const api_;
   const std::string model_name_;
-  bool live_ = true;
+  mutable std::shared_mutex mu_;
+  bool live_ = true;  // guarded by mu_
 };
 
 // Charges the calling thread's LibTorch allocations to `owner` through `link` until destroyed.

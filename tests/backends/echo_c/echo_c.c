@@ -9,9 +9,13 @@
  *   fail_execute = "true"       every execute fails;
  * and an input whose first byte is ECHO_FAIL_BYTE (0xEE) fails that execute.
  * Built with -DECHO_WRONG_ABI it claims another ABI version, with -DECHO_NULL_TABLE its entry
- * point returns NULL, with -DECHO_SMALL_TABLE its table is too small, and with -DECHO_NO_ENTRY
- * it exports no entry point: vramd must refuse each, saying why. ECHO_BACKEND_NAME sets the
+ * point returns NULL, with -DECHO_SMALL_TABLE its table ends before execute, and with
+ * -DECHO_NO_ENTRY it exports no entry point: vramd must refuse each, saying why. With
+ * -DECHO_INSTANCE_THREADS it sets execute_on_instance_threads; with -DECHO_OLDER_TABLE its
+ * struct_size ends before that field, as a library built before it was appended, while the
+ * memory past it says 1: vramd must load it and not read the field. ECHO_BACKEND_NAME sets the
  * name the table reports (the library's directory name). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,8 +165,10 @@ static VramdCode execute(void* instance, const VramdRequest* request, const Vram
 }
 
 static const VramdBackendApi kApi = {
-#ifdef ECHO_SMALL_TABLE
-    sizeof(VramdBackendApi) - sizeof(void*),
+#if defined(ECHO_SMALL_TABLE)
+    offsetof(VramdBackendApi, execute),
+#elif defined(ECHO_OLDER_TABLE)
+    offsetof(VramdBackendApi, execute_on_instance_threads),
 #else
     sizeof(VramdBackendApi),
 #endif
@@ -174,6 +180,11 @@ static const VramdBackendApi kApi = {
     instance_create,
     instance_destroy,
     execute,
+#if defined(ECHO_INSTANCE_THREADS) || defined(ECHO_OLDER_TABLE)
+    1, /* execute_on_instance_threads (outside the table for ECHO_OLDER_TABLE) */
+#else
+    0, /* execute_on_instance_threads: no per-thread state */
+#endif
 };
 
 #ifdef ECHO_NO_ENTRY
