@@ -57,15 +57,26 @@ class Thrower(torch.nn.Module):
         return x * 2.0
 
 
+class Mixed(torch.nn.Module):
+    """Two inputs and four outputs of four types and odd sizes: each goes through the instance's
+    pinned staging at its own offset, and growing batches make the staging grow."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor):
+        return a * 2.0, b + 1, a.sum(1) > 0, a.double() / 3.0
+
+
 KIND = "KIND_GPU"
+TYPES = {torch.float32: ("TYPE_FP32", "FP32"), torch.int64: ("TYPE_INT64", "INT64"),
+         torch.bool: ("TYPE_BOOL", "BOOL"), torch.float64: ("TYPE_FP64", "FP64")}
 
 
 def write_model(repo, name, module, inputs, outputs, max_batch_size, count):
     d = os.path.join(repo, name)
     os.makedirs(os.path.join(d, "1"), exist_ok=True)
     torch.jit.save(module, os.path.join(d, "1", "model.pt"))
-    t = lambda n, dims: '{ name: "%s" data_type: TYPE_FP32 dims: [ %s ] }' % (
-        n, ", ".join(map(str, dims)))
+    # (name, dims) or (name, dims, torch dtype); FP32 when not given.
+    t = lambda n, dims, dtype=torch.float32: '{ name: "%s" data_type: %s dims: [ %s ] }' % (
+        n, TYPES[dtype][0], ", ".join(map(str, dims)))
     with open(os.path.join(d, "config.pbtxt"), "w") as f:
         f.write('platform: "pytorch_libtorch"\nmax_batch_size: %d\ninput [ %s ]\noutput [ %s ]\n'
                 'instance_group [ { kind: %s count: %d } ]\n' % (
@@ -110,7 +121,7 @@ class Server:
             return e.code, json.loads(e.read() or b"null")
 
     def infer(self, model, tensors):
-        body = {"inputs": [{"name": n, "datatype": "FP32", "shape": list(t.shape),
+        body = {"inputs": [{"name": n, "datatype": TYPES[t.dtype][1], "shape": list(t.shape),
                             "data": t.reshape(-1).tolist()} for n, t in tensors]}
         return self.call("POST", "/v2/models/%s/infer" % model, body)
 
@@ -169,6 +180,10 @@ def main():
                 [("INPUT__0", [256])], [("OUTPUT__0", [256])], 8, 2)
     write_model(repo, "thrower_gpu", torch.jit.script(Thrower()),
                 [("INPUT__0", [-1])], [("OUTPUT__0", [-1])], 0, 1)
+    write_model(repo, "mixed_gpu", torch.jit.script(Mixed()),
+                [("a", [-1], torch.float32), ("b", [5], torch.int64)],
+                [("OUTPUT__0", [-1], torch.float32), ("OUTPUT__1", [5], torch.int64),
+                 ("OUTPUT__2", [], torch.bool), ("OUTPUT__3", [-1], torch.float64)], 64, 2)
     weight_bytes = sum(p.numel() * 4 for p in mlp.parameters())
     reference = mlp.to(device)
 
@@ -219,6 +234,29 @@ def main():
             growth = (cycle_used[-1] - cycle_used[0]) / MiB
             say("FIGURE", "pytorch_gpu_nvml_growth_cycle1_to_cycle5_mib %.1f MiB" % growth)
             check(abs(growth) <= 2.0, "5 load/unload cycles do not grow NVML (%.1f MiB)" % growth)
+
+        status, body = server.call("POST", "/v2/repository/models/mixed_gpu/load")
+        check(status == 200, "mixed_gpu loads (%s)" % body)
+        mismatches = []
+        for batch, width in [(1, 3), (2, 7), (64, 1000), (5, 33), (64, 4099), (1, 1)]:
+            a = torch.randn(batch, width)
+            b = torch.randint(-1000, 1000, (batch, 5))
+            status, body = server.infer("mixed_gpu", [("a", a), ("b", b)])
+            if status != 200:
+                mismatches.append("batch %d width %d: HTTP %d %s" % (batch, width, status, body))
+                continue
+            got = {o["name"]: o for o in body["outputs"]}
+            want = {"OUTPUT__0": a * 2.0, "OUTPUT__1": b + 1, "OUTPUT__2": a.sum(1) > 0,
+                    "OUTPUT__3": a.double() / 3.0}
+            for name, w in want.items():
+                o = got.get(name)
+                g = None if o is None else torch.tensor(o["data"], dtype=w.dtype).reshape(o["shape"])
+                if g is None or g.shape != w.shape or not torch.allclose(
+                        g.double(), w.double(), rtol=1e-6, atol=1e-6):
+                    mismatches.append("batch %d width %d: %s differs" % (batch, width, name))
+        check(not mismatches, "two inputs and four outputs of four types through pinned staging, "
+              "batches 1 to 64, equal torch's (%s)" % ("; ".join(mismatches[:3]) or "all equal"))
+        server.call("POST", "/v2/repository/models/mixed_gpu/unload")
 
         status, body = server.call("POST", "/v2/repository/models/thrower_gpu/load")
         check(status == 200, "thrower_gpu loads (%s)" % body)
