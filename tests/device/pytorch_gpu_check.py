@@ -58,8 +58,8 @@ class Thrower(torch.nn.Module):
 
 
 class Mixed(torch.nn.Module):
-    """Two inputs and four outputs of four types and odd sizes: each goes through the instance's
-    pinned staging at its own offset, and growing batches make the staging grow."""
+    """Two inputs and four outputs of four types and odd sizes, copied to and from the GPU at
+    batch sizes that grow and shrink."""
 
     def forward(self, a: torch.Tensor, b: torch.Tensor):
         return a * 2.0, b + 1, a.sum(1) > 0, a.double() / 3.0
@@ -254,7 +254,7 @@ def main():
                 if g is None or g.shape != w.shape or not torch.allclose(
                         g.double(), w.double(), rtol=1e-6, atol=1e-6):
                     mismatches.append("batch %d width %d: %s differs" % (batch, width, name))
-        check(not mismatches, "two inputs and four outputs of four types through pinned staging, "
+        check(not mismatches, "two inputs and four outputs of four types on the GPU, "
               "batches 1 to 64, equal torch's (%s)" % ("; ".join(mismatches[:3]) or "all equal"))
         server.call("POST", "/v2/repository/models/mixed_gpu/unload")
 

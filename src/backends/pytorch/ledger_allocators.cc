@@ -274,23 +274,6 @@ bool FreeLedgerAllocation(void* ptr) {
   return true;
 }
 
-bool ChargedBuffer::Reserve(size_t size, std::string* error) {
-  if (ptr_ != nullptr && size_ >= size) return true;
-  Release();
-  size_t rounded = 4096;
-  while (rounded < size) rounded *= 2;
-  ptr_ = AllocateFromVramd(kind_, -1, rounded, nullptr, error);
-  if (ptr_ == nullptr) return false;
-  size_ = rounded;
-  return true;
-}
-
-void ChargedBuffer::Release() {
-  if (ptr_ != nullptr) FreeLedgerAllocation(ptr_);
-  ptr_ = nullptr;
-  size_ = 0;
-}
-
 const std::string& InstallLedgerAllocators() {
   static const std::string warning = []() -> std::string {
     // For measuring what the ledger costs: the same backend with LibTorch's own allocators.

@@ -102,30 +102,4 @@ LiveUsage LiveUsageOf(const ServerLink* link);
 // `ptr` is not one (it came from the allocator LibTorch had before).
 bool FreeLedgerAllocation(void* ptr);
 
-// Host memory of the backend's own (VRAMD_DEVICE_CUDA_HOST: pinned staging for copies to and
-// from a GPU; or VRAMD_DEVICE_CPU), taken from vramd like LibTorch's memory: charged to the
-// ChargeScope of the thread that reserves it, freed when the buffer is destroyed or replaced.
-// Not thread-safe: one owner uses it at a time.
-class ChargedBuffer {
- public:
-  explicit ChargedBuffer(VramdDeviceKind kind) : kind_(kind) {}
-  ~ChargedBuffer() { Release(); }
-  ChargedBuffer(const ChargedBuffer&) = delete;
-  ChargedBuffer& operator=(const ChargedBuffer&) = delete;
-
-  // Makes the buffer at least `size` bytes, keeping it when it already is; a larger one
-  // replaces it (contents lost) with the next power of two, so that growing requests
-  // reallocate a few times only. False with `error` set, and no buffer, on failure.
-  bool Reserve(size_t size, std::string* error);
-  void Release();
-
-  char* data() const { return static_cast<char*>(ptr_); }
-  size_t size() const { return size_; }
-
- private:
-  const VramdDeviceKind kind_;
-  void* ptr_ = nullptr;
-  size_t size_ = 0;
-};
-
 }  // namespace vramd::pytorch

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -352,21 +351,11 @@ std::shared_ptr<LoadedModule> TorchModel::ModuleFor(const std::string& device, F
 
 struct TorchInstance::DeviceState {
   c10::Device device{c10::DeviceType::CPU};
-  // `bytes` of pinned staging for the inputs or the outputs, reserved under the caller's charge.
-  bool Staging(bool outputs, size_t bytes, char** at, std::string* error);
-  // Waits for everything queued on the instance's stream.
-  void Synchronize();
 #if defined(VRAMD_TORCH_CUDA)
   c10::cuda::CUDAStream Stream() const {
     return c10::cuda::getStreamFromExternal(stream, device.index());
   }
   cudaStream_t stream = nullptr;  // owned
-  // Pinned staging for the request's inputs and the outputs, so that the copies to and from the
-  // device are asynchronous on the instance's stream, with one synchronization per execution
-  // (pageable memory would make each copy wait). Charged to the instance; freed after the
-  // stream is synchronized below.
-  ChargedBuffer staged_inputs{VRAMD_DEVICE_CUDA_HOST};
-  ChargedBuffer staged_outputs{VRAMD_DEVICE_CUDA_HOST};
   ~DeviceState() {
     if (stream == nullptr) return;
     cudaStreamSynchronize(stream);
@@ -382,23 +371,6 @@ struct TorchInstance::DeviceState {
   }
 #endif
 };
-
-#if defined(VRAMD_TORCH_CUDA)
-bool TorchInstance::DeviceState::Staging(bool outputs, size_t bytes, char** at,
-                                         std::string* error) {
-  ChargedBuffer& buffer = outputs ? staged_outputs : staged_inputs;
-  if (!buffer.Reserve(bytes, error)) return false;
-  *at = buffer.data();
-  return true;
-}
-void TorchInstance::DeviceState::Synchronize() { Stream().synchronize(); }
-#else
-bool TorchInstance::DeviceState::Staging(bool, size_t, char**, std::string* error) {
-  *error = "this pytorch backend was built without CUDA";
-  return false;
-}
-void TorchInstance::DeviceState::Synchronize() {}
-#endif
 
 TorchInstance::TorchInstance(TorchModel* model, VramdOwner owner,
                              std::shared_ptr<LoadedModule> module,
@@ -489,106 +461,6 @@ void TorchInstance::ProfileDone() {
   p.graph_logged = true;
 }
 
-namespace {
-// Offsets in a staging buffer keep each tensor 256-byte aligned, as the device side prefers.
-size_t Aligned(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
-}  // namespace
-
-bool TorchInstance::GatherInputs(const VramdRequest& request, std::vector<c10::IValue>* args,
-                                 Failure* failure) {
-  const c10::Device device = module_->device;
-  // On a GPU every input goes through the instance's pinned staging buffer, reserved for all of
-  // them at once so that no copy in flight loses its source to a reallocation.
-  char* staged = nullptr;
-  if (device.is_cuda()) {
-    size_t total = 0;
-    for (size_t i = 0; i < request.input_count; ++i) total += Aligned(request.inputs[i].byte_size);
-    std::string error;
-    if (!device_->Staging(/*outputs=*/false, total, &staged, &error)) {
-      *failure = {VRAMD_RESOURCE_EXHAUSTED, "no pinned staging for the inputs: " + error};
-      return false;
-    }
-  }
-  args->reserve(module_->args.size());
-  for (const ArgSource& source : module_->args) {
-    const VramdTensor* in = nullptr;
-    for (size_t i = 0; i < request.input_count && !source.input.empty(); ++i) {
-      if (source.input == request.inputs[i].name) in = &request.inputs[i];
-    }
-    if (in == nullptr) {
-      if (!source.fallback) {
-        *failure = {VRAMD_INVALID_ARGUMENT, "input '" + source.input + "' is missing"};
-        return false;
-      }
-      args->push_back(*source.fallback);
-      continue;
-    }
-    const std::vector<int64_t> shape(in->shape, in->shape + in->rank);
-    const auto options = torch::TensorOptions().dtype(ScalarTypeOf(in->datatype));
-    if (staged == nullptr) {
-      // On the CPU forward() reads the request's bytes in place; a module that writes into its
-      // input writes into vramd's buffer for this call only.
-      args->push_back(torch::from_blob(const_cast<void*>(in->data), shape, options));
-      continue;
-    }
-    if (in->byte_size > 0) std::memcpy(staged, in->data, in->byte_size);
-    args->push_back(torch::from_blob(staged, shape, options)
-                        .to(device, /*non_blocking=*/true, /*copy=*/true));
-    staged += Aligned(in->byte_size);
-  }
-  return true;
-}
-
-bool TorchInstance::ReturnOutputs(const std::vector<at::Tensor>& results,
-                                  const VramdOutputs& outputs, Failure* failure) {
-  const ModelSpec& spec = model_->spec();
-  const bool on_device = module_->device.is_cuda();
-  // On a GPU: every output copied into the pinned staging buffer on the instance's stream, one
-  // synchronization, then into vramd's output buffers.
-  std::vector<char*> staged(results.size(), nullptr);
-  if (on_device) {
-    size_t total = 0;
-    for (const at::Tensor& t : results) total += Aligned(t.numel() * t.element_size());
-    char* at = nullptr;
-    std::string error;
-    if (!device_->Staging(/*outputs=*/true, total, &at, &error)) {
-      *failure = {VRAMD_RESOURCE_EXHAUSTED, "no pinned staging for the outputs: " + error};
-      return false;
-    }
-    for (size_t i = 0; i < results.size(); ++i) {
-      const at::Tensor& t = results[i];
-      staged[i] = at;
-      if (t.numel() > 0) {
-        torch::from_blob(at, t.sizes(), torch::TensorOptions().dtype(t.scalar_type()))
-            .copy_(t, /*non_blocking=*/true);
-      }
-      at += Aligned(t.numel() * t.element_size());
-    }
-    device_->Synchronize();
-  }
-  for (size_t i = 0; i < results.size(); ++i) {
-    const TensorSpec& o = spec.outputs[i];
-    const at::Tensor& t = results[i];
-    const std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    void* data = nullptr;
-    VramdError err{};
-    const VramdCode code = outputs.add(outputs.outputs, o.name.c_str(), o.datatype, shape.data(),
-                                       shape.size(), bytes, &data, &err);
-    if (code != VRAMD_OK) {
-      *failure = {code, std::string(err.message, strnlen(err.message, sizeof err.message))};
-      return false;
-    }
-    if (bytes == 0) continue;
-    if (on_device) {
-      std::memcpy(data, staged[i], bytes);
-    } else {
-      torch::from_blob(data, shape, torch::TensorOptions().dtype(t.scalar_type())).copy_(t);
-    }
-  }
-  return true;
-}
-
 bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& outputs,
                             Failure* failure) {
   const ModelSpec& spec = model_->spec();
@@ -599,8 +471,8 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
   if (spec.inference_mode) inference.emplace();
   torch::NoGradGuard no_grad;
   torch::jit::GraphOptimizerEnabledGuard optimize(spec.optimized_execution);
-#if defined(VRAMD_TORCH_CUDA)
   const c10::Device device = module_->device;
+#if defined(VRAMD_TORCH_CUDA)
   std::optional<std::shared_lock<std::shared_mutex>> workspaces;
   std::optional<c10::cuda::CUDAGuard> device_guard;
   std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
@@ -613,7 +485,28 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
   if (profile_) profile_->start = Profile::Clock::now();
   try {
     std::vector<c10::IValue> args;
-    if (!GatherInputs(request, &args, failure)) return false;
+    args.reserve(module_->args.size());
+    for (const ArgSource& source : module_->args) {
+      const VramdTensor* in = nullptr;
+      for (size_t i = 0; i < request.input_count && !source.input.empty(); ++i) {
+        if (source.input == request.inputs[i].name) in = &request.inputs[i];
+      }
+      if (in == nullptr) {
+        if (!source.fallback) {
+          *failure = {VRAMD_INVALID_ARGUMENT, "input '" + source.input + "' is missing"};
+          return false;
+        }
+        args.push_back(*source.fallback);
+        continue;
+      }
+      const std::vector<int64_t> shape(in->shape, in->shape + in->rank);
+      // The request's bytes are only read: forward() gets a copy on a GPU, and on the CPU a
+      // module that writes into its input writes into vramd's buffer for this call only.
+      at::Tensor t = torch::from_blob(const_cast<void*>(in->data), shape,
+                                      torch::TensorOptions().dtype(ScalarTypeOf(in->datatype)));
+      if (device.is_cuda()) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
+      args.push_back(std::move(t));
+    }
     ProfileMark(&Profile::inputs_done);
     if (profile_) profile_->before_forward = probe::ThreadUsageNow();
     const c10::IValue result = module_->module.forward(std::move(args));
@@ -628,16 +521,30 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
     }
     ProfileMark(&Profile::forward_done);
 
-    std::vector<at::Tensor> results(spec.outputs.size());
     for (size_t i = 0; i < spec.outputs.size(); ++i) {
+      const TensorSpec& o = spec.outputs[i];
+      at::Tensor t;
       std::string error;
-      if (!PickOutput(result, spec, i, module_->outputs_by_index, &results[i], &error) ||
-          !CheckOutput(spec.outputs[i], spec, results[i], &error)) {
+      if (!PickOutput(result, spec, i, module_->outputs_by_index, &t, &error) ||
+          !CheckOutput(o, spec, t, &error)) {
         *failure = {VRAMD_INTERNAL, error};
         return false;
       }
+      t = t.contiguous();
+      const std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+      const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+      void* data = nullptr;
+      VramdError err{};
+      const VramdCode code = outputs.add(outputs.outputs, o.name.c_str(), o.datatype,
+                                         shape.data(), shape.size(), bytes, &data, &err);
+      if (code != VRAMD_OK) {
+        *failure = {code, std::string(err.message, strnlen(err.message, sizeof err.message))};
+        return false;
+      }
+      if (bytes > 0) {
+        torch::from_blob(data, shape, torch::TensorOptions().dtype(t.scalar_type())).copy_(t);
+      }
     }
-    if (!ReturnOutputs(results, outputs, failure)) return false;
     ProfileDone();
     return true;
   } catch (const c10::Error& e) {

@@ -26,13 +26,6 @@
 #include "model_spec.h"
 #include "vramd/backend.h"
 
-namespace c10 {
-struct IValue;
-}
-namespace at {
-class Tensor;
-}
-
 namespace vramd::pytorch {
 
 struct LoadedModule;  // torch_model.cc: a torch::jit::Module on one device, with its I/O plan
@@ -88,12 +81,6 @@ class TorchInstance {
   struct Profile;      // torch_model.cc: VRAMD_PYTORCH_PROFILE's timings
   TorchInstance(TorchModel* model, VramdOwner owner, std::shared_ptr<LoadedModule> module,
                 std::unique_ptr<DeviceState> device);
-  // The request's inputs as forward()'s arguments (on a GPU, copied through pinned staging).
-  bool GatherInputs(const VramdRequest& request, std::vector<c10::IValue>* args,
-                    Failure* failure);
-  // forward()'s results, checked against the config, added to `outputs`.
-  bool ReturnOutputs(const std::vector<at::Tensor>& results, const VramdOutputs& outputs,
-                     Failure* failure);
   void ProfileMark(std::chrono::steady_clock::time_point Profile::*mark);
   void ProfileDone();
 
