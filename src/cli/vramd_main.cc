@@ -5,9 +5,12 @@
 #include <fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -68,6 +71,31 @@ int WaitForStopSignal(const sigset_t& set) {
   return sig;
 }
 
+// Request bodies and encoded responses are host buffers of the request's size, made and freed
+// once per request. With glibc's defaults a 150 KB one is mapped or grown into a heap top that
+// is trimmed again at its free, so every request page-faults its buffers in afresh (a quarter
+// of the server's CPU time for 150 KB tensors at concurrency 1). Keeping freed memory up to
+// these sizes in malloc's heaps makes the next request reuse it: 150 KB identity requests went
+// from ~2,800 to ~3,800-4,000 per second (bench/identity_roundtrip.sh, docs/benchmarks.md).
+// The cost: the process keeps the host memory of its busiest moment. A user's own
+// GLIBC_TUNABLES / MALLOC_*_ settings win, and VRAMD_KEEP_MALLOC_DEFAULTS=1 keeps glibc's.
+void TuneMalloc() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const char* keep = std::getenv("VRAMD_KEEP_MALLOC_DEFAULTS");
+  if ((tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) ||
+      std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr ||
+      std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      (keep != nullptr && std::strcmp(keep, "1") == 0)) {
+    return;
+  }
+  constexpr int kMmapThreshold = 32 << 20;   // below this, from the heaps, not mmap
+  constexpr int kTrimThreshold = 256 << 20;  // free memory a heap keeps at its top
+  if (mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1 ||
+      mallopt(M_TRIM_THRESHOLD, kTrimThreshold) != 1) {
+    spdlog::warn("could not set malloc's thresholds; request buffers are page-faulted afresh");
+  }
+}
+
 int Serve(const ServeOptions& options) {
   // Logs go to stderr, keeping stdout free for anything a wrapper wants to print.
   spdlog::set_default_logger(spdlog::stderr_color_mt("vramd"));
@@ -78,6 +106,7 @@ int Serve(const ServeOptions& options) {
   // vramd's handles always run in a workspace taken from the ledger, so the pool is disabled
   // unless the user set it.
   setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", /*overwrite=*/0);
+  TuneMalloc();
 
   spdlog::info("vramd {} starting; {}", VRAMD_VERSION, vramd::memory::CudaDescription());
 
