@@ -25,7 +25,8 @@ if not BACKEND_DIR or not LIBRARY.is_file():
 torch = pytest.importorskip("torch", reason="python3-torch is needed to make the test models")
 import torch_models  # noqa: E402  (imports torch)
 
-READY = ["addmul", "scale", "thrower", "types", "dict_out", "mlp", "wrong_type"]
+READY = ["addmul", "scale", "thrower", "types", "dict_out", "mlp", "wrong_type", "shout", "describe",
+         "not_strings"]
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +137,54 @@ def test_traced_mlp_under_concurrent_batched_load_matches_torch(torch_server, mo
         np.testing.assert_allclose(got, run_torch(modules["mlp"], x)[0], rtol=1e-5, atol=1e-6)
 
 
+def _texts(values):
+    """A BYTES output as a flat list of str."""
+    flat = np.asarray(values, dtype=object).reshape(-1)
+    return [v.decode() if isinstance(v, bytes) else v for v in flat]
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_strings_in_and_out_as_list_of_str_match_torch(torch_server, models, binary):
+    _, modules = models
+    words = ["hello", "w\u00f6rld", "", "x" * 300]
+    client = torch_server.client()
+    try:
+        result = client.infer("shout", [Input("INPUT__0", "BYTES", words, binary=binary)])
+    finally:
+        client.close()
+    assert _texts(result.outputs["OUTPUT__0"]) == modules["shout"](words)
+    assert list(np.asarray(result.outputs["OUTPUT__0"], dtype=object).shape) == [len(words)]
+
+
+def test_strings_and_tensors_under_concurrent_batching_match_torch(torch_server, models):
+    _, modules = models
+    rng = np.random.default_rng(9)
+    requests = []
+    for i in range(24):
+        rows = int(rng.integers(1, 4))
+        words = [["w%d_%s" % (i, "z" * int(rng.integers(0, 5)))] for _ in range(rows)]
+        requests.append((words, rng.standard_normal((rows, 2)).astype(np.float32)))
+
+    def call(request):
+        words, x = request
+        client = torch_server.client()
+        try:
+            return client.infer("describe", [Input("words", "BYTES", words, binary=True),
+                                             Input("x", "FP32", x, binary=True)]).outputs
+        finally:
+            client.close()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(call, requests))
+    for (words, x), got in zip(requests, answers):
+        flat = [w[0] for w in words]
+        texts, lengths, doubled = modules["describe"](flat, torch.from_numpy(x))
+        assert _texts(got["OUTPUT__0"]) == texts
+        assert list(np.asarray(got["OUTPUT__0"], dtype=object).shape) == [len(words), 1]
+        np.testing.assert_array_equal(got["OUTPUT__1"], lengths.numpy())
+        np.testing.assert_array_equal(got["OUTPUT__2"], doubled.numpy())
+
+
 def test_exception_in_forward_is_an_error_response_and_the_server_keeps_serving(
         torch_server, models):
     _, modules = models
@@ -158,14 +207,20 @@ def test_exception_in_forward_is_an_error_response_and_the_server_keeps_serving(
     assert torch_server.alive()
 
 
-def test_output_of_another_type_than_the_config_says_is_an_error(torch_server):
+@pytest.mark.parametrize("model,request_input,words", [
+    ("wrong_type", Input("INPUT__0", "FP32", np.ones(3, dtype=np.float32)), ["FP32"]),
+    ("not_strings", Input("INPUT__0", "BYTES", ["a", "b"]), ["List[str]"]),
+])
+def test_output_of_another_type_than_the_config_says_is_an_error(torch_server, model,
+                                                                 request_input, words):
     client = torch_server.client()
     try:
-        r = client.infer_raw("wrong_type", [Input("INPUT__0", "FP32",
-                                                  np.ones(3, dtype=np.float32))])
+        r = client.infer_raw(model, [request_input])
         assert r.status >= 400, r
         message = r.error_message()
-        assert "OUTPUT__0" in message and "FP32" in message, message
+        assert "OUTPUT__0" in message, message
+        for w in words:
+            assert w in message, (w, message)
         assert client.get("/v2/models/addmul/ready").status == 200
     finally:
         client.close()
@@ -175,7 +230,8 @@ def test_output_of_another_type_than_the_config_says_is_an_error(torch_server):
     ("bad_names", ["left", "forward()", "x, y"]),
     ("corrupt", ["cannot load TorchScript file", "model.pt"]),
     ("no_file", ["no TorchScript file", "model.pt"]),
-    ("strings", ["TYPE_STRING", "not supported"]),
+    ("strings", ["input 'INPUT__0' is TYPE_STRING", "must be List[str]", "Tensor"]),
+    ("strings_as_tensor", ["forward() argument 'text'", "List[str]"]),
 ])
 def test_models_the_backend_cannot_serve_fail_alone_with_the_reason(torch_server, model, words):
     client = torch_server.client()

@@ -5,6 +5,7 @@ a Triton model directory: <repo>/<name>/config.pbtxt and <repo>/<name>/1/model.p
 torch.jit.script needs the classes' source, so they live in this file rather than in strings."""
 
 import pathlib
+from typing import List
 
 import torch
 
@@ -52,6 +53,28 @@ class WrongType(torch.nn.Module):
 
     def forward(self, x: torch.Tensor):
         return x.double()
+
+
+class Shout(torch.nn.Module):
+    """Strings in and out (Triton's TYPE_STRING as TorchScript's List[str])."""
+
+    def forward(self, text: List[str]) -> List[str]:
+        return [s.upper() + "!" for s in text]
+
+
+class Describe(torch.nn.Module):
+    """A batch of strings and a tensor in; strings, their lengths and the tensor out."""
+
+    def forward(self, words: List[str], x: torch.Tensor):
+        lengths = torch.tensor([len(w) for w in words], dtype=torch.int64).unsqueeze(1)
+        return [w + "=" + str(len(w)) for w in words], lengths, x * 2.0
+
+
+class NotStrings(torch.nn.Module):
+    """Returns a tensor where the config promises strings."""
+
+    def forward(self, text: List[str]):
+        return torch.zeros(len(text))
 
 
 def mlp(seed=7):
@@ -120,6 +143,17 @@ def make_repository(repo):
           config([("INPUT__0", "TYPE_FP32", [16])], [("OUTPUT__0", "TYPE_FP32", [8])],
                  max_batch_size=8, count=2,
                  extra="dynamic_batching { max_queue_delay_microseconds: 2000 }\n"))
+    modules["shout"] = scripted(Shout)
+    write(repo, "shout", modules["shout"],
+          config([("INPUT__0", "TYPE_STRING", [-1])], [("OUTPUT__0", "TYPE_STRING", [-1])]))
+    modules["describe"] = scripted(Describe)
+    write(repo, "describe", modules["describe"],
+          config([("words", "TYPE_STRING", [1]), ("x", "TYPE_FP32", [2])],
+                 [("OUTPUT__0", "TYPE_STRING", [1]), ("OUTPUT__1", "TYPE_INT64", [1]),
+                  ("OUTPUT__2", "TYPE_FP32", [2])], max_batch_size=8, count=2,
+                 extra="dynamic_batching { max_queue_delay_microseconds: 2000 }\n"))
+    write(repo, "not_strings", scripted(NotStrings),
+          config([("INPUT__0", "TYPE_STRING", [-1])], [("OUTPUT__0", "TYPE_STRING", [-1])]))
     # Models that must fail to load, each alone.
     write(repo, "wrong_type", scripted(WrongType),
           config([("INPUT__0", "TYPE_FP32", [-1])], [("OUTPUT__0", "TYPE_FP32", [-1])]))
@@ -132,4 +166,6 @@ def make_repository(repo):
           config([("INPUT__0", "TYPE_FP32", [-1])], [("OUTPUT__0", "TYPE_FP32", [-1])]))
     write(repo, "strings", scripted(Thrower),
           config([("INPUT__0", "TYPE_STRING", [-1])], [("OUTPUT__0", "TYPE_FP32", [-1])]))
+    write(repo, "strings_as_tensor", scripted(Shout),
+          config([("INPUT__0", "TYPE_FP32", [-1])], [("OUTPUT__0", "TYPE_STRING", [-1])]))
     return modules

@@ -34,14 +34,14 @@ constexpr std::array<TypeName, 14> kTypes = {{
     {"TYPE_BF16", "BF16", VRAMD_TYPE_BF16},
 }};
 
-// Types LibTorch has tensors for. Unsigned types wider than 8 bits arrived in LibTorch only
-// recently and with few kernels, and strings (List[str] in TorchScript) are not served yet.
+// Types the backend serves: those LibTorch has tensors for, and strings (TYPE_STRING), which
+// TorchScript takes and returns as List[str]. Unsigned types wider than 8 bits arrived in
+// LibTorch only recently and with few kernels.
 bool TorchHasType(VramdDataType type) {
   switch (type) {
     case VRAMD_TYPE_UINT16:
     case VRAMD_TYPE_UINT32:
     case VRAMD_TYPE_UINT64:
-    case VRAMD_TYPE_BYTES:
     case VRAMD_TYPE_INVALID: return false;
     default: return true;
   }
@@ -88,7 +88,7 @@ bool ParseTensor(const rapidjson::Value& v, const char* what, size_t index, Tens
   }
   if (!TorchHasType(out->datatype)) {
     *error = label + ": data_type " + type + " is not supported by the pytorch backend "
-             "(supported: BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64)";
+             "(supported: BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64, STRING)";
     return false;
   }
   if (v.HasMember("dims") && v["dims"].IsArray()) {

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -30,6 +32,7 @@ namespace vramd::pytorch {
 struct ArgSource {
   std::string input;                       // the config input feeding it; empty: `fallback`
   std::optional<c10::IValue> fallback;     // the argument's default, or None for Optional
+  bool strings = false;                    // a TYPE_STRING input, passed as List[str]
 };
 
 struct LoadedModule {
@@ -88,6 +91,11 @@ std::string Condense(const std::string& what) {
   return lines.front() + (last != lines.front() ? " (" + last + ")" : "");
 }
 
+bool IsStringList(const c10::TypePtr& type) {
+  auto list = type->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::StringType;
+}
+
 bool IsTensorType(const c10::TypePtr& type, bool* optional) {
   *optional = false;
   if (type->kind() == c10::TypeKind::TensorType) return true;
@@ -131,11 +139,25 @@ bool PlanInputs(const ModelSpec& spec, const c10::FunctionSchema& schema,
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {
+    const auto in = std::find_if(spec.inputs.begin(), spec.inputs.end(),
+                                 [&](const TensorSpec& t) { return t.name == (*plan)[i].input; });
+    if (in != spec.inputs.end() && in->datatype == VRAMD_TYPE_BYTES) {
+      // Triton's convention for strings: TorchScript has no string tensors, so a TYPE_STRING
+      // input arrives as a List[str] of all its elements in order.
+      if (!IsStringList(params[i]->type())) {
+        *error = "input '" + in->name + "' is TYPE_STRING, so forward() argument '" +
+                 params[i]->name() + "' must be List[str], not " +
+                 params[i]->type()->annotation_str();
+        return false;
+      }
+      (*plan)[i].strings = true;
+      continue;
+    }
     bool optional = false;
     if (!IsTensorType(params[i]->type(), &optional)) {
       *error = "forward() argument '" + params[i]->name() + "' is " +
                params[i]->type()->annotation_str() +
-               "; the pytorch backend passes tensors only";
+               "; the pytorch backend passes tensors, and List[str] for TYPE_STRING inputs";
       return false;
     }
     if (params[i]->default_value()) {
@@ -153,9 +175,14 @@ bool PlanInputs(const ModelSpec& spec, const c10::FunctionSchema& schema,
   return true;
 }
 
-// The returned value for output `index` of the config.
+bool IsStringListValue(const c10::IValue& v) {
+  return v.isList() && v.toList().elementType()->kind() == c10::TypeKind::StringType;
+}
+
+// The returned value for output `index` of the config: a tensor, or a List[str] for a
+// TYPE_STRING output.
 bool PickOutput(const c10::IValue& result, const ModelSpec& spec, size_t index,
-                bool by_convention, at::Tensor* out, std::string* error) {
+                bool by_convention, c10::IValue* out, std::string* error) {
   const TensorSpec& o = spec.outputs[index];
   c10::IValue value;
   if (result.isGenericDict()) {
@@ -172,10 +199,10 @@ bool PickOutput(const c10::IValue& result, const ModelSpec& spec, size_t index,
     if (result.isTuple()) {
       const auto& elements = result.toTupleRef().elements();
       items.assign(elements.begin(), elements.end());
-    } else if (result.isList()) {
+    } else if (result.isList() && !IsStringListValue(result)) {
       for (const auto& v : result.toListRef()) items.push_back(v);
     } else {
-      items.push_back(result);
+      items.push_back(result);  // one tensor, or one List[str]
     }
     if (at >= items.size()) {
       *error = "output '" + o.name + "' wants value " + std::to_string(at) + " of forward()'s " +
@@ -184,11 +211,80 @@ bool PickOutput(const c10::IValue& result, const ModelSpec& spec, size_t index,
     }
     value = items[at];
   }
-  if (!value.isTensor()) {
+  if (o.datatype == VRAMD_TYPE_BYTES) {
+    if (!IsStringListValue(value)) {
+      *error = "output '" + o.name + "' is TYPE_STRING: forward() must return a List[str] for "
+               "it, not " + value.type()->annotation_str();
+      return false;
+    }
+  } else if (!value.isTensor()) {
     *error = "output '" + o.name + "': forward() returned " + value.tagKind() + ", not a tensor";
     return false;
   }
-  *out = value.toTensor();
+  *out = std::move(value);
+  return true;
+}
+
+// TYPE_STRING data as vramd carries it (backend.h): each element a 4-byte little-endian length,
+// then its bytes.
+bool DecodeStrings(const VramdTensor& in, c10::List<std::string>* out, std::string* error) {
+  size_t count = 1;
+  for (size_t d = 0; d < in.rank; ++d) count *= static_cast<size_t>(std::max<int64_t>(0, in.shape[d]));
+  const auto* p = static_cast<const unsigned char*>(in.data);
+  size_t at = 0;
+  out->reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (in.byte_size - at < 4) {
+      *error = "input '" + std::string(in.name) + "': element " + std::to_string(i) +
+               " has no length (the data ends after " + std::to_string(at) + " bytes)";
+      return false;
+    }
+    const uint32_t n = uint32_t{p[at]} | uint32_t{p[at + 1]} << 8 | uint32_t{p[at + 2]} << 16 |
+                       uint32_t{p[at + 3]} << 24;
+    at += 4;
+    if (in.byte_size - at < n) {
+      *error = "input '" + std::string(in.name) + "': element " + std::to_string(i) + " says " +
+               std::to_string(n) + " bytes but " + std::to_string(in.byte_size - at) + " are left";
+      return false;
+    }
+    out->push_back(std::string(reinterpret_cast<const char*>(p + at), n));
+    at += n;
+  }
+  return true;
+}
+
+// The shape of a TYPE_STRING output of `count` elements: the config's dims after the batch
+// dimension, with at most one -1 worked out from the count.
+bool StringOutputShape(const TensorSpec& o, int64_t batch, size_t count,
+                       std::vector<int64_t>* shape, std::string* error) {
+  shape->clear();
+  if (batch >= 0) shape->push_back(batch);
+  int64_t known = batch >= 0 ? batch : 1;
+  int unknown = -1;
+  for (size_t d = 0; d < o.dims.size(); ++d) {
+    if (o.dims[d] < 0) {
+      if (unknown >= 0) {
+        *error = "output '" + o.name + "': a List[str] of " + std::to_string(count) +
+                 " strings cannot fill dims with more than one -1";
+        return false;
+      }
+      unknown = static_cast<int>(shape->size());
+      shape->push_back(-1);
+    } else {
+      known *= o.dims[d];
+      shape->push_back(o.dims[d]);
+    }
+  }
+  const auto n = static_cast<int64_t>(count);
+  if (unknown >= 0 && known > 0 && n % known == 0) (*shape)[static_cast<size_t>(unknown)] = n / known;
+  int64_t total = 1;
+  for (int64_t d : *shape) total *= d;
+  if (total != n || (unknown >= 0 && known == 0)) {
+    *error = "output '" + o.name + "': forward() returned " + std::to_string(count) +
+             " strings, which do not fill " + (batch >= 0 ? "[batch " + std::to_string(batch) + "]+" : "") +
+             ShapeText(o.dims);
+    return false;
+  }
   return true;
 }
 
@@ -208,6 +304,36 @@ bool CheckOutput(const TensorSpec& o, const ModelSpec& spec, const at::Tensor& t
     *error = "output '" + o.name + "' has shape " + ShapeText(t.sizes()) +
              " but the config says " + (batch ? "[batch]+" : "") + ShapeText(o.dims);
     return false;
+  }
+  return true;
+}
+
+// Adds TYPE_STRING output `o` to `outputs`, serialized as vramd carries strings.
+bool AddStringOutput(const TensorSpec& o, const c10::List<c10::IValue>& list, int64_t batch,
+                     const VramdOutputs& outputs, Failure* failure) {
+  std::vector<int64_t> shape;
+  std::string error;
+  if (!StringOutputShape(o, batch, list.size(), &shape, &error)) {
+    *failure = {VRAMD_INTERNAL, error};
+    return false;
+  }
+  size_t bytes = 0;
+  for (const c10::IValue& v : list.vec()) bytes += 4 + v.toStringRef().size();
+  void* data = nullptr;
+  VramdError err{};
+  const VramdCode code = outputs.add(outputs.outputs, o.name.c_str(), o.datatype, shape.data(),
+                                     shape.size(), bytes, &data, &err);
+  if (code != VRAMD_OK) {
+    *failure = {code, std::string(err.message, strnlen(err.message, sizeof err.message))};
+    return false;
+  }
+  auto* p = static_cast<unsigned char*>(data);
+  for (const c10::IValue& v : list.vec()) {
+    const std::string& text = v.toStringRef();
+    const auto n = static_cast<uint32_t>(text.size());
+    for (int b = 0; b < 4; ++b) *p++ = static_cast<unsigned char>(n >> (8 * b));
+    std::memcpy(p, text.data(), text.size());
+    p += text.size();
   }
   return true;
 }
@@ -499,6 +625,16 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
         args.push_back(*source.fallback);
         continue;
       }
+      if (source.strings) {
+        c10::List<std::string> strings;
+        std::string error;
+        if (!DecodeStrings(*in, &strings, &error)) {
+          *failure = {VRAMD_INVALID_ARGUMENT, error};
+          return false;
+        }
+        args.emplace_back(std::move(strings));
+        continue;
+      }
       const std::vector<int64_t> shape(in->shape, in->shape + in->rank);
       // The request's bytes are only read: forward() gets a copy on a GPU, and on the CPU a
       // module that writes into its input writes into vramd's buffer for this call only.
@@ -521,12 +657,26 @@ bool TorchInstance::Execute(const VramdRequest& request, const VramdOutputs& out
     }
     ProfileMark(&Profile::forward_done);
 
+    // A batched model's batch size, for the shape of TYPE_STRING outputs: every input of the
+    // request has it first.
+    const int64_t batch = spec.max_batch_size > 0 && request.input_count > 0 &&
+                                  request.inputs[0].rank > 0
+                              ? request.inputs[0].shape[0]
+                              : -1;
     for (size_t i = 0; i < spec.outputs.size(); ++i) {
       const TensorSpec& o = spec.outputs[i];
-      at::Tensor t;
+      c10::IValue value;
       std::string error;
-      if (!PickOutput(result, spec, i, module_->outputs_by_index, &t, &error) ||
-          !CheckOutput(o, spec, t, &error)) {
+      if (!PickOutput(result, spec, i, module_->outputs_by_index, &value, &error)) {
+        *failure = {VRAMD_INTERNAL, error};
+        return false;
+      }
+      if (o.datatype == VRAMD_TYPE_BYTES) {
+        if (!AddStringOutput(o, value.toList(), batch, outputs, failure)) return false;
+        continue;
+      }
+      at::Tensor t = value.toTensor();
+      if (!CheckOutput(o, spec, t, &error)) {
         *failure = {VRAMD_INTERNAL, error};
         return false;
       }
