@@ -23,6 +23,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from typing import List
 
 import torch
 
@@ -65,9 +66,18 @@ class Mixed(torch.nn.Module):
         return a * 2.0, b + 1, a.sum(1) > 0, a.double() / 3.0
 
 
+class Tagged(torch.nn.Module):
+    """TYPE_STRING in and out (List[str]) next to a tensor on the GPU: the strings stay on the
+    host, the tensor goes to the device."""
+
+    def forward(self, words: List[str], x: torch.Tensor):
+        return [w + "@" + str(x.device.type) for w in words], x * 3.0
+
+
 KIND = "KIND_GPU"
 TYPES = {torch.float32: ("TYPE_FP32", "FP32"), torch.int64: ("TYPE_INT64", "INT64"),
-         torch.bool: ("TYPE_BOOL", "BOOL"), torch.float64: ("TYPE_FP64", "FP64")}
+         torch.bool: ("TYPE_BOOL", "BOOL"), torch.float64: ("TYPE_FP64", "FP64"),
+         "string": ("TYPE_STRING", "BYTES")}
 
 
 def write_model(repo, name, module, inputs, outputs, max_batch_size, count):
@@ -121,8 +131,12 @@ class Server:
             return e.code, json.loads(e.read() or b"null")
 
     def infer(self, model, tensors):
-        body = {"inputs": [{"name": n, "datatype": TYPES[t.dtype][1], "shape": list(t.shape),
-                            "data": t.reshape(-1).tolist()} for n, t in tensors]}
+        def one(name, t):
+            if isinstance(t, list):  # strings
+                return {"name": name, "datatype": "BYTES", "shape": [len(t), 1], "data": t}
+            return {"name": name, "datatype": TYPES[t.dtype][1], "shape": list(t.shape),
+                    "data": t.reshape(-1).tolist()}
+        body = {"inputs": [one(n, t) for n, t in tensors]}
         return self.call("POST", "/v2/models/%s/infer" % model, body)
 
     def memory(self):
@@ -184,6 +198,9 @@ def main():
                 [("a", [-1], torch.float32), ("b", [5], torch.int64)],
                 [("OUTPUT__0", [-1], torch.float32), ("OUTPUT__1", [5], torch.int64),
                  ("OUTPUT__2", [], torch.bool), ("OUTPUT__3", [-1], torch.float64)], 64, 2)
+    write_model(repo, "tagged_gpu", torch.jit.script(Tagged()),
+                [("words", [1], "string"), ("x", [2], torch.float32)],
+                [("OUTPUT__0", [1], "string"), ("OUTPUT__1", [2], torch.float32)], 8, 1)
     weight_bytes = sum(p.numel() * 4 for p in mlp.parameters())
     reference = mlp.to(device)
 
@@ -257,6 +274,19 @@ def main():
         check(not mismatches, "two inputs and four outputs of four types on the GPU, "
               "batches 1 to 64, equal torch's (%s)" % ("; ".join(mismatches[:3]) or "all equal"))
         server.call("POST", "/v2/repository/models/mixed_gpu/unload")
+
+        status, body = server.call("POST", "/v2/repository/models/tagged_gpu/load")
+        check(status == 200, "tagged_gpu loads (%s)" % body)
+        words, x = ["a", "bc", ""], torch.randn(3, 2)
+        status, body = server.infer("tagged_gpu", [("words", words), ("x", x)])
+        got = {o["name"]: o for o in body.get("outputs", [])} if status == 200 else {}
+        want_words = [w + "@" + device.split(":")[0] for w in words]
+        check(status == 200 and got["OUTPUT__0"]["data"] == want_words and
+              got["OUTPUT__0"]["shape"] == [3, 1] and
+              torch.allclose(torch.tensor(got["OUTPUT__1"]["data"]).reshape(3, 2), x * 3.0),
+              "TYPE_STRING in and out as List[str] next to a tensor on %s (%s)" % (
+                  device, got.get("OUTPUT__0", body)))
+        server.call("POST", "/v2/repository/models/tagged_gpu/unload")
 
         status, body = server.call("POST", "/v2/repository/models/thrower_gpu/load")
         check(status == 200, "thrower_gpu loads (%s)" % body)
