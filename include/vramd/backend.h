@@ -27,6 +27,9 @@
  * adds a phase's seconds and bytes to the load in progress, while model_create or
  * instance_create runs.
  *
+ * Moving a charge: VramdServerApi::recharge (appended within version 1; check struct_size)
+ * moves a live allocation to another owner.
+ *
  * Execution thread: VramdBackendApi::execute_on_instance_threads (appended within version 1;
  * vramd reads it only when the table's struct_size covers it) asks vramd to run every execute
  * on the instance's own thread, for frameworks that keep state per thread.
@@ -133,6 +136,14 @@ typedef struct VramdServerApi {
    * prepared for upload), "h2d" (host-to-device copies of weights), "d2d" (copies between
    * devices); a backend may add its own. */
   void (*record_load_phase)(void* server, const char* phase, double seconds, uint64_t bytes);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdServerApi, recharge)
+   * (a backend must check). Charges the live allocation `ptr` (from allocate, not yet freed)
+   * to `owner` from now on instead of the owner it was made for: for memory that outlives its
+   * owner by design, e.g. a framework's state kept in a model shared by instances, made while
+   * one instance executed, which would otherwise be reported as that instance's leak when it
+   * goes. VRAMD_NOT_FOUND when `ptr` is not a live allocation. */
+  VramdCode (*recharge)(void* server, void* ptr, VramdOwner owner, VramdError* error);
 } VramdServerApi;
 
 typedef struct VramdModelInfo {

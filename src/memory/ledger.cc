@@ -40,6 +40,8 @@
 
 #include <time.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -216,6 +218,7 @@ class Ledger::Impl {
   void RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner,
                         const void* caller);
   OwnerId RecordFree(const void* ptr);
+  Status Recharge(const void* ptr, OwnerId owner);
   Result<OwnerStats> Stats(OwnerId owner) const;
   Result<int64_t> SubtreeLiveBytes(OwnerId owner) const;
   std::string OwnerPath(OwnerId owner) const;
@@ -237,8 +240,9 @@ class Ledger::Impl {
   }
 
   // Pins the owner that `id` resolves to and charges it; returns it. Takes the owner shard's
-  // mutex, or tree_mu_ when that owner is closed or gone.
-  OwnerNode* PinAndCharge(OwnerId id, size_t size, int slot);
+  // mutex, or tree_mu_ when that owner is closed or gone. `count` false: live bytes only, not
+  // the totals (a recharge, not an allocation).
+  OwnerNode* PinAndCharge(OwnerId id, size_t size, int slot, bool count = true);
   // Undoes a record's charges; returns its owner's id. May take tree_mu_ (REQUIRES: no lock).
   OwnerId Release(const Record& record);
   // Drops `id` if it is closed, empty and childless, then its ancestors likewise. Takes tree_mu_.
@@ -468,13 +472,15 @@ void Ledger::Impl::RecordAllocation(const void* ptr, size_t size, Device device,
   if (replaced) Release(*replaced);
 }
 
-OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot) {
+OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool count) {
   auto charge = [&](OwnerNode* node) {
     const auto bytes = static_cast<int64_t>(size);
     const int64_t live = node->live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     RaiseToAtLeast(node->peak_bytes, live);
-    node->total_bytes.fetch_add(bytes, std::memory_order_relaxed);
-    node->total_count.fetch_add(1, std::memory_order_relaxed);
+    if (count) {
+      node->total_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      node->total_count.fetch_add(1, std::memory_order_relaxed);
+    }
     node->device_bytes[slot].fetch_add(bytes, std::memory_order_relaxed);
     return node;
   };
@@ -521,6 +527,40 @@ OwnerId Ledger::Impl::RecordFree(const void* ptr) {
     return kNoOwner;
   }
   return Release(entry.mapped());
+}
+
+Status Ledger::Impl::Recharge(const void* ptr, OwnerId owner) {
+  if (ptr == nullptr) return Status::NotFound("recharge of a null pointer");
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  RecordShard& shard = RecordShardFor(address);
+  size_t size = 0;
+  Device device;
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.records.find(address);
+    if (it == shard.records.end()) {
+      return Status::NotFound(fmt::format("recharge of {}: not a live allocation", ptr));
+    }
+    size = it->second.size;
+    device = it->second.device;
+  }
+  // The new owner is pinned and charged before the record moves to it, and the old one is
+  // released after, so that neither can be dropped while the record points at it.
+  OwnerNode* node = PinAndCharge(owner, size, DeviceSlot(device), /*count=*/false);
+  Record old{node, size, device, 0, {}};
+  bool moved = false;
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.records.find(address);
+    // Freed, or freed and made again at the same address, since the first look: charge nothing.
+    if (it != shard.records.end() && it->second.size == size && it->second.device == device) {
+      std::swap(old.owner, it->second.owner);
+      moved = true;
+    }
+  }
+  Release(old);  // the old owner's charge, or, when nothing moved, the one just made
+  if (!moved) return Status::NotFound(fmt::format("recharge of {}: freed meanwhile", ptr));
+  return Status::Ok();
 }
 
 OwnerId Ledger::Impl::Release(const Record& record) {
@@ -681,6 +721,7 @@ __attribute__((noinline)) void Ledger::RecordAllocation(const void* ptr, size_t 
   impl_->RecordAllocation(ptr, size, device, owner, __builtin_return_address(0));
 }
 OwnerId Ledger::RecordFree(const void* ptr) { return impl_->RecordFree(ptr); }
+Status Ledger::Recharge(const void* ptr, OwnerId owner) { return impl_->Recharge(ptr, owner); }
 Result<OwnerStats> Ledger::Stats(OwnerId owner) const { return impl_->Stats(owner); }
 Result<int64_t> Ledger::SubtreeLiveBytes(OwnerId owner) const {
   return impl_->SubtreeLiveBytes(owner);

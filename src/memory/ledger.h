@@ -116,6 +116,12 @@ class Ledger {
   // the ledger does not know (counted as unknown_frees()). A null `ptr` is ignored.
   OwnerId RecordFree(const void* ptr);
 
+  // Moves the charge of the live allocation at `ptr` to `owner` (resolved as RecordAllocation
+  // resolves it), for memory an owner made that outlives it by design: a framework's state kept
+  // in a model shared by instances, made while one instance ran. The new owner's live and peak
+  // bytes grow, not its totals (no allocation was made). NotFound when `ptr` is not live.
+  Status Recharge(const void* ptr, OwnerId owner);
+
   // Self figures; NotFound for an owner that never existed or has been dropped (a closed owner
   // that still holds leaks is found).
   Result<OwnerStats> Stats(OwnerId owner) const;

@@ -262,6 +262,16 @@ def _model_bytes(report, model):
                if n["path"].startswith("server/model:%s/" % model))
 
 
+def _unload_to_baseline(client, model, baseline):
+    """Unloads `model` and checks that nothing leaked and the ledger is back at `baseline`."""
+    r = client.post("/v2/repository/models/%s/unload" % model, b"{}")
+    assert r.status == 200, r
+    after = _memory(client)
+    assert after["leaks"] == [] and after["leaked_bytes_total"] == 0, after["leaks"]
+    assert _model_bytes(after, model) == 0
+    assert after["owners"]["subtree_live_bytes"] == baseline
+
+
 def test_unload_and_reload_leave_the_ledger_at_zero(start_server, tmp_path_factory):
     repo = tmp_path_factory.mktemp("pytorch-ledger-repo")
     module = torch_models.mlp(seed=11)
@@ -287,11 +297,34 @@ def test_unload_and_reload_leave_the_ledger_at_zero(start_server, tmp_path_facto
             for _ in range(5):
                 got = client.infer("mlp", [Input("INPUT__0", "FP32", x)]).outputs["OUTPUT__0"]
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-            r = client.post("/v2/repository/models/mlp/unload", b"{}")
+            _unload_to_baseline(client, "mlp", baseline)
+    finally:
+        client.close()
+
+
+def test_state_a_module_keeps_from_forward_is_no_leak_of_the_instance(start_server,
+                                                                        tmp_path_factory):
+    """A tensor made in forward() and kept in the module is charged to the instance while it
+    lives and moves to the version when the instance goes: the unload reports no leak, and the
+    ledger goes back to where it was."""
+    repo = tmp_path_factory.mktemp("pytorch-memo-repo")
+    module = torch_models.scripted(torch_models.Memo)
+    torch_models.write(repo, "memo", module, torch_models.config(
+        [("INPUT__0", "TYPE_FP32", [4])], [("OUTPUT__0", "TYPE_FP32", [4])], count=2))
+    server = start_server([repo], ["--backend-directory", BACKEND_DIR,
+                                   "--model-control-mode", "explicit"],
+                          name="pytorch-memo", wait_ready=False)
+    server.wait_listening()
+    client = server.client()
+    x = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    try:
+        baseline = _memory(client)["owners"]["subtree_live_bytes"]
+        for cycle in range(2):
+            r = load_model(client, "memo")
             assert r.status == 200, r
-            after = _memory(client)
-            assert after["leaks"] == [] and after["leaked_bytes_total"] == 0, after["leaks"]
-            assert _model_bytes(after, "mlp") == 0, cycle
-            assert after["owners"]["subtree_live_bytes"] == baseline, cycle
+            got = client.infer("memo", [Input("INPUT__0", "FP32", x)]).outputs["OUTPUT__0"]
+            np.testing.assert_array_equal(got, x + np.arange(4, dtype=np.float32))
+            assert _model_bytes(_memory(client), "memo") >= 256 * 1024 * 4, cycle
+            _unload_to_baseline(client, "memo", baseline)
     finally:
         client.close()

@@ -77,6 +77,20 @@ class NotStrings(torch.nn.Module):
         return torch.zeros(len(text))
 
 
+class Memo(torch.nn.Module):
+    """Keeps a 1 MiB tensor it makes in its first forward(): state of the shared module, made
+    while one instance executed."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.zeros(1)
+
+    def forward(self, x: torch.Tensor):
+        if self.table.numel() == 1:
+            self.table = torch.arange(256 * 1024, dtype=torch.float32)
+        return x + self.table[:4]
+
+
 def mlp(seed=7):
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))

@@ -289,5 +289,31 @@ TEST(AbiAllocationTest, FreesThroughTheServerAndChargesTheOwner) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(AbiAllocationTest, RechargeMovesALiveAllocationToAnotherOwner) {
+  memory::Ledger ledger;
+  memory::Allocator allocator(&ledger);
+  memory::ScopedOwner version(&ledger, ledger.root(), memory::OwnerKind::kVersion, "1");
+  memory::ScopedOwner instance(&ledger, version.id(), memory::OwnerKind::kInstance, "m_0");
+  abi::ServerApi server("kit", &allocator);
+  const VramdServerApi* api = server.table();
+  ASSERT_GT(api->struct_size, offsetof(VramdServerApi, recharge));
+  void* ptr = nullptr;
+  VramdError error{};
+  ASSERT_EQ(api->allocate(api->server, instance.id(), VRAMD_DEVICE_CPU, -1, 4096, nullptr, &ptr,
+                          &error),
+            VRAMD_OK);
+  EXPECT_EQ(api->recharge(api->server, ptr, version.id(), &error), VRAMD_OK);
+  EXPECT_EQ(ledger.Stats(instance.id())->live_bytes, 0);
+  EXPECT_EQ(ledger.Stats(version.id())->live_bytes, 4096);
+  EXPECT_TRUE(instance.Close().empty());  // nothing of its own left: no leak
+
+  int not_allocated = 0;
+  EXPECT_EQ(api->recharge(api->server, &not_allocated, version.id(), &error), VRAMD_NOT_FOUND);
+  EXPECT_NE(std::string(error.message).find("recharge"), std::string::npos) << error.message;
+
+  api->free(api->server, VRAMD_DEVICE_CPU, -1, ptr);
+  EXPECT_EQ(ledger.Stats(version.id())->live_bytes, 0);
+}
+
 }  // namespace
 }  // namespace vramd::backends

@@ -453,6 +453,90 @@ TEST(LedgerTest, LeakCallbackMayCallTheLedger) {
   EXPECT_EQ(ledger.Snapshot().size(), 1u);
 }
 
+TEST(LedgerTest, RechargeMovesLiveBytesButNotTotals) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1");
+  OwnerId instance = ledger.OpenOwner(version, OwnerKind::kInstance, "m_0");
+  ledger.RecordAllocation(Addr(1), 300, Device::Cuda(0), instance);
+  ledger.RecordAllocation(Addr(2), 50, Device::Cuda(0), instance);
+  ledger.RecordFree(Addr(2));
+
+  ASSERT_TRUE(ledger.Recharge(Addr(1), version).ok());
+  OwnerStats moved_from = StatsOrDie(ledger, instance);
+  EXPECT_EQ(moved_from.live_bytes, 0);
+  EXPECT_EQ(moved_from.live_count, 0);
+  EXPECT_EQ(moved_from.total_allocated_bytes, 350);  // what it made stays its history
+  OwnerStats moved_to = StatsOrDie(ledger, version);
+  EXPECT_EQ(moved_to.live_bytes, 300);
+  EXPECT_EQ(moved_to.live_count, 1);
+  EXPECT_EQ(moved_to.peak_bytes, 300);
+  EXPECT_EQ(moved_to.total_allocations, 0);
+
+  // The instance can go without a leak; the free reaches the new owner.
+  EXPECT_TRUE(ledger.CloseOwner(instance).empty());
+  EXPECT_EQ(ledger.RecordFree(Addr(1)), version);
+  EXPECT_EQ(StatsOrDie(ledger, version).live_bytes, 0);
+  EXPECT_TRUE(ledger.CloseOwner(version).empty());
+  EXPECT_EQ(ledger.leaked_bytes_total(), 0u);
+}
+
+TEST(LedgerTest, RechargeOfAPointerThatIsNotLiveIsNotFoundAndChargesNothing) {
+  Ledger ledger;
+  OwnerId owner = ledger.OpenOwner(kNoOwner, OwnerKind::kModel, "m");
+  EXPECT_EQ(ledger.Recharge(Addr(7), owner).code(), StatusCode::kNotFound);
+  ledger.RecordAllocation(Addr(8), 10, Device::Cpu(), owner);
+  ledger.RecordFree(Addr(8));
+  EXPECT_EQ(ledger.Recharge(Addr(8), owner).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ledger.Recharge(nullptr, owner).code(), StatusCode::kNotFound);
+  EXPECT_EQ(StatsOrDie(ledger, owner).live_bytes, 0);
+  EXPECT_TRUE(ledger.CloseOwner(owner).empty());
+}
+
+TEST(LedgerTest, RechargeResolvesItsNewOwnerAsAnAllocationDoes) {
+  Ledger ledger;
+  OwnerId model = ledger.OpenOwner(kNoOwner, OwnerKind::kModel, "m");
+  OwnerId version = ledger.OpenOwner(model, OwnerKind::kVersion, "1");
+  OwnerId request = ledger.OpenOwner(model, OwnerKind::kRequest, "r");
+  ledger.RecordAllocation(Addr(3), 64, Device::Cpu(), request);
+  // A version closed clean has left the tree: like an allocation, the root is charged.
+  ASSERT_TRUE(ledger.CloseOwner(version).empty());
+  ASSERT_TRUE(ledger.Recharge(Addr(3), version).ok());
+  EXPECT_EQ(StatsOrDie(ledger, request).live_bytes, 0);
+  EXPECT_EQ(StatsOrDie(ledger, ledger.root()).live_bytes, 64);
+  EXPECT_TRUE(ledger.CloseOwner(request).empty());
+  EXPECT_EQ(ledger.RecordFree(Addr(3)), ledger.root());
+  EXPECT_EQ(StatsOrDie(ledger, ledger.root()).live_bytes, 0);
+  EXPECT_TRUE(ledger.CloseOwner(model).empty());
+}
+
+TEST(LedgerStressTest, RechargesRacingWithFreesLeaveEveryOwnerAtZero) {
+  Ledger ledger;
+  OwnerId from = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "from");
+  OwnerId to = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "to");
+  constexpr uintptr_t kCount = 20000;
+  for (uintptr_t i = 0; i < kCount; ++i) {
+    ledger.RecordAllocation(Addr(i), 16 + i % 7, Device::Cuda(0), from);
+  }
+  std::atomic<int64_t> moved{0};
+  std::thread recharger([&] {
+    for (uintptr_t i = 0; i < kCount; ++i) {
+      if (ledger.Recharge(Addr(i), to).ok()) moved.fetch_add(1);
+    }
+  });
+  std::thread freer([&] {
+    for (uintptr_t i = kCount; i-- > 0;) ledger.RecordFree(Addr(i));
+  });
+  recharger.join();
+  freer.join();
+  EXPECT_LE(moved.load(), static_cast<int64_t>(kCount));
+  EXPECT_EQ(StatsOrDie(ledger, from).live_bytes, 0);
+  EXPECT_EQ(StatsOrDie(ledger, to).live_bytes, 0);
+  EXPECT_EQ(StatsOrDie(ledger, to).live_count, 0);
+  EXPECT_EQ(ledger.unknown_frees(), 0u);
+  EXPECT_TRUE(ledger.CloseOwner(from).empty());
+  EXPECT_TRUE(ledger.CloseOwner(to).empty());
+}
+
 TEST(LedgerStressTest, ExactTotalsPerOwnerUnderConcurrency) {
   constexpr int kThreads = 8;
   Ledger ledger;

@@ -71,6 +71,7 @@ ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator)
   table_.allocate = &ServerApi::Allocate;
   table_.free = &ServerApi::Free;
   table_.record_load_phase = &ServerApi::RecordLoadPhase;
+  table_.recharge = &ServerApi::Recharge;
 }
 
 void ServerApi::Log(void* server, VramdLogLevel level, const char* message) {
@@ -148,6 +149,25 @@ void ServerApi::RecordLoadPhase(void* server, const char* phase, double seconds,
     timing->Add(phase, seconds, bytes);
   } catch (...) {
     // A lost phase only makes the load's timing incomplete; it must not fail the load.
+  }
+}
+
+VramdCode ServerApi::Recharge(void* server, void* ptr, VramdOwner owner, VramdError* error) {
+  try {
+    const auto* self = static_cast<const ServerApi*>(server);
+    const Status status =
+        self->allocator_->ledger()->Recharge(ptr, static_cast<memory::OwnerId>(owner));
+    if (!status.ok()) {
+      SetError(error, "recharge: " + status.message());
+      return ToVramdCode(status.code());
+    }
+    return VRAMD_OK;
+  } catch (const std::exception& e) {
+    SetError(error, fmt::format("recharge: {}", e.what()));
+    return VRAMD_INTERNAL;
+  } catch (...) {
+    SetError(error, "recharge: unknown exception");
+    return VRAMD_INTERNAL;
   }
 }
 

@@ -54,6 +54,7 @@ class ServerApi {
                             VramdError* error);
   static void Free(void* server, VramdDeviceKind kind, int32_t device_id, void* ptr);
   static void RecordLoadPhase(void* server, const char* phase, double seconds, uint64_t bytes);
+  static VramdCode Recharge(void* server, void* ptr, VramdOwner owner, VramdError* error);
 
   const std::string backend_name_;
   memory::Allocator* const allocator_;

@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +35,7 @@ struct Allocation {
   VramdDeviceKind kind = VRAMD_DEVICE_CPU;
   int32_t device = -1;
   size_t size = 0;
+  VramdOwner owner = 0;  // charged to; 0: the thread's own owner in vramd (no scope)
 };
 
 // Every live ledger allocation, in shards by address, and every live link. Executions on many
@@ -139,7 +141,8 @@ void* AllocateFromVramd(VramdDeviceKind kind, int32_t device, size_t size, void*
   }
   AllocationShard& shard = ShardOf(ptr);
   std::lock_guard lock(shard.mu);
-  const Allocation& a = shard.allocations[ptr] = Allocation{std::move(link), kind, device, size};
+  const Allocation& a = shard.allocations[ptr] =
+      Allocation{std::move(link), kind, device, size, owner};
   TraceEvent('A', ptr, a, stream, owner);
   return ptr;
 }
@@ -250,6 +253,37 @@ LiveUsage LiveUsageOf(const ServerLink* link) {
     }
   }
   return usage;
+}
+
+size_t RechargeLeftovers(const ServerLink* link, VramdOwner from, VramdOwner to) {
+  if (from == 0 || from == to) return 0;
+  std::vector<void*> left;
+  for (AllocationShard& shard : registry().shards) {
+    std::lock_guard lock(shard.mu);
+    for (const auto& [ptr, a] : shard.allocations) {
+      if (a.link.get() == link && a.owner == from) left.push_back(ptr);
+    }
+  }
+  size_t moved = 0;
+  for (void* ptr : left) {
+    VramdCode code = VRAMD_UNSUPPORTED;
+    link->WithApi([&](const VramdServerApi* api) {
+      // An older server's table ends before recharge.
+      if (api->struct_size <= offsetof(VramdServerApi, recharge) || api->recharge == nullptr) {
+        return;
+      }
+      VramdError error{};
+      code = api->recharge(api->server, ptr, to, &error);
+    });
+    if (code != VRAMD_OK) continue;  // freed meanwhile, or nothing to recharge with
+    AllocationShard& shard = ShardOf(ptr);
+    std::lock_guard lock(shard.mu);
+    if (auto it = shard.allocations.find(ptr); it != shard.allocations.end() && it->second.owner == from) {
+      it->second.owner = to;
+      ++moved;
+    }
+  }
+  return moved;
 }
 
 bool FreeLedgerAllocation(void* ptr) {

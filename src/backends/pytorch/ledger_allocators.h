@@ -98,6 +98,13 @@ struct LiveUsage {
 };
 LiveUsage LiveUsageOf(const ServerLink* link);
 
+// Charges `to`, from now on, every live allocation made through `link` for `from` (through
+// VramdServerApi::recharge; nothing moves with a server too old to have it). Returns how many
+// moved. For what an instance's executions left alive in LibTorch state that the version's
+// instances share (a tensor a module keeps in itself), so that the instance can go without a
+// leak report: what is still alive when the version goes is reported there.
+size_t RechargeLeftovers(const ServerLink* link, VramdOwner from, VramdOwner to);
+
 // Frees one allocation made through a ledger allocator (what the deleters call); false when
 // `ptr` is not one (it came from the allocator LibTorch had before).
 bool FreeLedgerAllocation(void* ptr);

@@ -509,7 +509,18 @@ TorchInstance::TorchInstance(TorchModel* model, VramdOwner owner,
   if (profile_) OpStatsEnabled();
 }
 
-TorchInstance::~TorchInstance() = default;
+TorchInstance::~TorchInstance() {
+  // forward() runs charged to the instance, but what it leaves alive is LibTorch state in the
+  // module that the version's instances share (a tensor the module keeps in itself), or per-
+  // stream state freed just after with device_. Either way it is not the instance's leak.
+  const size_t moved = RechargeLeftovers(model_->link().get(), owner_, model_->owner());
+  const VramdServerApi* server = model_->server();
+  if (moved > 0 && server != nullptr) {
+    const std::string text = std::to_string(moved) + " allocation(s) made by instance " +
+                             "executions outlive it; the version is charged for them now";
+    server->log(server->server, VRAMD_LOG_VERBOSE, text.c_str());
+  }
+}
 
 std::unique_ptr<TorchInstance> TorchInstance::Create(TorchModel* model,
                                                      const VramdInstanceInfo& info,
