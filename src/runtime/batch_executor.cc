@@ -17,12 +17,13 @@ uint64_t Ns(SchedulerClock::duration d) {
 }  // namespace
 
 BatchExecutor::BatchExecutor(std::string model_name, int64_t version, const MemoryContext& memory,
-                             InferenceStatistics* stats)
+                             InferenceStatistics* stats, TensorReshape reshape)
     : model_name_(std::move(model_name)),
       version_(version),
       where_(fmt::format("model '{}' version {}", model_name_, version)),
       memory_(memory),
-      stats_(stats) {}
+      stats_(stats),
+      reshape_(std::move(reshape)) {}
 
 void BatchExecutor::FailAll(std::vector<QueuedRequest>& batch, const Status& status) {
   for (auto& r : batch) {
@@ -57,6 +58,12 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
     merged = ConcatenateRequests(parts);
     run = &merged;
   }
+  if (!reshape_.empty()) {
+    // Only shapes change: the copy shares the inputs' bytes.
+    if (run != &merged) merged = *run;
+    reshape_.ToBackend(&merged.inputs);
+    run = &merged;
+  }
   const auto input_end = SchedulerClock::now();
 
   // 2. Execute.
@@ -66,6 +73,7 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
     memory::OwnerScope scope(owners.front().lazy_owner());
     status = instance.Execute(*run, &outputs);
   }
+  if (status.ok()) status = reshape_.FromBackend(&outputs);
   const auto infer_end = SchedulerClock::now();
   merged = InferRequest();  // outputs that alias its inputs keep their bytes alive
   if (!status.ok()) {

@@ -9,7 +9,8 @@
 // Steps, timed for the statistics (built-in backends: compute_input is batch assembly,
 // compute_infer is Execute, compute_output is splitting and filtering):
 //   1. assemble: a batch of more than one is concatenated along dim 0 (batch_assembly.h);
-//   2. Execute on the instance;
+//   2. Execute on the instance, with inputs and outputs reshaped where the config says so
+//      (tensor_reshape.h);
 //   3. split the outputs back by each request's batch size and keep the outputs each request
 //      asked for, in its order.
 // A failed Execute answers every request with its error (naming the model and version) and
@@ -30,14 +31,16 @@
 #include "runtime/inference_statistics.h"
 #include "runtime/memory_context.h"
 #include "runtime/request_queue.h"
+#include "runtime/tensor_reshape.h"
 
 namespace vramd::runtime {
 
 class BatchExecutor {
  public:
-  // `stats` must outlive the executor.
+  // `stats` must outlive the executor. `reshape`: the config's input and output reshapes,
+  // applied around Execute.
   BatchExecutor(std::string model_name, int64_t version, const MemoryContext& memory,
-                InferenceStatistics* stats);
+                InferenceStatistics* stats, TensorReshape reshape = TensorReshape());
 
   // Runs `batch` (not empty; every pair CanBatchTogether) on `instance`, whose ledger owner is
   // `instance_owner`, and calls each request's callback exactly once.
@@ -52,6 +55,7 @@ class BatchExecutor {
   const std::string where_;  // "model 'm' version 1"
   const MemoryContext memory_;
   InferenceStatistics* const stats_;
+  const TensorReshape reshape_;
   std::atomic<uint64_t> request_sequence_{0};
 };
 

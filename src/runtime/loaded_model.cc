@@ -81,7 +81,7 @@ LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int6
     : config_(std::move(config)),
       version_(version),
       memory_(memory),
-      executor_(config_->name(), version, memory, &stats_),
+      executor_(config_->name(), version, memory, &stats_, TensorReshape::From(*config_)),
       owner_(memory.ledger, model_owner, memory::OwnerKind::kVersion, std::to_string(version)) {}
 
 LoadedModel::~LoadedModel() {

@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch", reason="python3-torch is needed to make the
 import torch_models  # noqa: E402  (imports torch)
 
 READY = ["addmul", "scale", "thrower", "types", "dict_out", "mlp", "wrong_type", "shout", "describe",
-         "not_strings"]
+         "not_strings", "row_sums"]
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +135,21 @@ def test_traced_mlp_under_concurrent_batched_load_matches_torch(torch_server, mo
         answers = list(pool.map(call, batches))
     for x, got in zip(batches, answers):
         np.testing.assert_allclose(got, run_torch(modules["mlp"], x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_reshape_in_the_config_is_what_forward_sees_and_returns(torch_server, models):
+    _, modules = models
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    client = torch_server.client()
+    try:
+        result = client.infer("row_sums", [Input("INPUT__0", "FP32", x, binary=True)])
+    finally:
+        client.close()
+    sums, same = run_torch(modules["row_sums"], x.reshape(3, 2, 2))
+    np.testing.assert_array_equal(result.outputs["OUTPUT__0"], sums)
+    assert result.outputs["OUTPUT__0"].shape == (3, 2)
+    np.testing.assert_array_equal(result.outputs["OUTPUT__1"], same.reshape(3, 4))
+    assert result.outputs["OUTPUT__1"].shape == (3, 4)
 
 
 def _texts(values):

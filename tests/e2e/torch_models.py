@@ -77,6 +77,14 @@ class NotStrings(torch.nn.Module):
         return torch.zeros(len(text))
 
 
+class RowSums(torch.nn.Module):
+    """Needs its input as [batch, 2, 2] where clients send [batch, 4] (the config's reshape),
+    and returns it as is, which clients get back as [batch, 4]."""
+
+    def forward(self, x: torch.Tensor):
+        return x.sum(-1), x * 1.0
+
+
 class Memo(torch.nn.Module):
     """Keeps a 1 MiB tensor it makes in its first forward(): state of the shared module, made
     while one instance executed."""
@@ -168,6 +176,11 @@ def make_repository(repo):
                  extra="dynamic_batching { max_queue_delay_microseconds: 2000 }\n"))
     write(repo, "not_strings", scripted(NotStrings),
           config([("INPUT__0", "TYPE_STRING", [-1])], [("OUTPUT__0", "TYPE_STRING", [-1])]))
+    modules["row_sums"] = scripted(RowSums)
+    write(repo, "row_sums", modules["row_sums"], config(
+        [("INPUT__0", "TYPE_FP32", [4])], [("OUTPUT__0", "TYPE_FP32", [2]),
+                                           ("OUTPUT__1", "TYPE_FP32", [4])], max_batch_size=4)
+          .replace("dims: [ 4 ] }", "dims: [ 4 ] reshape { shape: [ 2, 2 ] } }"))
     # Models that must fail to load, each alone.
     write(repo, "wrong_type", scripted(WrongType),
           config([("INPUT__0", "TYPE_FP32", [-1])], [("OUTPUT__0", "TYPE_FP32", [-1])]))

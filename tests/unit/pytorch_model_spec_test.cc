@@ -149,5 +149,19 @@ TEST(PytorchModelSpec, BadParameterValuesNameTheParameter) {
   }
 }
 
+TEST(PytorchModelSpec, ATensorWithAReshapeIsSeenInTheReshapesShape) {
+  std::string error;
+  auto spec = Parse(JsonFor(R"(
+    max_batch_size: 4
+    input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ -1, 12 ] reshape { shape: [ -1, 3, 4 ] } } ]
+    output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1 ] reshape { shape: [ ] } },
+             { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 7 ] } ])"),
+                    &error);
+  ASSERT_TRUE(spec) << error;
+  EXPECT_EQ(spec->inputs[0].dims, (std::vector<int64_t>{-1, 3, 4}));
+  EXPECT_TRUE(spec->outputs[0].dims.empty());
+  EXPECT_EQ(spec->outputs[1].dims, (std::vector<int64_t>{7}));
+}
+
 }  // namespace
 }  // namespace vramd::pytorch

@@ -91,15 +91,30 @@ bool ParseTensor(const rapidjson::Value& v, const char* what, size_t index, Tens
              "(supported: BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64, STRING)";
     return false;
   }
-  if (v.HasMember("dims") && v["dims"].IsArray()) {
-    for (const auto& d : v["dims"].GetArray()) {
+  // The shape the backend sees: vramd applies a `reshape` between the client's `dims` and the
+  // backend (runtime/tensor_reshape.h), as Triton does.
+  const rapidjson::Value* dims = nullptr;
+  std::string field = "dims";
+  if (v.HasMember("reshape") && v["reshape"].IsObject() && v["reshape"].HasMember("shape") &&
+      v["reshape"]["shape"].IsArray()) {
+    dims = &v["reshape"]["shape"];
+    field = "reshape.shape";
+  } else if (v.HasMember("reshape") && v["reshape"].IsObject()) {
+    static const rapidjson::Value kScalar(rapidjson::kArrayType);  // reshape { shape: [] }
+    dims = &kScalar;
+    field = "reshape.shape";
+  } else if (v.HasMember("dims") && v["dims"].IsArray()) {
+    dims = &v["dims"];
+  }
+  if (dims != nullptr) {
+    for (const auto& d : dims->GetArray()) {
       if (d.IsInt64()) {
         out->dims.push_back(d.GetInt64());
       } else if (d.IsString() && IsInteger(d.GetString())) {
         // protobuf's JSON may write int64 as strings
         out->dims.push_back(std::strtoll(d.GetString(), nullptr, 10));
       } else {
-        *error = label + ": dims must be integers";
+        *error = label + ": " + field + " must be integers";
         return false;
       }
     }

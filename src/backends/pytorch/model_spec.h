@@ -19,7 +19,9 @@ namespace vramd::pytorch {
 struct TensorSpec {
   std::string name;
   VramdDataType datatype = VRAMD_TYPE_INVALID;
-  std::vector<int64_t> dims;  // without the batch dimension; -1 is any size
+  // The shape the backend sees, without the batch dimension (the config's `reshape` when it
+  // has one, else `dims`); -1 is any size.
+  std::vector<int64_t> dims;
   bool optional = false;
   // The position Triton's naming convention gives it: "<anything>__<index>", else nullopt.
   std::optional<int> convention_index;
