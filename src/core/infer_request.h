@@ -14,6 +14,9 @@ struct RequestedOutput {
   std::string name;
   // Return this output in the binary tensor extension's form rather than as JSON data.
   bool binary = false;
+  // Triton's classification extension: the top `classification` classes instead of the tensor
+  // (runtime/classification.h); 0: the tensor itself.
+  uint32_t classification = 0;
 };
 
 struct InferRequest {

@@ -17,13 +17,29 @@ uint64_t Ns(SchedulerClock::duration d) {
 }  // namespace
 
 BatchExecutor::BatchExecutor(std::string model_name, int64_t version, const MemoryContext& memory,
-                             InferenceStatistics* stats, TensorReshape reshape)
+                             InferenceStatistics* stats, TensorReshape reshape,
+                             Classifier classifier)
     : model_name_(std::move(model_name)),
       version_(version),
       where_(fmt::format("model '{}' version {}", model_name_, version)),
       memory_(memory),
       stats_(stats),
-      reshape_(std::move(reshape)) {}
+      reshape_(std::move(reshape)),
+      classifier_(std::move(classifier)) {}
+
+Result<std::vector<Tensor>> BatchExecutor::Classified(const InferRequest& request,
+                                                      Result<std::vector<Tensor>> outputs) const {
+  if (!outputs.ok()) return outputs;
+  // SelectOutputs keeps the request's order, so output i is what request.outputs[i] asked for.
+  for (size_t i = 0; i < request.outputs.size() && i < outputs->size(); ++i) {
+    const uint32_t count = request.outputs[i].classification;
+    if (count == 0) continue;
+    auto classes = classifier_.Classify((*outputs)[i], count);
+    if (!classes.ok()) return classes.status().WithContext(where_);
+    (*outputs)[i] = std::move(classes).value();
+  }
+  return outputs;
+}
 
 void BatchExecutor::FailAll(std::vector<QueuedRequest>& batch, const Status& status) {
   for (auto& r : batch) {
@@ -85,7 +101,8 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
   std::vector<Result<std::vector<Tensor>>> results;
   results.reserve(batch.size());
   if (batch.size() == 1) {
-    results.push_back(SelectOutputs(*batch.front().request, std::move(outputs), where_));
+    results.push_back(Classified(*batch.front().request,
+                                 SelectOutputs(*batch.front().request, std::move(outputs), where_)));
   } else {
     auto pieces = SplitOutputs(std::move(outputs), batch_sizes);
     if (!pieces.ok()) {
@@ -95,7 +112,8 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
       return;
     }
     for (size_t i = 0; i < batch.size(); ++i) {
-      results.push_back(SelectOutputs(*batch[i].request, std::move((*pieces)[i]), where_));
+      results.push_back(Classified(
+          *batch[i].request, SelectOutputs(*batch[i].request, std::move((*pieces)[i]), where_)));
     }
   }
   const auto end = SchedulerClock::now();

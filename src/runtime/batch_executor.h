@@ -12,7 +12,7 @@
 //   2. Execute on the instance, with inputs and outputs reshaped where the config says so
 //      (tensor_reshape.h);
 //   3. split the outputs back by each request's batch size and keep the outputs each request
-//      asked for, in its order.
+//      asked for, in its order, as its top classes where it asked for them (classification.h).
 // A failed Execute answers every request with its error (naming the model and version) and
 // counts each as a BACKEND failure; no execution is counted. Otherwise the execution is
 // counted (with the batch's sample count), then each request's success or failure, and then
@@ -28,6 +28,7 @@
 
 #include "backends/backend.h"
 #include "memory/ledger.h"
+#include "runtime/classification.h"
 #include "runtime/inference_statistics.h"
 #include "runtime/memory_context.h"
 #include "runtime/request_queue.h"
@@ -40,7 +41,8 @@ class BatchExecutor {
   // `stats` must outlive the executor. `reshape`: the config's input and output reshapes,
   // applied around Execute.
   BatchExecutor(std::string model_name, int64_t version, const MemoryContext& memory,
-                InferenceStatistics* stats, TensorReshape reshape = TensorReshape());
+                InferenceStatistics* stats, TensorReshape reshape = TensorReshape(),
+                Classifier classifier = Classifier());
 
   // Runs `batch` (not empty; every pair CanBatchTogether) on `instance`, whose ledger owner is
   // `instance_owner`, and calls each request's callback exactly once.
@@ -49,6 +51,9 @@ class BatchExecutor {
 
  private:
   void FailAll(std::vector<QueuedRequest>& batch, const Status& status);
+  // `outputs` with those the request asked to classify replaced by their top classes.
+  Result<std::vector<Tensor>> Classified(const InferRequest& request,
+                                         Result<std::vector<Tensor>> outputs) const;
 
   const std::string model_name_;
   const int64_t version_;
@@ -56,6 +61,7 @@ class BatchExecutor {
   const MemoryContext memory_;
   InferenceStatistics* const stats_;
   const TensorReshape reshape_;
+  const Classifier classifier_;
   std::atomic<uint64_t> request_sequence_{0};
 };
 

@@ -77,11 +77,13 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
 }  // namespace
 
 LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
-                         const MemoryContext& memory, memory::OwnerId model_owner)
+                         const MemoryContext& memory, memory::OwnerId model_owner,
+                         Classifier classifier)
     : config_(std::move(config)),
       version_(version),
       memory_(memory),
-      executor_(config_->name(), version, memory, &stats_, TensorReshape::From(*config_)),
+      executor_(config_->name(), version, memory, &stats_, TensorReshape::From(*config_),
+                std::move(classifier)),
       owner_(memory.ledger, model_owner, memory::OwnerKind::kVersion, std::to_string(version)) {}
 
 LoadedModel::~LoadedModel() {
@@ -106,8 +108,11 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   // on one of the version's own instance threads (a callback dropping its outcome), and
   // destroying it there would join that thread from itself: then another thread destroys it,
   // as Triton's model deleter does.
+  auto classifier = Classifier::Load(*config, model_dir);
+  if (!classifier.ok()) return classifier.status().WithContext(where);
   std::shared_ptr<LoadedModel> model(
-      new LoadedModel(config, version, memory, model_owner), [](LoadedModel* doomed) {
+      new LoadedModel(config, version, memory, model_owner, std::move(classifier).value()),
+      [](LoadedModel* doomed) {
         if (doomed->scheduler_ != nullptr && doomed->scheduler_->OnWorkerThread()) {
           std::thread([doomed] { delete doomed; }).detach();
         } else {

@@ -113,7 +113,7 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
 
  private:
   LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
-              const MemoryContext& memory, memory::OwnerId model_owner);
+              const MemoryContext& memory, memory::OwnerId model_owner, Classifier classifier);
 
   // Validates `request`: a QueuedRequest ready to submit, or nullopt once `done` has been
   // given the validation error (counted as a failure).

@@ -51,6 +51,7 @@ def test_server_metadata(client):
     # Both are served, so a Triton client must be able to discover them.
     assert "binary_tensor_data" in meta["extensions"]
     assert "model_configuration" in meta["extensions"]
+    assert "classification" in meta["extensions"]
 
 
 def test_server_metadata_ignores_query_string(client):

@@ -517,11 +517,24 @@ TEST(InferCodecTest, SharedMemoryAndClassificationAreUnsupported) {
   EXPECT_EQ(out.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(out.status().message().find("output 'O': shared memory"), std::string::npos);
 
+}
+
+TEST(InferCodecTest, ClassificationIsAPositiveCountPerOutput) {
   auto cls = ParseJson(R"({"inputs":[)" + kGoodInput +
                        R"(],"outputs":[{"name":"O","parameters":{"classification":3}}]})");
-  ASSERT_FALSE(cls.ok());
-  EXPECT_EQ(cls.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(cls.status().message().find("classification"), std::string::npos);
+  ASSERT_TRUE(cls.ok()) << cls.status().ToString();
+  ASSERT_EQ(cls->outputs.size(), 1u);
+  EXPECT_EQ(cls->outputs[0].classification, 3u);
+  for (const char* bad : {"0", "-1", "\"3\"", "2.5"}) {
+    auto r = ParseJson(R"({"inputs":[)" + kGoodInput +
+                       R"(],"outputs":[{"name":"O","parameters":{"classification":)" + bad +
+                       "}}]}");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("'classification' must be a positive integer"),
+              std::string::npos)
+        << r.status().message();
+  }
 }
 
 TEST(InferCodecTest, UnknownKeysAndParametersAreIgnored) {

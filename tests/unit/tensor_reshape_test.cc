@@ -7,15 +7,12 @@
 #include <vector>
 
 #include "config/model_config_parser.h"
+#include "support/config_text.h"
 
 namespace vramd::runtime {
 namespace {
 
-config::ModelConfig ConfigOf(const std::string& text) {
-  auto parsed = config::ParseModelConfigText(text, "config.pbtxt");
-  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
-  return parsed.ok() ? parsed->config : config::ModelConfig();
-}
+using vramd::testing::ConfigFromText;
 
 Tensor Shaped(const std::string& name, Shape shape) {
   Tensor t;
@@ -26,7 +23,7 @@ Tensor Shaped(const std::string& name, Shape shape) {
 }
 
 TEST(TensorReshapeTest, AConfigWithoutReshapeReshapesNothing) {
-  TensorReshape r = TensorReshape::From(ConfigOf(R"(
+  TensorReshape r = TensorReshape::From(ConfigFromText(R"(
     max_batch_size: 4
     input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
     output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ])"));
@@ -37,7 +34,7 @@ TEST(TensorReshapeTest, AConfigWithoutReshapeReshapesNothing) {
 }
 
 TEST(TensorReshapeTest, BatchedInputsAndOutputsKeepTheBatchAndFillTheVariableSizes) {
-  TensorReshape r = TensorReshape::From(ConfigOf(R"(
+  TensorReshape r = TensorReshape::From(ConfigFromText(R"(
     max_batch_size: 8
     input [ { name: "image" data_type: TYPE_FP32 dims: [ -1, 12 ] reshape { shape: [ -1, 3, 4 ] } },
             { name: "plain" data_type: TYPE_FP32 dims: [ 2 ] } ]
@@ -56,7 +53,7 @@ TEST(TensorReshapeTest, BatchedInputsAndOutputsKeepTheBatchAndFillTheVariableSiz
 }
 
 TEST(TensorReshapeTest, AnOutputAlreadyShapedByDimsPassesAndOneShapedByNeitherIsAnError) {
-  TensorReshape r = TensorReshape::From(ConfigOf(R"(
+  TensorReshape r = TensorReshape::From(ConfigFromText(R"(
     max_batch_size: 0
     input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
     output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ])"));

@@ -49,7 +49,9 @@ namespace vramd::http {
 // or type (naming the element index), binary sizes that do not add up to the body (giving
 // both numbers), a binary_data_size that does not match shape and datatype, malformed BYTES
 // binary data, duplicate input or output names. Shared-memory parameters
-// (shared_memory_region, ...) and the classification output parameter are Unsupported.
+// (shared_memory_region, ...) are Unsupported. An output's "classification" parameter (Triton's
+// classification extension) must be a positive integer; the runtime applies it
+// (runtime/classification.h).
 // Request-level parameters: binary_data_output (bool) and timeout (microseconds, a
 // non-negative integer, into InferRequest::timeout_us); other keys and parameters are ignored.
 // Each RequestedOutput.binary is its parameter binary_data if given, else binary_data_output.

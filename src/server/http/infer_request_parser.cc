@@ -258,10 +258,12 @@ Status ParseOutputs(const JsonValue& outputs, InferRequest* request) {
           }
           requested.binary = m.value.GetBool();
         } else if (key == "classification") {
-          return Status::Unsupported(fmt::format(
-              "output '{}': the classification extension (parameter 'classification') is not "
-              "supported by vramd",
-              requested.name));
+          if (!m.value.IsUint() || m.value.GetUint() == 0) {
+            return Invalid(fmt::format(
+                "output '{}': parameter 'classification' must be a positive integer, got {}",
+                requested.name, KindOf(m.value)));
+          }
+          requested.classification = m.value.GetUint();
         } else if (IsSharedMemoryParameter(key)) {
           return SharedMemoryUnsupported("output", requested.name, key);
         }

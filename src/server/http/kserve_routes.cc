@@ -280,8 +280,8 @@ HttpResponse KServeRoutes::ServerMetadata() const {
   WriteString(w, info_.version);
   w.Key("extensions");
   w.StartArray();
-  for (const char* e : {"binary_tensor_data", "model_configuration", "model_repository",
-                        "statistics"}) {
+  for (const char* e : {"binary_tensor_data", "classification", "model_configuration",
+                        "model_repository", "statistics"}) {
     w.String(e);
   }
   w.EndArray();

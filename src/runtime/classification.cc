@@ -1,0 +1,124 @@
+#include "runtime/classification.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+#include "core/half.h"
+
+namespace vramd::runtime {
+namespace {
+
+template <typename T>
+T Load(const std::byte* p) {
+  T value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
+
+// Element `i` of `data` as a double for ordering, and as Triton writes it.
+struct Element {
+  double value = 0;
+  std::string text;
+};
+
+Element At(DataType type, const std::byte* data, size_t i) {
+  const std::byte* p = data + i * DataTypeByteSize(type);
+  auto integer = [](auto v) { return Element{static_cast<double>(v), fmt::format("{}", v)}; };
+  auto real = [](double v) { return Element{v, fmt::format("{:f}", v)}; };
+  switch (type) {
+    case DataType::kBool: return integer(static_cast<int>(Load<uint8_t>(p) != 0));
+    case DataType::kUint8: return integer(Load<uint8_t>(p));
+    case DataType::kUint16: return integer(Load<uint16_t>(p));
+    case DataType::kUint32: return integer(Load<uint32_t>(p));
+    case DataType::kUint64: return integer(Load<uint64_t>(p));
+    case DataType::kInt8: return integer(Load<int8_t>(p));
+    case DataType::kInt16: return integer(Load<int16_t>(p));
+    case DataType::kInt32: return integer(Load<int32_t>(p));
+    case DataType::kInt64: return integer(Load<int64_t>(p));
+    case DataType::kFp16: return real(HalfToFloat(Load<uint16_t>(p)));
+    case DataType::kBf16: return real(Bf16ToFloat(Load<uint16_t>(p)));
+    case DataType::kFp32: return real(Load<float>(p));
+    case DataType::kFp64: return real(Load<double>(p));
+    default: return Element{};
+  }
+}
+
+}  // namespace
+
+Result<Classifier> Classifier::Load(const config::ModelConfig& config,
+                                    const std::filesystem::path& model_dir) {
+  Classifier c;
+  c.batched_ = config.max_batch_size() > 0;
+  for (const auto& out : config.output()) {
+    if (out.label_filename().empty()) continue;
+    const std::filesystem::path path = model_dir / out.label_filename();
+    std::ifstream in(path);
+    if (!in) {
+      return Status::InvalidArgument(fmt::format(
+          "output '{}': cannot read its label_filename {}", out.name(), path.string()));
+    }
+    std::vector<std::string>& labels = c.labels_[out.name()];
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      labels.push_back(std::move(line));
+    }
+  }
+  return c;
+}
+
+Result<Tensor> Classifier::Classify(const Tensor& output, uint32_t count) const {
+  if (count == 0) {
+    return Status::InvalidArgument(
+        fmt::format("output '{}': parameter 'classification' must be at least 1", output.name));
+  }
+  if (output.datatype == DataType::kBytes || DataTypeByteSize(output.datatype) == 0) {
+    return Status::InvalidArgument(fmt::format(
+        "output '{}' is {}: the classification extension needs a numeric output", output.name,
+        DataTypeWireName(output.datatype)));
+  }
+  const int64_t elements = ElementCount(output.shape);
+  const int64_t batch = batched_ && !output.shape.empty() ? output.shape[0] : 1;
+  const int64_t classes = batch > 0 ? elements / batch : 0;
+  if (elements < 0 || (batch > 0 && classes * batch != elements) ||
+      output.data.size() < static_cast<size_t>(elements) * DataTypeByteSize(output.datatype)) {
+    return Status::Internal(fmt::format("output '{}': shape {} does not match its {} bytes",
+                                        output.name, ShapeToString(output.shape),
+                                        output.data.size()));
+  }
+  const auto k = static_cast<int64_t>(std::min<int64_t>(count, classes));
+  auto labels = labels_.find(output.name);
+  std::string bytes;
+  std::vector<int64_t> order(static_cast<size_t>(classes));
+  std::vector<Element> row(static_cast<size_t>(classes));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < classes; ++i) {
+      row[static_cast<size_t>(i)] =
+          At(output.datatype, output.data.data(), static_cast<size_t>(b * classes + i));
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t x, int64_t y) {
+      const double vx = row[static_cast<size_t>(x)].value, vy = row[static_cast<size_t>(y)].value;
+      return vx > vy || (vx == vy && x < y);
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t index = order[static_cast<size_t>(j)];
+      std::string text = row[static_cast<size_t>(index)].text + ":" + std::to_string(index);
+      if (labels != labels_.end() && static_cast<size_t>(index) < labels->second.size()) {
+        text += ":" + labels->second[static_cast<size_t>(index)];
+      }
+      AppendBytesElement(&bytes, text);
+    }
+  }
+  Tensor result;
+  result.name = output.name;
+  result.datatype = DataType::kBytes;
+  result.shape = batched_ ? Shape{batch, k} : Shape{k};
+  result.data = HostBuffer::FromString(std::move(bytes));
+  return result;
+}
+
+}  // namespace vramd::runtime
