@@ -226,7 +226,7 @@ bool PickOutput(const c10::IValue& result, const ModelSpec& spec, size_t index,
 }
 
 // TYPE_STRING data as vramd carries it (backend.h): each element a 4-byte little-endian length,
-// then its bytes.
+// then its bytes. Decoded here because the backend links nothing of vramd but its C header.
 bool DecodeStrings(const VramdTensor& in, c10::List<std::string>* out, std::string* error) {
   size_t count = 1;
   for (size_t d = 0; d < in.rank; ++d) count *= static_cast<size_t>(std::max<int64_t>(0, in.shape[d]));
