@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <type_traits>
 
 #include "core/half.h"
 
@@ -19,32 +20,43 @@ T Load(const std::byte* p) {
   return value;
 }
 
-// Element `i` of `data` as a double for ordering, and as Triton writes it.
-struct Element {
-  double value = 0;
-  std::string text;
-};
-
-Element At(DataType type, const std::byte* data, size_t i) {
+// Calls `f` with element `i` of `data` in its own C++ type (BOOL as int, FP16 and BF16 as
+// float).
+template <typename F>
+auto Visit(DataType type, const std::byte* data, size_t i, F&& f) {
   const std::byte* p = data + i * DataTypeByteSize(type);
-  auto integer = [](auto v) { return Element{static_cast<double>(v), fmt::format("{}", v)}; };
-  auto real = [](double v) { return Element{v, fmt::format("{:f}", v)}; };
   switch (type) {
-    case DataType::kBool: return integer(static_cast<int>(Load<uint8_t>(p) != 0));
-    case DataType::kUint8: return integer(Load<uint8_t>(p));
-    case DataType::kUint16: return integer(Load<uint16_t>(p));
-    case DataType::kUint32: return integer(Load<uint32_t>(p));
-    case DataType::kUint64: return integer(Load<uint64_t>(p));
-    case DataType::kInt8: return integer(Load<int8_t>(p));
-    case DataType::kInt16: return integer(Load<int16_t>(p));
-    case DataType::kInt32: return integer(Load<int32_t>(p));
-    case DataType::kInt64: return integer(Load<int64_t>(p));
-    case DataType::kFp16: return real(HalfToFloat(Load<uint16_t>(p)));
-    case DataType::kBf16: return real(Bf16ToFloat(Load<uint16_t>(p)));
-    case DataType::kFp32: return real(Load<float>(p));
-    case DataType::kFp64: return real(Load<double>(p));
-    default: return Element{};
+    case DataType::kBool: return f(static_cast<int>(Load<uint8_t>(p) != 0));
+    case DataType::kUint8: return f(Load<uint8_t>(p));
+    case DataType::kUint16: return f(Load<uint16_t>(p));
+    case DataType::kUint32: return f(Load<uint32_t>(p));
+    case DataType::kUint64: return f(Load<uint64_t>(p));
+    case DataType::kInt8: return f(Load<int8_t>(p));
+    case DataType::kInt16: return f(Load<int16_t>(p));
+    case DataType::kInt32: return f(Load<int32_t>(p));
+    case DataType::kInt64: return f(Load<int64_t>(p));
+    case DataType::kFp16: return f(HalfToFloat(Load<uint16_t>(p)));
+    case DataType::kBf16: return f(Bf16ToFloat(Load<uint16_t>(p)));
+    case DataType::kFp32: return f(Load<float>(p));
+    case DataType::kFp64: return f(Load<double>(p));
+    default: return f(0);  // Classify refuses other types first
   }
+}
+
+// Element `i` as a double, for ordering.
+double ValueAt(DataType type, const std::byte* data, size_t i) {
+  return Visit(type, data, i, [](auto v) { return static_cast<double>(v); });
+}
+
+// Element `i` as Triton writes it: integers as they are, reals with six decimals.
+std::string TextAt(DataType type, const std::byte* data, size_t i) {
+  return Visit(type, data, i, [](auto v) {
+    if constexpr (std::is_floating_point_v<decltype(v)>) {
+      return fmt::format("{:f}", static_cast<double>(v));
+    } else {
+      return fmt::format("{}", v);
+    }
+  });
 }
 
 }  // namespace
@@ -93,20 +105,21 @@ Result<Tensor> Classifier::Classify(const Tensor& output, uint32_t count) const 
   auto labels = labels_.find(output.name);
   std::string bytes;
   std::vector<int64_t> order(static_cast<size_t>(classes));
-  std::vector<Element> row(static_cast<size_t>(classes));
+  std::vector<double> row(static_cast<size_t>(classes));
   for (int64_t b = 0; b < batch; ++b) {
+    const auto at = [&](int64_t i) { return static_cast<size_t>(b * classes + i); };
     for (int64_t i = 0; i < classes; ++i) {
-      row[static_cast<size_t>(i)] =
-          At(output.datatype, output.data.data(), static_cast<size_t>(b * classes + i));
+      row[static_cast<size_t>(i)] = ValueAt(output.datatype, output.data.data(), at(i));
     }
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t x, int64_t y) {
-      const double vx = row[static_cast<size_t>(x)].value, vy = row[static_cast<size_t>(y)].value;
+      const double vx = row[static_cast<size_t>(x)], vy = row[static_cast<size_t>(y)];
       return vx > vy || (vx == vy && x < y);
     });
     for (int64_t j = 0; j < k; ++j) {
       const int64_t index = order[static_cast<size_t>(j)];
-      std::string text = row[static_cast<size_t>(index)].text + ":" + std::to_string(index);
+      std::string text = TextAt(output.datatype, output.data.data(), at(index)) + ":" +
+                         std::to_string(index);
       if (labels != labels_.end() && static_cast<size_t>(index) < labels->second.size()) {
         text += ":" + labels->second[static_cast<size_t>(index)];
       }

@@ -317,8 +317,9 @@ bool AddStringOutput(const TensorSpec& o, const c10::List<c10::IValue>& list, in
     *failure = {VRAMD_INTERNAL, error};
     return false;
   }
+  const std::vector<c10::IValue> strings = list.vec();
   size_t bytes = 0;
-  for (const c10::IValue& v : list.vec()) bytes += 4 + v.toStringRef().size();
+  for (const c10::IValue& v : strings) bytes += 4 + v.toStringRef().size();
   void* data = nullptr;
   VramdError err{};
   const VramdCode code = outputs.add(outputs.outputs, o.name.c_str(), o.datatype, shape.data(),
@@ -328,7 +329,7 @@ bool AddStringOutput(const TensorSpec& o, const c10::List<c10::IValue>& list, in
     return false;
   }
   auto* p = static_cast<unsigned char*>(data);
-  for (const c10::IValue& v : list.vec()) {
+  for (const c10::IValue& v : strings) {
     const std::string& text = v.toStringRef();
     const auto n = static_cast<uint32_t>(text.size());
     for (int b = 0; b < 4; ++b) *p++ = static_cast<unsigned char>(n >> (8 * b));
