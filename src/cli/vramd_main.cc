@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "cli/stop_signals.h"
 #include "memory/allocator.h"
 #include "memory/cuda_devices.h"
 #include "memory/growth_detector.h"
@@ -36,6 +37,11 @@ struct ServeOptions {
   int http_port = 8000;
   int http_threads = 0;
   int64_t http_max_input_size = int64_t{64} << 20;
+  int http_max_connections = 10000;
+  int http_idle_timeout_secs = 0;
+  int http_header_timeout_secs = 30;
+  int http_body_timeout_secs = 30;
+  int64_t http_body_memory_mib = 1024;
   int log_verbose = 0;
   bool exit_on_error = false;
   bool strict_readiness = true;
@@ -53,23 +59,6 @@ struct ServeOptions {
   int64_t reload_unavailable_wait_ms = 5000;
   std::string backend_directory{vramd::backends::kDefaultBackendDirectory};
 };
-
-// Blocks SIGINT and SIGTERM in this thread and every thread started after, so that only
-// WaitForStopSignal sees them.
-sigset_t BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
-int WaitForStopSignal(const sigset_t& set) {
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
-}
 
 // Request bodies and encoded responses are host buffers of the request's size, made and freed
 // once per request. With glibc's defaults a 150 KB one is mapped or grown into a heap top that
@@ -96,12 +85,11 @@ void TuneMalloc() {
   }
 }
 
-int Serve(const ServeOptions& options) {
+int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Logs go to stderr, keeping stdout free for anything a wrapper wants to print.
   spdlog::set_default_logger(spdlog::stderr_color_mt("vramd"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(options.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
-  const sigset_t stop_signals = BlockStopSignals();
   // cuBLAS keeps a default workspace pool per handle (64 MiB on Hopper) outside the ledger.
   // vramd's handles always run in a workspace taken from the ledger, so the pool is disabled
   // unless the user set it.
@@ -171,6 +159,11 @@ int Serve(const ServeOptions& options) {
   http_options.threads = options.http_threads;
   http_options.max_body_bytes = static_cast<size_t>(options.http_max_input_size);
   http_options.drain_timeout = std::chrono::seconds(options.exit_timeout_secs);
+  http_options.max_connections = static_cast<size_t>(options.http_max_connections);
+  http_options.idle_timeout = std::chrono::seconds(options.http_idle_timeout_secs);
+  http_options.header_timeout = std::chrono::seconds(options.http_header_timeout_secs);
+  http_options.body_timeout = std::chrono::seconds(options.http_body_timeout_secs);
+  http_options.max_body_memory_bytes = static_cast<size_t>(options.http_body_memory_mib) << 20;
   auto server = vramd::http::HttpServer::Start(
       http_options, [&routes](vramd::http::HttpRequest request, vramd::http::Responder respond) {
         routes.Handle(std::move(request), std::move(respond));
@@ -189,6 +182,11 @@ int Serve(const ServeOptions& options) {
     metrics_options.port = static_cast<uint16_t>(options.metrics_port);
     metrics_options.threads = 1;
     metrics_options.max_body_bytes = 64 << 10;
+    metrics_options.max_connections = http_options.max_connections;
+    metrics_options.idle_timeout = http_options.idle_timeout;
+    metrics_options.header_timeout = http_options.header_timeout;
+    metrics_options.body_timeout = http_options.body_timeout;
+    metrics_options.max_body_memory_bytes = metrics_options.max_body_bytes * 64;
     auto started = vramd::http::HttpServer::Start(
         metrics_options,
         [&memory_report, &manager](vramd::http::HttpRequest request,
@@ -212,7 +210,7 @@ int Serve(const ServeOptions& options) {
     spdlog::info("metrics listening on {}:{}", metrics_options.address, metrics_server->port());
   }
 
-  int sig = WaitForStopSignal(stop_signals);
+  int sig = stop_signals.Wait();
   spdlog::info("received {}: finishing in-flight requests, then exiting",
                sig == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Shutdown();
@@ -224,6 +222,8 @@ int Serve(const ServeOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: from here on no SIGINT/SIGTERM can kill the process, whichever thread takes it.
+  vramd::cli::StopSignals stop_signals;
   CLI::App app{"vramd: an inference server for Triton model repositories that accounts for "
                "every byte of GPU memory"};
   app.require_subcommand(1);
@@ -245,6 +245,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--http-max-input-size", options.http_max_input_size,
                     "Largest request body in bytes; larger ones are answered 413")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--http-max-connections", options.http_max_connections,
+                    "Most HTTP connections open at once; one more is answered 503 and closed")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--http-idle-timeout-secs", options.http_idle_timeout_secs,
+                    "Close a keep-alive connection that sends no request for this long "
+                    "(0 = never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--http-header-timeout-secs", options.http_header_timeout_secs,
+                    "A request header must be complete this long after its first byte (408)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--http-body-timeout-secs", options.http_body_timeout_secs,
+                    "Longest pause while a request body is read (408)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--http-body-memory-mib", options.http_body_memory_mib,
+                    "Request bodies being read or answered hold at most this much memory "
+                    "together; a request that would pass it is answered 503")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   serve->add_option("--log-verbose", options.log_verbose, "Verbose logging level (0 = off)")
@@ -306,6 +328,6 @@ int main(int argc, char** argv) {
                     "Explicit mode: a model to load at start-up; repeat for several, '*' for all");
 
   CLI11_PARSE(app, argc, argv);
-  if (serve->parsed()) return Serve(options);
+  if (serve->parsed()) return Serve(options, stop_signals);
   return 0;
 }

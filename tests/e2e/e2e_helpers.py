@@ -49,10 +49,13 @@ STOP_TIMEOUT_S = 30.0
 class VramdProcess:
     """One vramd process. Use start(); then .port, .client(), .stop()."""
 
-    def __init__(self, repos, log_dir, extra_args=(), name="vramd", port=0, ready_models=None):
+    def __init__(self, repos, log_dir, extra_args=(), name="vramd", port=0, ready_models=None,
+                 preexec_fn=None):
         """`ready_models`: when given, start() waits for /v2/health/live and for each of these
         models' /ready instead of /v2/health/ready (which strict readiness keeps at 400 while
-        any model of the repository failed to load)."""
+        any model of the repository failed to load). `preexec_fn` runs in the child before
+        exec (e.g. to lower its resource limits)."""
+        self.preexec_fn = preexec_fn
         self.repos = [str(r) for r in repos]
         self.requested_port = port
         self.ready_models = list(ready_models) if ready_models is not None else None
@@ -83,7 +86,7 @@ class VramdProcess:
         self._err = open(self.stderr_path, "wb")
         self._out = open(self.stdout_path, "wb")
         self.proc = subprocess.Popen(self.argv(), stdout=self._out, stderr=self._err,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn)
         return self
 
     def start(self, wait_ready=True, timeout=START_TIMEOUT_S):

@@ -1,232 +1,79 @@
 #include "server/http/http_server.h"
 
-#include "server/http/infer_codec.h"
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
-#include <vector>
+#include <algorithm>
+#include <cerrno>
+#include <exception>
+
+#include "server/http/http_connection.h"
+#include "server/http/http_server_impl.h"
 
 namespace vramd::http {
 namespace net = boost::asio;
 namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
 using tcp = net::ip::tcp;
 
 namespace {
-class Session;
-}
 
-// State shared by the acceptor and every session. Outlives them: Shutdown waits for all
-// sessions to end before the io_context and this object go away.
-class HttpServer::Impl {
- public:
-  Impl(const Options& options, Handler handler)
-      : options_(options), handler_(std::move(handler)), acceptor_(net::make_strand(ioc_)) {}
-
-  Status Listen();
-  void Run();
-  void Shutdown();
-  uint16_t port() const { return port_; }
-
-  // Called by sessions.
-  const Options& options() const { return options_; }
-  const Handler& handler() const { return handler_; }
-  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
-  void Register(Session* s, std::weak_ptr<Session> w);
-  void Unregister(Session* s);
-
- private:
-  void Accept();
-
-  const Options options_;
-  const Handler handler_;
-  // Declared before ioc_: destroying ioc_ destroys pending handlers, whose sessions unregister.
-  std::mutex sessions_mu_;
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_
-  net::io_context ioc_;
-  tcp::acceptor acceptor_;
-  uint16_t port_ = 0;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stopping_{false};
-  bool shut_down_ = false;  // only the controlling thread
-};
-
-namespace {
-
-// The read buffer every connection keeps, and so the most one read takes from the socket.
-constexpr size_t kReadBufferBytes = 64 * 1024;
-
-// One connection. Every member is touched only from the connection's strand.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {
-    // Beast reads at most the buffer's free capacity at a time: left at its first size (the
-    // header's), a 150 KB tensor body took ~300 reads of 512 bytes, each a syscall and a trip
-    // through the strand.
-    buffer_.reserve(kReadBufferBytes);
-  }
-  ~Session() { server_->Unregister(this); }
-
-  void Start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
-  }
-
-  // Closes the connection unless a request is in flight (its header read); that one is read,
-  // answered, and then the connection closes.
-  bool busy() const { return busy_.load(); }
-
-  void CloseIfIdle() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      if (!self->busy_) self->Close();
-    });
-  }
-
- private:
-  void ReadHeader() {
-    if (server_->stopping()) return Close();
-    parser_.emplace();
-    parser_->body_limit(server_->options().max_body_bytes);
-    bhttp::async_read_header(stream_, buffer_, *parser_,
-                             [self = shared_from_this()](beast::error_code ec, size_t) {
-                               self->OnHeader(ec);
-                             });
-  }
-
-  void OnHeader(beast::error_code ec) {
-    if (ec) return OnReadError(ec);
-    // From here the request is in flight: shutdown waits for its body and its answer.
-    busy_ = true;
-    auto& req = parser_->get();
-    auto length = parser_->content_length();
-    if (length && *length > server_->options().max_body_bytes) {
-      return Reject(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes "
-                                     "(--http-max-input-size)",
-                                     *length, server_->options().max_body_bytes));
-    }
-    if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
-      auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
-                                                                         req.version());
-      bhttp::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec, size_t) {
-        if (ec) return self->Close();
-        self->ReadBody();
-      });
-      return;
-    }
-    ReadBody();
-  }
-
-  void ReadBody() {
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        self->OnBody(ec);
-                      });
-  }
-
-  void OnReadError(beast::error_code ec) {
-    if (ec == bhttp::error::end_of_stream || ec == net::error::operation_aborted ||
-        ec == net::error::eof || ec == net::error::connection_reset ||
-        ec == net::error::bad_descriptor) {
-      return Close();
-    }
-    if (ec == bhttp::error::body_limit) {
-      return Reject(413, fmt::format("request body exceeds the limit of {} bytes "
-                                     "(--http-max-input-size)",
-                                     server_->options().max_body_bytes));
-    }
-    if (ec.category() == bhttp::make_error_code(bhttp::error::end_of_stream).category()) {
-      return Reject(400, fmt::format("malformed HTTP request: {}", ec.message()));
-    }
-    Close();
-  }
-
-  void OnBody(beast::error_code ec) {
-    if (ec) return OnReadError(ec);
-    auto req = parser_->release();
-    parser_.reset();
-    keep_alive_ = req.keep_alive();
-    version_ = req.version();
-
-    HttpRequest request;
-    request.method = std::string(req.method_string());
-    request.target = std::string(req.target());
-    auto ihcl = req.find("Inference-Header-Content-Length");
-    if (ihcl != req.end()) request.inference_header_length = std::string(ihcl->value());
-    request.body = std::make_shared<const std::string>(std::move(req.body()));
-
-    // The responder may run on any thread; the answer is written from this connection's strand.
-    auto executor = stream_.get_executor();
-    server_->handler()(std::move(request),
-                       [self = shared_from_this(), executor](HttpResponse response) {
-                         net::dispatch(executor, [self, r = std::move(response)]() mutable {
-                           self->Write(std::move(r));
-                         });
-                       });
-  }
-
-  void Reject(unsigned status, std::string message) {
-    busy_ = true;
-    keep_alive_ = false;
-    version_ = parser_ ? parser_->get().version() : 11;
-    if (version_ != 10 && version_ != 11) version_ = 11;
-    HttpResponse r;
-    r.status = status;
-    r.body = EncodeError(message);
-    Write(std::move(r));
-  }
-
-  void Write(HttpResponse r) {
-    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
-        static_cast<bhttp::status>(r.status), version_);
-    res->set(bhttp::field::content_type, r.content_type);
-    if (r.inference_header_length) {
-      res->set("Inference-Header-Content-Length", std::to_string(*r.inference_header_length));
-    }
-    res->keep_alive(keep_alive_ && !server_->stopping());
-    res->body() = std::move(r.body);
-    res->prepare_payload();
-    bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
-      self->busy_ = false;
-      if (ec || res->need_eof()) return self->Close();
-      self->ReadHeader();
-    });
-  }
-
-  void Close() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
-  }
-
-  beast::tcp_stream stream_;
-  HttpServer::Impl* server_;
-  beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
-  // A request's header has been read and it is not yet answered. Written on the strand; read
-  // by Shutdown's drain too, which waits only for busy connections.
-  std::atomic<bool> busy_{false};
-  bool keep_alive_ = true;
-  unsigned version_ = 11;
-};
+// After a failed accept the listener stays readable (the connection waits in the backlog), so
+// accepting again at once fails again at once: out of file descriptors, that loop burned a
+// core and wrote a log line per turn. Retries back off from the first delay to the last.
+constexpr auto kFirstAcceptRetry = std::chrono::milliseconds(10);
+constexpr auto kLastAcceptRetry = std::chrono::milliseconds(1000);
+// How long Shutdown gives connections closing gracefully once no request is in flight.
+constexpr auto kCloseGrace = std::chrono::milliseconds(1500);
 
 }  // namespace
 
-void HttpServer::Impl::Register(Session* s, std::weak_ptr<Session> w) {
-  std::lock_guard lock(sessions_mu_);
-  sessions_.emplace(s, std::move(w));
+HttpServer::Impl::Impl(const Options& options, Handler handler)
+    : options_(options),
+      handler_(std::move(handler)),
+      body_budget_(options.max_body_memory_bytes),
+      acceptor_(net::make_strand(ioc_)),
+      accept_retry_(acceptor_.get_executor()) {}
+
+void HttpServer::Impl::RequestFinished() {
+  busy_.fetch_sub(1);
+  // Shutdown waits on changed_ only after it set stopping_; both atomics are sequentially
+  // consistent, so either this sees stopping_ or Shutdown sees the decrement.
+  if (stopping_.load()) {
+    std::lock_guard lock(mu_);
+    changed_.notify_all();
+  }
 }
 
-void HttpServer::Impl::Unregister(Session* s) {
-  std::lock_guard lock(sessions_mu_);
-  sessions_.erase(s);
+std::shared_ptr<Connection> HttpServer::Impl::Register(tcp::socket socket) {
+  {
+    std::lock_guard lock(mu_);
+    if (connections_.size() < options_.max_connections) {
+      auto c = std::make_shared<Connection>(std::move(socket), this);
+      connections_.emplace(c.get(), c);
+      return c;
+    }
+  }
+  Refuse(std::move(socket));
+  return nullptr;
+}
+
+void HttpServer::Impl::Refuse(tcp::socket socket) {
+  if (auto held_back = accept_log_.Allow()) {
+    spdlog::warn("HTTP: refused a connection: {} are open, the limit (--http-max-connections) "
+                 "({} more refusals or accept failures since the last such message)",
+                 options_.max_connections, *held_back);
+  }
+  // Answered and closed like any refused request (so the client reads a 503, not a reset),
+  // but never registered: it does not count against the limit, and lasts a second at most.
+  auto c = std::make_shared<Connection>(std::move(socket), this);
+  c->Refuse(503, "the server has as many connections open as it takes "
+                 "(--http-max-connections); try again later");
+}
+
+void HttpServer::Impl::Unregister(Connection* c) {
+  std::lock_guard lock(mu_);
+  connections_.erase(c);
+  if (stopping_.load()) changed_.notify_all();
 }
 
 Status HttpServer::Impl::Listen() {
@@ -255,64 +102,108 @@ Status HttpServer::Impl::Listen() {
 
 void HttpServer::Impl::Accept() {
   acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-      spdlog::warn("HTTP accept failed: {}", ec.message());
-    } else if (!stopping()) {
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      auto session = std::make_shared<Session>(std::move(socket), this);
-      Register(session.get(), session);
-      session->Start();
+    if (ec) return OnAcceptError(ec);
+    accept_backoff_ = std::chrono::milliseconds(0);
+    if (stopping()) return;
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    if (auto connection = Register(std::move(socket))) {
+      connection->Start();
     }
-    if (!stopping()) Accept();
+    Accept();
   });
 }
 
+void HttpServer::Impl::OnAcceptError(const beast::error_code& ec) {
+  if (ec == net::error::operation_aborted || !acceptor_.is_open() || stopping()) return;
+  accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(kFirstAcceptRetry),
+                               std::chrono::milliseconds(kLastAcceptRetry));
+  if (auto held_back = accept_log_.Allow()) {
+    const bool out_of_fds = ec.value() == EMFILE || ec.value() == ENFILE;
+    spdlog::warn("HTTP accept failed: {}{}; retrying in {} ms ({} more failures since the last "
+                 "such message)",
+                 ec.message(),
+                 out_of_fds ? " (out of file descriptors: raise `ulimit -n` or lower "
+                              "--http-max-connections)"
+                            : "",
+                 accept_backoff_.count(), *held_back);
+  }
+  accept_retry_.expires_after(accept_backoff_);
+  accept_retry_.async_wait([this](beast::error_code ec) {
+    if (!ec && !stopping()) Accept();
+  });
+}
+
+void HttpServer::Impl::RunThread() {
+  // run() returns only once stopped (the work guard keeps it running while no socket
+  // operation is pending); an exception from a handler ends that handler's connection, not
+  // the thread, and run() may be called again after one.
+  for (;;) {
+    try {
+      ioc_.run();
+      return;
+    } catch (const std::exception& e) {
+      if (auto held_back = error_log_.Allow()) {
+        spdlog::error("HTTP: a connection's handler threw ({}); that connection is closed ({} "
+                      "more since the last such message)",
+                      e.what(), *held_back);
+      }
+    } catch (...) {
+      if (auto held_back = error_log_.Allow()) {
+        spdlog::error("HTTP: a connection's handler threw; that connection is closed ({} more "
+                      "since the last such message)",
+                      *held_back);
+      }
+    }
+  }
+}
+
 void HttpServer::Impl::Run() {
+  work_.emplace(ioc_.get_executor());
   Accept();
   int n = options_.threads > 0 ? options_.threads
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads_.reserve(n);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { ioc_.run(); });
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { RunThread(); });
 }
 
 void HttpServer::Impl::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  stopping_.store(true, std::memory_order_release);
+  stopping_.store(true);
   net::dispatch(acceptor_.get_executor(), [this] {
     beast::error_code ignored;
     acceptor_.close(ignored);
+    accept_retry_.cancel();
   });
 
-  // Idle connections close now; busy ones close after their answer is written.
-  auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
-  for (bool first = true;; first = false) {
-    std::vector<std::shared_ptr<Session>> live;
-    {
-      std::lock_guard lock(sessions_mu_);
-      for (auto& [p, w] : sessions_)
-        if (auto s = w.lock()) live.push_back(std::move(s));
-    }
-    // Done once no connection is answering a request: an idle one may outlive its close for a
-    // moment (or longer, while anything still holds it), which is no reason to wait.
-    // The first round closes the idle ones on their strands, so a request being read as the
-    // server stops is seen busy in the next round and answered.
-    bool any_busy = false;
-    for (auto& s : live) any_busy = any_busy || s->busy();
-    if (live.empty() || (!any_busy && !first)) break;
-    for (auto& s : live) s->CloseIfIdle();
-    live.clear();
-    if (std::chrono::steady_clock::now() > deadline) {
-      spdlog::warn("HTTP: connections still busy after the drain timeout; stopping anyway");
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Connections waiting for a request close now; the others answer theirs first.
+  std::vector<std::shared_ptr<Connection>> live;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [p, w] : connections_)
+      if (auto c = w.lock()) live.push_back(std::move(c));
   }
+  for (auto& c : live) c->CloseIfIdle();
+  live.clear();
+
+  const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
+  std::unique_lock lock(mu_);
+  if (!changed_.wait_until(lock, deadline, [this] { return busy_.load() == 0; })) {
+    spdlog::warn("HTTP: {} request(s) still unanswered after the drain timeout "
+                 "(--exit-timeout-secs); stopping anyway",
+                 busy_.load());
+  }
+  changed_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + kCloseGrace),
+                      [this] { return connections_.empty(); });
+  lock.unlock();
+
+  work_.reset();
   ioc_.stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  std::unique_lock gate(gate_->mu);
+  gate_->open = false;
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -3,10 +3,29 @@
 // complete request goes to a Handler, which answers through a Responder, from any thread,
 // now or later.
 //
-// Limits: a body larger than Options::max_body_bytes is answered 413 and the connection
-// closed; an unparsable request is answered 400 and the connection closed.
-// Shutdown: stop accepting, close idle connections, let requests in flight (whose header has
-// arrived) be read and answered (up to Options::drain_timeout), then stop the threads.
+// What a client can hold, and for how long (docs/security.md says why each default):
+//   - a connection: at most Options::max_connections at once; one more is answered 503 and
+//     closed. A connection waiting for its next request is closed after idle_timeout (0: never).
+//   - a request header: 8 KiB, arriving within header_timeout of its first byte (408).
+//     Trailers of a chunked body, chunk-size lines and anything else not yet parsed share the
+//     connection's 64 KiB read buffer: more is answered 431.
+//   - a body: at most max_body_bytes (413), with no pause longer than body_timeout (408).
+//     Bodies being read or answered hold at most max_body_memory_bytes between them: a request
+//     whose declared length does not fit is answered 503 (a chunked body is counted as it
+//     grows) and its connection closed.
+//   - framing: a Transfer-Encoding other than exactly "chunked", or one next to a
+//     Content-Length, is answered 400 (RFC 9112 section 6.1).
+//   Every such answer closes the connection after it is written.
+// Nothing a client sends can throw out of an I/O thread: an exception from the parser or a
+// Handler is caught, answered 500 where the request can still be answered, and logged.
+//
+// Shutdown: stop accepting and close connections waiting for a request; a request whose first
+// byte has arrived is read, handed to the Handler and answered, however long the Handler takes
+// (up to Options::drain_timeout), and its connection then closed gracefully (FIN, then what the
+// client still sends is read and dropped for a moment, so no reset destroys the answer). The
+// I/O threads keep running until then even when no socket operation is pending, since a
+// Handler answers later from its own thread. A Responder called after Shutdown drops its
+// response.
 //
 // Thread safety: Start and Shutdown from one controlling thread; the Handler is called
 // concurrently from the pool's threads.
@@ -52,6 +71,13 @@ class HttpServer {
     int threads = 0;       // 0: one per hardware thread
     size_t max_body_bytes = size_t{64} << 20;
     std::chrono::milliseconds drain_timeout{30000};
+    // Limits on what clients hold (see above). A zero idle_timeout never closes an idle
+    // connection, as Triton does not; the connection cap bounds how many there can be.
+    size_t max_connections = 10000;
+    std::chrono::milliseconds idle_timeout{0};
+    std::chrono::milliseconds header_timeout{30000};
+    std::chrono::milliseconds body_timeout{30000};
+    size_t max_body_memory_bytes = size_t{1} << 30;
   };
 
   // Binds, listens and starts the threads. Fails with the address and the system's reason.

@@ -1,0 +1,387 @@
+#include "server/http/http_connection.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "server/http/infer_codec.h"
+
+namespace vramd::http {
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// The read buffer every connection keeps. Beast reads at most its free capacity at a time:
+// left at its first size (the header's), a 150 KB tensor body took ~300 reads of 512 bytes.
+// It is also the bound on what is buffered but not yet parsed (a header, a chunk-size line, a
+// chunked body's trailer): Beast bounds the header itself (kHeaderLimit) but not the trailer,
+// whose fields it stores with 16-bit lengths and throws on at 64 KiB.
+constexpr size_t kReadBufferBytes = 64 * 1024;
+constexpr size_t kHeaderLimit = 8 * 1024;  // Beast's default for requests, kept explicit
+// How long a closing connection reads and drops what the client still sends.
+constexpr auto kLinger = std::chrono::seconds(1);
+// An answer must leave at this rate or better (after body_timeout of grace), or the
+// connection is dropped: a client that does not read cannot hold a large answer forever.
+constexpr size_t kMinSendBytesPerSecond = 1 << 20;
+
+bool IsDisconnect(const beast::error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == net::error::operation_aborted ||
+         ec == net::error::eof || ec == net::error::connection_reset ||
+         ec == net::error::bad_descriptor || ec == net::error::broken_pipe;
+}
+
+beast::string_view Trim(beast::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string Seconds(std::chrono::milliseconds d) {
+  return fmt::format("{:g} s", static_cast<double>(d.count()) / 1000.0);
+}
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, HttpServer::Impl* server)
+    : stream_(std::move(socket)),
+      server_(server),
+      buffer_(kReadBufferBytes),
+      read_deadline_(stream_.get_executor()) {
+  buffer_.reserve(kReadBufferBytes);
+}
+
+Connection::~Connection() {
+  if (charged_ != 0) server_->body_budget().Release(charged_);
+  if (in_request_) server_->RequestFinished();
+  server_->Unregister(this);
+}
+
+void Connection::Start() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->WaitForRequest(); });
+}
+
+void Connection::Refuse(unsigned status, std::string message) {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), status, m = std::move(message)] {
+    self->Reject(status, m);
+  });
+}
+
+void Connection::CloseIfIdle() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->phase_ == Phase::kWaiting) self->Close();
+  });
+}
+
+void Connection::WaitForRequest() {
+  phase_ = Phase::kWaiting;
+  if (server_->stopping()) return CloseGracefully();
+  if (buffer_.size() != 0) return BeginRequest();  // pipelined: already here
+  const auto idle = server_->options().idle_timeout;
+  if (idle.count() > 0) {
+    stream_.expires_after(idle);
+  } else {
+    stream_.expires_never();
+  }
+  stream_.async_read_some(
+      buffer_.prepare(kReadBufferBytes),
+      [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->buffer_.commit(n);
+        if (ec) return self->Close();  // idle timeout, or the client left
+        self->BeginRequest();
+      });
+}
+
+void Connection::BeginRequest() {
+  phase_ = Phase::kHeader;
+  in_request_ = true;
+  server_->RequestStarted();
+  parser_.emplace();
+  parser_->header_limit(kHeaderLimit);
+  parser_->body_limit(server_->options().max_body_bytes);
+  stream_.expires_never();
+  ArmReadDeadline(server_->options().header_timeout);
+  bhttp::async_read_header(stream_, buffer_, *parser_,
+                           [self = shared_from_this()](beast::error_code ec, size_t) {
+                             self->OnHeader(ec);
+                           });
+}
+
+void Connection::OnHeader(beast::error_code ec) {
+  DisarmReadDeadline();
+  if (ec) return OnReadError(ec);
+  phase_ = Phase::kBody;
+  if (auto refusal = CheckHeader()) return Reject(refusal->first, std::move(refusal->second));
+  const auto& req = parser_->get();
+  if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
+    auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
+                                                                       req.version());
+    bhttp::async_write(stream_, *cont,
+                       [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+                         if (ec) return self->Close();
+                         self->ReadBody();
+                       });
+    return;
+  }
+  ReadBody();
+}
+
+std::optional<std::pair<unsigned, std::string>> Connection::CheckHeader() {
+  const auto& req = parser_->get();
+  // Beast frames a body by Content-Length when Transfer-Encoding does not end in chunked; a
+  // proxy in front may frame it otherwise, which is how requests are smuggled.
+  auto te = req.equal_range(bhttp::field::transfer_encoding);
+  if (te.first != te.second) {
+    const auto value = te.first->value();
+    if (std::next(te.first) != te.second ||
+        !beast::iequals(Trim(value), "chunked")) {
+      return std::pair{400u, fmt::format("Transfer-Encoding '{}' is not supported: a request "
+                                         "body is framed by Content-Length or by "
+                                         "'Transfer-Encoding: chunked' alone",
+                                         std::string(value))};
+    }
+    if (req.find(bhttp::field::content_length) != req.end()) {
+      return std::pair{400u, std::string("a request may not carry both Transfer-Encoding and "
+                                         "Content-Length")};
+    }
+  }
+  const auto length = parser_->content_length();
+  const size_t max_body = server_->options().max_body_bytes;
+  if (length && *length > max_body) {
+    return std::pair{413u, fmt::format("request body of {} bytes exceeds the limit of {} bytes "
+                                       "(--http-max-input-size)",
+                                       *length, max_body)};
+  }
+  if (length && !ChargeBody(static_cast<size_t>(*length))) {
+    return std::pair{503u, fmt::format("the server is holding {} bytes of request bodies and "
+                                       "this one's {} would pass the limit of {} "
+                                       "(--http-body-memory-mib); try again later",
+                                       server_->body_budget().used(), *length,
+                                       server_->body_budget().limit())};
+  }
+  return std::nullopt;
+}
+
+bool Connection::ChargeBody(size_t total) {
+  if (total <= charged_) return true;
+  if (!server_->body_budget().TryCharge(total - charged_)) return false;
+  charged_ = total;
+  return true;
+}
+
+void Connection::ReadBody() {
+  // What arrived with the header is parsed here, without a trip through the reactor: a small
+  // request is then complete at once.
+  beast::error_code ec;
+  try {
+    while (buffer_.size() != 0 && !parser_->is_done()) {
+      const size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        break;
+      }
+      if (ec) return OnReadError(ec);
+      if (used == 0) break;
+    }
+  } catch (const std::exception& e) {
+    return Reject(400, fmt::format("malformed HTTP request: {}", e.what()));
+  }
+  if (!parser_->content_length() && !ChargeBody(parser_->get().body().size())) {
+    return Reject(503, fmt::format("the server is holding {} bytes of request bodies, the limit "
+                                   "(--http-body-memory-mib); try again later",
+                                   server_->body_budget().limit()));
+  }
+  if (parser_->is_done()) return Dispatch();
+  ArmReadDeadline(server_->options().body_timeout);
+  bhttp::async_read_some(stream_, buffer_, *parser_,
+                         [self = shared_from_this()](beast::error_code ec, size_t) {
+                           self->OnBodyRead(ec);
+                         });
+}
+
+void Connection::OnBodyRead(beast::error_code ec) {
+  DisarmReadDeadline();
+  if (ec) return OnReadError(ec);
+  ReadBody();
+}
+
+void Connection::OnReadError(beast::error_code ec) {
+  const auto& options = server_->options();
+  if (read_timed_out_) {
+    return Reject(408, phase_ == Phase::kHeader
+                           ? fmt::format("request header not complete within {} of its first "
+                                         "byte (--http-header-timeout-secs)",
+                                         Seconds(options.header_timeout))
+                           : fmt::format("request body stalled for {} (--http-body-timeout-secs)",
+                                         Seconds(options.body_timeout)));
+  }
+  if (IsDisconnect(ec)) return Close();
+  if (ec == bhttp::error::body_limit) {
+    return Reject(413, fmt::format("request body exceeds the limit of {} bytes "
+                                   "(--http-max-input-size)",
+                                   options.max_body_bytes));
+  }
+  if (ec == bhttp::error::header_limit) {
+    return Reject(431, fmt::format("request header larger than {} bytes", kHeaderLimit));
+  }
+  if (ec == bhttp::error::buffer_overflow) {
+    return Reject(431, fmt::format("a request header, chunk-size line or chunked trailer is "
+                                   "larger than {} bytes",
+                                   kReadBufferBytes));
+  }
+  if (ec.category() == bhttp::make_error_code(bhttp::error::end_of_stream).category()) {
+    return Reject(400, fmt::format("malformed HTTP request: {}", ec.message()));
+  }
+  Close();
+}
+
+void Connection::Dispatch() {
+  phase_ = Phase::kHandling;
+  auto req = parser_->release();
+  parser_.reset();
+  keep_alive_ = req.keep_alive();
+  version_ = req.version();
+
+  HttpRequest request;
+  request.method = std::string(req.method_string());
+  request.target = std::string(req.target());
+  auto ihcl = req.find("Inference-Header-Content-Length");
+  if (ihcl != req.end()) request.inference_header_length = std::string(ihcl->value());
+  request.body = std::make_shared<const std::string>(std::move(req.body()));
+
+  const uint64_t id = ++request_;
+  answered_ = false;
+  // The Responder may run on any thread, at any time; the answer is written from this
+  // connection's strand, and only while the server takes answers.
+  auto executor = stream_.get_executor();
+  auto gate = server_->response_gate();
+  Responder respond = [self = shared_from_this(), executor, gate, id](HttpResponse response) {
+    std::shared_lock lock(gate->mu);
+    if (!gate->open) return;
+    net::dispatch(executor, [self, id, r = std::move(response)]() mutable {
+      self->Answer(id, std::move(r));
+    });
+  };
+  try {
+    server_->handler()(std::move(request), std::move(respond));
+  } catch (const std::exception& e) {
+    if (auto held_back = server_->error_log().Allow()) {
+      spdlog::error("HTTP handler threw: {} ({} more since the last such message)", e.what(),
+                    *held_back);
+    }
+    HttpResponse r;
+    r.status = 500;
+    r.body = EncodeError(fmt::format("internal error: {}", e.what()));
+    Answer(id, std::move(r));
+  }
+}
+
+void Connection::Answer(uint64_t request, HttpResponse response) {
+  // Only the first answer to the request being handled is written.
+  if (request != request_ || answered_ || phase_ != Phase::kHandling) return;
+  answered_ = true;
+  Write(std::move(response));
+}
+
+void Connection::Reject(unsigned status, std::string message) {
+  if (!in_request_) {
+    in_request_ = true;
+    server_->RequestStarted();
+  }
+  keep_alive_ = false;
+  version_ = parser_ ? parser_->get().version() : 11;
+  if (version_ != 10 && version_ != 11) version_ = 11;
+  parser_.reset();
+  HttpResponse r;
+  r.status = status;
+  r.body = EncodeError(message);
+  Write(std::move(r));
+}
+
+void Connection::Write(HttpResponse r) {
+  phase_ = Phase::kWriting;
+  auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
+      static_cast<bhttp::status>(r.status), version_);
+  res->set(bhttp::field::content_type, r.content_type);
+  if (r.inference_header_length) {
+    res->set("Inference-Header-Content-Length", std::to_string(*r.inference_header_length));
+  }
+  const bool close = !keep_alive_ || server_->stopping();
+  res->keep_alive(!close);
+  const size_t bytes = r.body.size();
+  res->body() = std::move(r.body);
+  res->prepare_payload();
+  stream_.expires_after(server_->options().body_timeout +
+                        std::chrono::seconds(bytes / kMinSendBytesPerSecond));
+  bhttp::async_write(stream_, *res,
+                     [self = shared_from_this(), res, close](beast::error_code ec, size_t) {
+                       self->OnWritten(ec, close || res->need_eof());
+                     });
+}
+
+void Connection::OnWritten(beast::error_code ec, bool close) {
+  EndRequest();
+  if (ec) return Close();
+  if (close) return CloseGracefully();
+  WaitForRequest();
+}
+
+void Connection::EndRequest() {
+  if (charged_ != 0) {
+    server_->body_budget().Release(charged_);
+    charged_ = 0;
+  }
+  if (in_request_) {
+    in_request_ = false;
+    server_->RequestFinished();
+  }
+}
+
+void Connection::CloseGracefully() {
+  phase_ = Phase::kClosing;
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream_.expires_after(kLinger);
+  Linger();
+}
+
+void Connection::Linger() {
+  buffer_.clear();
+  stream_.async_read_some(buffer_.prepare(kReadBufferBytes),
+                          [self = shared_from_this()](beast::error_code ec, size_t) {
+                            if (ec) return self->Close();  // the client closed, or kLinger
+                            self->Linger();
+                          });
+}
+
+void Connection::ArmReadDeadline(std::chrono::milliseconds timeout) {
+  read_timed_out_ = false;
+  read_deadline_.expires_after(timeout);
+  // The generation tells a disarmed deadline whose expiry was already queued from this one.
+  read_deadline_.async_wait([self = shared_from_this(), armed = ++deadline_generation_](
+                                beast::error_code ec) {
+    if (ec || armed != self->deadline_generation_) return;  // disarmed
+    self->read_timed_out_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);
+  });
+}
+
+void Connection::DisarmReadDeadline() {
+  ++deadline_generation_;
+  read_deadline_.cancel();
+}
+
+void Connection::Close() {
+  DisarmReadDeadline();
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+}
+
+}  // namespace vramd::http

@@ -1,0 +1,89 @@
+// HttpServer::Impl: the state the acceptor and every connection share (internal to
+// server/http). Outlives the connections: Shutdown joins the I/O threads, and destroying the
+// io_context destroys whatever handlers still hold a connection, which then unregister here.
+#pragma once
+
+#include <atomic>
+#include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
+#include <boost/asio.hpp>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "server/http/body_memory_budget.h"
+#include "server/http/http_server.h"
+#include "server/http/log_throttle.h"
+
+namespace vramd::http {
+
+class Connection;
+
+// Whether the server still takes responses. A Responder may be called after Shutdown (a
+// request answered past the drain timeout); it must not touch an io_context being destroyed.
+struct ResponseGate {
+  std::shared_mutex mu;
+  bool open = true;  // guarded by mu
+};
+
+class HttpServer::Impl {
+ public:
+  Impl(const Options& options, Handler handler);
+
+  Status Listen();
+  void Run();
+  void Shutdown();
+  uint16_t port() const { return port_; }
+
+  // For connections.
+  const Options& options() const { return options_; }
+  const Handler& handler() const { return handler_; }
+  const std::shared_ptr<ResponseGate>& response_gate() const { return gate_; }
+  BodyMemoryBudget& body_budget() { return body_budget_; }
+  LogThrottle& error_log() { return error_log_; }
+  bool stopping() const { return stopping_.load(); }
+  // A request's first byte has arrived / its answer is written (or the connection is gone).
+  void RequestStarted() { busy_.fetch_add(1); }
+  void RequestFinished();
+  void Unregister(Connection* c);
+
+ private:
+  void Accept();
+  void OnAcceptError(const boost::system::error_code& ec);
+  // A registered connection on `socket`, or nullptr (the socket refused) when the server
+  // already has max_connections.
+  std::shared_ptr<Connection> Register(boost::asio::ip::tcp::socket socket);
+  void Refuse(boost::asio::ip::tcp::socket socket);
+  void RunThread();
+
+  const Options options_;
+  const Handler handler_;
+  const std::shared_ptr<ResponseGate> gate_ = std::make_shared<ResponseGate>();
+  BodyMemoryBudget body_budget_;
+  LogThrottle error_log_{std::chrono::seconds(10)};
+  LogThrottle accept_log_{std::chrono::seconds(10)};
+
+  // Declared before ioc_: destroying ioc_ destroys pending handlers, whose connections
+  // unregister and release their budget.
+  std::mutex mu_;
+  std::condition_variable changed_;  // a connection left, or a request finished while stopping
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_;  // guarded by mu_
+  std::atomic<size_t> busy_{0};  // requests between their first byte and their answer
+  std::atomic<bool> stopping_{false};
+
+  boost::asio::io_context ioc_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer accept_retry_;      // on the acceptor's strand
+  std::chrono::milliseconds accept_backoff_{0};  // on the acceptor's strand
+  uint16_t port_ = 0;
+  std::vector<std::thread> threads_;
+  bool shut_down_ = false;  // only the controlling thread
+};
+
+}  // namespace vramd::http
