@@ -39,21 +39,26 @@ void Scheduler::Submit(QueuedRequest request) {
 
 std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request,
                                                       bool allow_inline) {
-  request.enqueued = SchedulerClock::now();
+  const auto now = SchedulerClock::now();
+  request.enqueued = now;
   std::unique_lock lock(mu_);
   if (stopping_) return request;
-  if (allow_inline && options_.inline_execution && !options_.batching && queue_.empty()) {
+  if (allow_inline && options_.inline_execution && !options_.batching && queue_.empty() &&
+      ShortEnoughToRunInline(now)) {
     for (size_t i = 0; i < workers_.size(); ++i) {
       Worker& worker = *workers_[i];
       if (worker.busy) continue;
       // Fast path: run it here, on the caller's thread, with instance i.
       worker.busy = true;
+      worker.busy_since = now;
       ++inline_running_;
       lock.unlock();
       std::vector<QueuedRequest> batch;
       batch.push_back(std::move(request));
       run_(i, std::move(batch));
+      const auto end = SchedulerClock::now();
       lock.lock();
+      RecordExecution(end - now);
       worker.busy = false;
       --inline_running_;
       // Its thread takes what came meanwhile, or, once stopping, sees that it may exit: it was
@@ -89,6 +94,27 @@ void Scheduler::WakeIdleWorker() {
       return;
     }
   }
+}
+
+bool Scheduler::ShortEnoughToRunInline(SchedulerClock::time_point now) {
+  for (const auto& worker : workers_) {
+    if (!worker->busy) continue;
+    // A lower bound on that execution's length, not a sample: it may only raise the estimate.
+    const auto running = now - worker->busy_since;
+    if (running >= options_.inline_budget &&
+        (!execution_estimate_ || running > *execution_estimate_)) {
+      execution_estimate_ = running;
+    }
+  }
+  return execution_estimate_ && *execution_estimate_ < options_.inline_budget;
+}
+
+void Scheduler::RecordExecution(SchedulerClock::duration length) {
+  if (!execution_estimate_ || length >= *execution_estimate_) {
+    execution_estimate_ = length;
+    return;
+  }
+  *execution_estimate_ -= (*execution_estimate_ - length) / 8;
 }
 
 void Scheduler::WorkerLoop(size_t index) {
@@ -128,10 +154,13 @@ void Scheduler::WorkerLoop(size_t index) {
     std::vector<QueuedRequest> batch = queue_.PopFront(count);
     stats_->AddPending(-static_cast<int64_t>(count));
     self.busy = true;
+    self.busy_since = SchedulerClock::now();
     if (!queue_.empty()) WakeIdleWorker();
     lock.unlock();
     run_(index, std::move(batch));
+    const auto end = SchedulerClock::now();
     lock.lock();
+    RecordExecution(end - self.busy_since);
     self.busy = false;
   }
 }
@@ -149,6 +178,11 @@ bool Scheduler::OnWorkerThread() const {
     if (worker->thread.get_id() == self) return true;
   }
   return false;
+}
+
+std::optional<SchedulerClock::duration> Scheduler::ExecutionEstimate() const {
+  std::lock_guard lock(mu_);
+  return execution_estimate_;
 }
 
 void Scheduler::Shutdown() {

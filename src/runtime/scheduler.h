@@ -7,11 +7,25 @@
 // Two modes, from the config:
 //   - Default (no dynamic_batching): FIFO, one request per execution, no queue limits (as in
 //     Triton, the queue policy is part of dynamic_batching).
-//     Fast path: when no request is waiting and an instance is idle, Submit runs the request
-//     right there, on the caller's thread, with that instance (marked busy meanwhile, so still
-//     one execution at a time per instance). This saves two thread hand-offs per request, which
-//     is what a small model behind the HTTP server pays for most; the caller (an HTTP I/O
-//     thread) is held for the length of the execution, as it was before instance threads.
+//     Fast path: when no request is waiting, an instance is idle and the version's executions
+//     are known to be short, Submit runs the request right there, on the caller's thread, with
+//     that instance (marked busy meanwhile, so still one execution at a time per instance).
+//     This saves two thread hand-offs per request, which is what a small model behind the HTTP
+//     server pays for most. But the caller is an HTTP I/O thread that also serves every other
+//     connection given to it (health probes, metadata, metrics, other models): an execution
+//     held there delays all of them for its whole length. So the fast path is taken only while
+//     the version's execution estimate is below Options::inline_budget; otherwise the request
+//     goes to the instance threads and the caller returns at once.
+//     The estimate is a decaying maximum of the lengths of its executions, inline or on the
+//     instance threads (each one measured around RunBatch, response encoding included, since
+//     that too runs on the caller when inline). A longer execution raises it at once; each
+//     shorter one lowers it by 1/8 of the way, so a version that was slow needs several fast
+//     executions (about 60 to come down from 3 s to 1 ms) before it runs inline again: an
+//     execution time that varies is treated as its recent worst. It starts unknown, so a new
+//     version's first execution (a warmup sample, if it has one) runs on an instance thread.
+//     An execution still running past the budget counts as soon as a Submit sees it, so when
+//     a model's execution time jumps, one slow inline execution holds one caller, not every
+//     caller that arrives while it runs.
 //   - Dynamic batching: every request goes through the queue and its RequestQueue::Policy
 //     (max_queue_size, timeouts); an idle instance thread forms batches with ChooseBatch
 //     (dynamic_batcher.h), waiting at most max_queue_delay from the oldest request's arrival.
@@ -35,6 +49,7 @@
 // lock held. A request's callback runs on an instance thread or on Submit's caller.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -68,6 +83,12 @@ class Scheduler {
     // Default mode only: false never takes the fast path (every request runs on an instance
     // thread).
     bool inline_execution = true;
+    // Default mode only: the fast path is taken only while the execution estimate is below
+    // this. 1 ms: the hand-offs the fast path saves cost tens of microseconds, which matters
+    // only for executions of that order, while a caller held for 1 ms adds at most that to
+    // the requests queued behind it on its I/O thread, far below what a health probe or
+    // client timeout notices.
+    std::chrono::nanoseconds inline_budget = std::chrono::milliseconds(1);
   };
 
   // Starts one thread per instance. `run` and `stats` must outlive the Scheduler.
@@ -89,6 +110,10 @@ class Scheduler {
   // Whether the calling thread is one of this scheduler's instance threads.
   bool OnWorkerThread() const;
 
+  // The execution estimate that decides the fast path (see the top of this file); unset
+  // until the first execution has ended.
+  std::optional<SchedulerClock::duration> ExecutionEstimate() const;
+
   // Stops accepting, runs what is queued, waits for executions in flight, joins the threads.
   // Idempotent. REQUIRES: not called from RunBatch or a request's callback.
   void Shutdown();
@@ -97,12 +122,19 @@ class Scheduler {
   struct Worker {
     std::condition_variable wake;
     bool busy = false;  // running an execution, on its thread or inline; guarded by mu_
+    SchedulerClock::time_point busy_since;  // when that execution began; guarded by mu_
     std::thread thread;
   };
 
   void WorkerLoop(size_t index);
   // Notifies one worker that is not busy, if any. REQUIRES: mu_ held.
   void WakeIdleWorker();
+  // Whether a request submitted at `now` may run on the caller's thread: the estimate is
+  // known and below the budget, and no execution in flight has run past it (which raises the
+  // estimate). REQUIRES: mu_ held.
+  bool ShortEnoughToRunInline(SchedulerClock::time_point now);
+  // Folds an execution of `length` into the estimate. REQUIRES: mu_ held.
+  void RecordExecution(SchedulerClock::duration length);
   // Answers each of `requests` with `status`, counting them as rejected. REQUIRES: mu_ not held.
   void Reject(std::vector<QueuedRequest> requests, const Status& status);
 
@@ -114,10 +146,13 @@ class Scheduler {
 
   std::mutex shutdown_mu_;  // serializes Shutdown
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   RequestQueue queue_;         // guarded by mu_
   bool stopping_ = false;      // guarded by mu_
   size_t inline_running_ = 0;  // fast-path executions in flight; guarded by mu_
+  // Decaying maximum of execution lengths (see the top of this file); unset until the first
+  // execution ends. Guarded by mu_.
+  std::optional<SchedulerClock::duration> execution_estimate_;
   std::condition_variable inline_done_;
 };
 

@@ -187,6 +187,19 @@ class SchedulerTest : public ::testing::Test {
     }
   }
 
+  // Sends requests one at a time until one runs on the calling thread (the fast path), which
+  // needs the version measured as fast: the first execution, on an instance thread, is folded
+  // into the estimate only after its callback has run. False if none did within 100.
+  static bool WarmUntilInline(LoadedModel& model) {
+    for (int i = 0; i < 100; ++i) {
+      Collector c;
+      model.InferAsync(Request(1, i, 2, false), c.Callback(0));
+      if (!c.WaitFor(1)) return false;
+      if (c.Get(0).thread == std::this_thread::get_id()) return true;
+    }
+    return false;
+  }
+
   // Runs one blocking Infer per thread, all at once; returns the wall time in ms.
   static double ConcurrentInfers(LoadedModel& model, int n) {
     std::vector<std::thread> threads;
@@ -236,11 +249,30 @@ TEST_F(SchedulerTest, IdleInstanceRunsTheRequestOnTheCallersThread) {
   auto model = Load(Config(0, 1, 0, ""));
   ASSERT_NE(model, nullptr);
   Collector c;
-  model->InferAsync(Request(1, 7, 2, false), c.Callback(0));
-  ASSERT_EQ(c.count(), 1u) << "the fast path answers before InferAsync returns";
-  EXPECT_EQ(c.Get(0).thread, std::this_thread::get_id());
-  EXPECT_TRUE(c.Get(0).status.ok());
-  EXPECT_EQ(c.Get(0).values, (std::vector<int32_t>{7, 7}));
+  // The first execution of a version is not yet measured: it runs on the instance's thread.
+  model->InferAsync(Request(1, 6, 2, false), c.Callback(0));
+  ASSERT_TRUE(c.WaitFor(1));
+  EXPECT_NE(c.Get(0).thread, std::this_thread::get_id());
+  ASSERT_TRUE(WarmUntilInline(*model));
+  model->InferAsync(Request(1, 7, 2, false), c.Callback(1));
+  ASSERT_EQ(c.count(), 2u) << "the fast path answers before InferAsync returns";
+  EXPECT_EQ(c.Get(1).thread, std::this_thread::get_id());
+  EXPECT_TRUE(c.Get(1).status.ok());
+  EXPECT_EQ(c.Get(1).values, (std::vector<int32_t>{7, 7}));
+}
+
+TEST_F(SchedulerTest, SlowModelIsServedByItsInstanceThreadsOnly) {
+  auto model = Load(Config(0, 1, 30'000, ""));  // 30 ms per execution: far over the budget
+  ASSERT_NE(model, nullptr);
+  Collector c;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = Clock::now();
+    model->InferAsync(Request(1, i, 2, false), c.Callback(i));
+    EXPECT_LT(MsSince(start), 25) << i << ": the caller was held for the execution";
+    ASSERT_TRUE(c.WaitFor(i + 1)) << i;
+    EXPECT_NE(c.Get(i).thread, std::this_thread::get_id()) << i;
+    EXPECT_EQ(c.Get(i).values, (std::vector<int32_t>{i, i}));
+  }
 }
 
 // The Scheduler alone: where RunBatch is called for a request submitted to idle instances.
@@ -269,10 +301,27 @@ TEST(SchedulerOptionsTest, InlineExecutionDecidesWhereAnIdleInstanceRuns) {
           for (auto& r : batch) r.done(InferOutcome{});
         },
         &stats);
-    QueuedRequest request;
-    request.request = std::make_shared<InferRequest>();
-    request.done = [](Result<InferOutcome>) {};
-    scheduler->Submit(std::move(request));
+    auto submit = [&] {
+      QueuedRequest request;
+      request.request = std::make_shared<InferRequest>();
+      request.done = [](Result<InferOutcome>) {};
+      scheduler->Submit(std::move(request));
+    };
+    // A first execution, on an instance thread either way, measures the version as fast
+    // (once RunBatch has returned).
+    submit();
+    {
+      std::unique_lock lock(mu);
+      ASSERT_TRUE(ran.wait_for(lock, milliseconds(5000), [&] { return ran_on.has_value(); }));
+      EXPECT_TRUE(on_instance_thread);
+      ran_on.reset();
+    }
+    const auto start = Clock::now();
+    while (!scheduler->ExecutionEstimate() && MsSince(start) < 5000) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    ASSERT_TRUE(scheduler->ExecutionEstimate().has_value());
+    submit();
     {
       std::unique_lock lock(mu);
       ASSERT_TRUE(ran.wait_for(lock, milliseconds(5000), [&] { return ran_on.has_value(); }));
@@ -286,6 +335,138 @@ TEST(SchedulerOptionsTest, InlineExecutionDecidesWhereAnIdleInstanceRuns) {
     }
     scheduler->Shutdown();
   }
+}
+
+// A Scheduler whose executions record where they ran and can be held open by the test, to
+// see the fast path follow the measured execution time.
+class InlineBudgetTest : public ::testing::Test {
+ protected:
+  struct Ran {
+    std::thread::id thread;
+    bool on_instance_thread = false;
+  };
+
+  void Start(size_t instances, std::chrono::nanoseconds budget) {
+    Scheduler::Options options;
+    options.name = "model 'm' version 1";
+    options.instance_count = instances;
+    options.inline_budget = budget;
+    scheduler_ = std::make_unique<Scheduler>(
+        options,
+        [this](size_t, std::vector<QueuedRequest> batch) {
+          std::unique_lock lock(mu_);
+          ran_.push_back({std::this_thread::get_id(), scheduler_->OnWorkerThread()});
+          ++started_;
+          changed_.notify_all();
+          if (hold_next_) {
+            hold_next_ = false;
+            changed_.wait(lock, [this] { return released_; });
+          }
+          lock.unlock();
+          for (auto& r : batch) r.done(InferOutcome{});
+        },
+        &stats_);
+  }
+
+  void TearDown() override {
+    if (scheduler_) scheduler_->Shutdown();
+  }
+
+  void Submit() {
+    QueuedRequest request;
+    request.request = std::make_shared<InferRequest>();
+    request.done = [](Result<InferOutcome>) {};
+    scheduler_->Submit(std::move(request));
+  }
+
+  // Submits one request and waits for its execution to begin; returns where it ran.
+  Ran SubmitAndWait() {
+    size_t before;
+    {
+      std::lock_guard lock(mu_);
+      before = started_;
+    }
+    Submit();
+    std::unique_lock lock(mu_);
+    EXPECT_TRUE(changed_.wait_for(lock, milliseconds(5000), [&] { return started_ > before; }));
+    return ran_.empty() ? Ran{} : ran_.back();
+  }
+
+  // Waits until the scheduler has folded in the execution that just ended (it does so after
+  // RunBatch returns, so the test cannot see it directly).
+  void WaitUntilMeasured() {
+    const auto start = Clock::now();
+    while (!scheduler_->ExecutionEstimate() && MsSince(start) < 5000) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    ASSERT_TRUE(scheduler_->ExecutionEstimate().has_value());
+  }
+
+  void HoldNextExecution() {
+    std::lock_guard lock(mu_);
+    hold_next_ = true;
+    released_ = false;
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+  InferenceStatistics stats_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<Ran> ran_;  // guarded by mu_
+  size_t started_ = 0;    // guarded by mu_
+  bool hold_next_ = false;
+  bool released_ = false;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(InlineBudgetTest, FastExecutionsRunOnTheCallersThreadOnceMeasured) {
+  Start(1, milliseconds(50));
+  const Ran first = SubmitAndWait();
+  EXPECT_TRUE(first.on_instance_thread) << "an unmeasured version runs on its instance thread";
+  WaitUntilMeasured();
+  for (int i = 0; i < 5; ++i) {
+    const Ran r = SubmitAndWait();
+    EXPECT_EQ(r.thread, std::this_thread::get_id()) << i;
+    EXPECT_FALSE(r.on_instance_thread) << i;
+  }
+}
+
+TEST_F(InlineBudgetTest, OneSlowInlineExecutionDemotesTheVersionAtOnce) {
+  Start(2, milliseconds(2));
+  SubmitAndWait();
+  WaitUntilMeasured();  // as fast
+  ASSERT_FALSE(SubmitAndWait().on_instance_thread);
+
+  // The execution time jumps: this one runs inline (nothing foretold it) and stays open.
+  HoldNextExecution();
+  std::thread caller([this] { Submit(); });
+  {
+    std::unique_lock lock(mu_);
+    ASSERT_TRUE(changed_.wait_for(lock, milliseconds(5000), [&] { return started_ == 3; }));
+    EXPECT_EQ(ran_.back().thread, caller.get_id());
+  }
+  // Past the budget: a request arriving now must not take a second caller, although the other
+  // instance is idle.
+  std::this_thread::sleep_for(milliseconds(20));
+  const Ran during = SubmitAndWait();
+  EXPECT_TRUE(during.on_instance_thread) << "a second caller was held by the slow version";
+  Release();
+  caller.join();
+
+  EXPECT_GE(*scheduler_->ExecutionEstimate(), milliseconds(17));
+  // Measured at 20 ms or more (less at most one fast execution's 1/8): it stays on the
+  // instance threads, and comes back inline only after enough fast executions to bring the
+  // estimate under the budget again (from 17.5 ms to 2 ms at 1/8 per execution takes 17).
+  int on_instance_threads = 0;
+  while (SubmitAndWait().on_instance_thread) {
+    ++on_instance_threads;
+    ASSERT_LT(on_instance_threads, 500) << "never returned to the fast path";
+  }
+  EXPECT_GE(on_instance_threads, 17);
 }
 
 TEST_F(SchedulerTest, BackendThatExecutesOnInstanceThreadsSkipsTheFastPath) {
@@ -307,6 +488,7 @@ TEST_F(SchedulerTest, BackendThatExecutesOnInstanceThreadsSkipsTheFastPath) {
 TEST_F(SchedulerTest, BusyInstancesQueueRequestsForTheirThreads) {
   auto model = Load(Config(0, 1, 0, ""));
   ASSERT_NE(model, nullptr);
+  ASSERT_TRUE(WarmUntilInline(*model));
   Collector c;
   InferCallback first_done = c.Callback(0);
   InferCallback second_done = c.Callback(1);
