@@ -51,7 +51,7 @@ Connection::Connection(tcp::socket socket, HttpServer::Impl* server)
     : stream_(std::move(socket)),
       server_(server),
       buffer_(kReadBufferBytes),
-      read_deadline_(stream_.get_executor()) {
+      watchdog_(stream_.get_executor()) {
   buffer_.reserve(kReadBufferBytes);
 }
 
@@ -62,59 +62,107 @@ Connection::~Connection() {
 }
 
 void Connection::Start() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->WaitForRequest(); });
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    self->ArmWatchdog();
+    self->WaitForRequest();
+  });
 }
 
 void Connection::Refuse(unsigned status, std::string message) {
   net::dispatch(stream_.get_executor(), [self = shared_from_this(), status, m = std::move(message)] {
+    self->ArmWatchdog();
     self->Reject(status, m);
   });
 }
 
-void Connection::CloseIfIdle() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-    if (self->phase_ == Phase::kWaiting) self->Close();
+void Connection::CloseIfIdle(std::function<void()> done) {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this(), done = std::move(done)] {
+    if (self->phase_ == Phase::kWaiting) {
+      if (self->buffer_.size() == 0) {
+        self->Close();
+      } else {
+        self->BeginRequest();  // its bytes are here: it is read and answered
+      }
+    }
+    done();
   });
 }
 
 void Connection::WaitForRequest() {
   phase_ = Phase::kWaiting;
+  phase_since_ = Clock::now();
+  header_started_.reset();
   if (server_->stopping()) return CloseGracefully();
-  if (buffer_.size() != 0) return BeginRequest();  // pipelined: already here
-  const auto idle = server_->options().idle_timeout;
-  if (idle.count() > 0) {
-    stream_.expires_after(idle);
-  } else {
-    stream_.expires_never();
-  }
-  stream_.async_read_some(
-      buffer_.prepare(kReadBufferBytes),
-      [self = shared_from_this()](beast::error_code ec, size_t n) {
-        self->buffer_.commit(n);
-        if (ec) return self->Close();  // idle timeout, or the client left
-        self->BeginRequest();
-      });
-}
-
-void Connection::BeginRequest() {
-  phase_ = Phase::kHeader;
-  in_request_ = true;
-  server_->RequestStarted();
+  if (buffer_.size() != 0) BeginRequest();  // pipelined: already here
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(server_->options().max_body_bytes);
-  stream_.expires_never();
-  ArmReadDeadline(server_->options().header_timeout);
   bhttp::async_read_header(stream_, buffer_, *parser_,
                            [self = shared_from_this()](beast::error_code ec, size_t) {
                              self->OnHeader(ec);
                            });
 }
 
+void Connection::BeginRequest() {
+  if (in_request_) return;
+  in_request_ = true;
+  server_->RequestStarted();
+}
+
+void Connection::ArmWatchdog() {
+  const auto& o = server_->options();
+  auto shortest = std::min(o.header_timeout, o.body_timeout);
+  if (o.idle_timeout.count() > 0) shortest = std::min(shortest, o.idle_timeout);
+  const auto tick = std::max<std::chrono::milliseconds>(shortest / 2, std::chrono::milliseconds(50));
+  watchdog_.expires_after(tick);
+  watchdog_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || self->closed_) return;
+    self->OnWatchdog();
+    self->ArmWatchdog();
+  });
+}
+
+void Connection::OnWatchdog() {
+  const auto& o = server_->options();
+  const auto now = Clock::now();
+  switch (phase_) {
+    case Phase::kWaiting:
+      if (buffer_.size() == 0) {  // idle: no byte of a request yet
+        if (o.idle_timeout.count() > 0 && now - phase_since_ >= o.idle_timeout) Close();
+        return;
+      }
+      // A partial header waits unparsed in the buffer. Its first byte came since the last
+      // tick at the earliest, so it is counted from this tick.
+      if (!header_started_) {
+        header_started_ = now;
+        BeginRequest();
+      } else if (now - *header_started_ >= o.header_timeout) {
+        TimeOutRead();
+      }
+      return;
+    case Phase::kBody:
+      if (now - phase_since_ >= o.body_timeout) TimeOutRead();
+      return;
+    case Phase::kWriting:
+      if (now - phase_since_ >= write_limit_) Close();  // the client does not read its answer
+      return;
+    case Phase::kHandling:
+    case Phase::kClosing:
+      return;
+  }
+}
+
+void Connection::TimeOutRead() {
+  read_timed_out_ = true;
+  beast::error_code ignored;
+  stream_.socket().cancel(ignored);
+}
+
 void Connection::OnHeader(beast::error_code ec) {
-  DisarmReadDeadline();
   if (ec) return OnReadError(ec);
+  BeginRequest();
   phase_ = Phase::kBody;
+  phase_since_ = Clock::now();
   if (auto refusal = CheckHeader()) return Reject(refusal->first, std::move(refusal->second));
   const auto& req = parser_->get();
   if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
@@ -197,7 +245,6 @@ void Connection::ReadBody() {
                                    server_->body_budget().limit()));
   }
   if (parser_->is_done()) return Dispatch();
-  ArmReadDeadline(server_->options().body_timeout);
   bhttp::async_read_some(stream_, buffer_, *parser_,
                          [self = shared_from_this()](beast::error_code ec, size_t) {
                            self->OnBodyRead(ec);
@@ -205,15 +252,15 @@ void Connection::ReadBody() {
 }
 
 void Connection::OnBodyRead(beast::error_code ec) {
-  DisarmReadDeadline();
   if (ec) return OnReadError(ec);
+  phase_since_ = Clock::now();
   ReadBody();
 }
 
 void Connection::OnReadError(beast::error_code ec) {
   const auto& options = server_->options();
   if (read_timed_out_) {
-    return Reject(408, phase_ == Phase::kHeader
+    return Reject(408, phase_ == Phase::kWaiting
                            ? fmt::format("request header not complete within {} of its first "
                                          "byte (--http-header-timeout-secs)",
                                          Seconds(options.header_timeout))
@@ -289,10 +336,7 @@ void Connection::Answer(uint64_t request, HttpResponse response) {
 }
 
 void Connection::Reject(unsigned status, std::string message) {
-  if (!in_request_) {
-    in_request_ = true;
-    server_->RequestStarted();
-  }
+  BeginRequest();
   keep_alive_ = false;
   version_ = parser_ ? parser_->get().version() : 11;
   if (version_ != 10 && version_ != 11) version_ = 11;
@@ -316,8 +360,9 @@ void Connection::Write(HttpResponse r) {
   const size_t bytes = r.body.size();
   res->body() = std::move(r.body);
   res->prepare_payload();
-  stream_.expires_after(server_->options().body_timeout +
-                        std::chrono::seconds(bytes / kMinSendBytesPerSecond));
+  phase_since_ = Clock::now();
+  write_limit_ = server_->options().body_timeout +
+                 std::chrono::seconds(bytes / kMinSendBytesPerSecond);
   bhttp::async_write(stream_, *res,
                      [self = shared_from_this(), res, close](beast::error_code ec, size_t) {
                        self->OnWritten(ec, close || res->need_eof());
@@ -359,26 +404,9 @@ void Connection::Linger() {
                           });
 }
 
-void Connection::ArmReadDeadline(std::chrono::milliseconds timeout) {
-  read_timed_out_ = false;
-  read_deadline_.expires_after(timeout);
-  // The generation tells a disarmed deadline whose expiry was already queued from this one.
-  read_deadline_.async_wait([self = shared_from_this(), armed = ++deadline_generation_](
-                                beast::error_code ec) {
-    if (ec || armed != self->deadline_generation_) return;  // disarmed
-    self->read_timed_out_ = true;
-    beast::error_code ignored;
-    self->stream_.socket().cancel(ignored);
-  });
-}
-
-void Connection::DisarmReadDeadline() {
-  ++deadline_generation_;
-  read_deadline_.cancel();
-}
-
 void Connection::Close() {
-  DisarmReadDeadline();
+  closed_ = true;
+  watchdog_.cancel();
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.socket().close(ignored);

@@ -177,19 +177,28 @@ void HttpServer::Impl::Shutdown() {
     accept_retry_.cancel();
   });
 
-  // Connections waiting for a request close now; the others answer theirs first.
+  // Connections waiting for a request close now; the others answer theirs first. Each says
+  // which it is before the wait below counts the requests in flight.
   std::vector<std::shared_ptr<Connection>> live;
   {
     std::lock_guard lock(mu_);
     for (auto& [p, w] : connections_)
       if (auto c = w.lock()) live.push_back(std::move(c));
+    undecided_ = live.size();
   }
-  for (auto& c : live) c->CloseIfIdle();
+  for (auto& c : live) {
+    c->CloseIfIdle([this] {
+      std::lock_guard lock(mu_);
+      --undecided_;
+      changed_.notify_all();
+    });
+  }
   live.clear();
 
   const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
   std::unique_lock lock(mu_);
-  if (!changed_.wait_until(lock, deadline, [this] { return busy_.load() == 0; })) {
+  if (!changed_.wait_until(lock, deadline,
+                           [this] { return undecided_ == 0 && busy_.load() == 0; })) {
     spdlog::warn("HTTP: {} request(s) still unanswered after the drain timeout "
                  "(--exit-timeout-secs); stopping anyway",
                  busy_.load());

@@ -73,6 +73,7 @@ class HttpServer::Impl {
   std::mutex mu_;
   std::condition_variable changed_;  // a connection left, or a request finished while stopping
   std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_;  // guarded by mu_
+  size_t undecided_ = 0;  // connections Shutdown asked to close if idle that have not said; mu_
   std::atomic<size_t> busy_{0};  // requests between their first byte and their answer
   std::atomic<bool> stopping_{false};
 
