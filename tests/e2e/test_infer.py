@@ -115,9 +115,44 @@ def test_identity_special_floats_binary(client, datatype):
     assert res.response.body[-len(raw):] == raw
 
 
-@pytest.mark.parametrize("mode", ["binary-binary", "binary-json"])
-def test_identity_bytes_non_utf8(client, mode):
-    run_identity(client, "BYTES", BINARY_ONLY_BYTES, mode)
+def test_identity_bytes_non_utf8_binary_is_exact(client):
+    run_identity(client, "BYTES", BINARY_ONLY_BYTES, "binary-binary")
+
+
+def test_identity_bytes_non_utf8_as_json_is_refused(client):
+    # JSON strings carry text: bytes that are not UTF-8 are sent exactly as binary data or not
+    # at all (src/server/http/infer_codec.h says why), and the error says how to get them.
+    def refusal(element, byte, offset):
+        return ("output 'OUTPUT0' cannot be sent as JSON: its element %d is not valid UTF-8 "
+                "(byte 0x%02X at offset %d), and a JSON string carries text only; request it as "
+                "binary data (output parameter \"binary_data\": true, or request parameter "
+                "\"binary_data_output\": true) to receive its bytes exactly"
+                % (element, byte, offset))
+
+    values = [b"fine", b"\xff\xfe\x00a"]
+    r = client.infer_raw("identity_bytes", [Input("INPUT0", "BYTES", values, binary=True)])
+    assert r.status == 400, r
+    assert r.error_message() == refusal(1, 0xFF, 0)
+    # A JSON input string is not checked for UTF-8 (a raw byte 0xE9, Latin-1 'e acute'), but
+    # it is when written back as JSON.
+    r = client.post("/v2/models/identity_bytes/infer",
+                    b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"BYTES",'
+                    b'"data":["caf\xe9"]}]}', {"Content-Type": "application/json"})
+    assert r.status == 400, r
+    assert r.error_message() == refusal(0, 0xE9, 3)
+    res = client.infer("identity_bytes", [Input("INPUT0", "BYTES", values, binary=True)],
+                       outputs=[("OUTPUT0", True)])
+    assert list(res.outputs["OUTPUT0"]) == values
+
+
+def test_identity_bytes_utf8_is_exact_as_json(client):
+    # Valid UTF-8, NUL and control characters included, comes back as exactly those bytes.
+    values = [b"\x00a", "caf\u00e9".encode("utf-8"), b"\x7f\x1f", "\U0010ffff".encode("utf-8")]
+    r = client.infer_raw("identity_bytes", [Input("INPUT0", "BYTES", values, binary=True)])
+    assert r.status == 200, r
+    assert b'"data":["\\u0000a","caf\xc3\xa9","\x7f\\u001F","\xf4\x8f\xbf\xbf"]' in r.body, r.body
+    data = json.loads(r.body.decode("utf-8", errors="strict"))["outputs"][0]["data"]
+    assert [d.encode("utf-8") for d in data] == values
 
 
 @pytest.mark.parametrize("mode", ["json-json", "binary-binary"])

@@ -73,6 +73,13 @@ InferResponse EchoResponse(const InferRequest& request) {
   return r;
 }
 
+// EncodeInferResponse, which must succeed.
+EncodedBody Encode(const InferResponse& response, const InferRequest& request) {
+  auto encoded = EncodeInferResponse(response, request);
+  EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
+  return encoded.ok() ? std::move(encoded).value() : EncodedBody{};
+}
+
 // The JSON part of an encoded body, parsed with UTF-8 validation (so it proves validity).
 rapidjson::Document ParseResponse(const EncodedBody& encoded) {
   rapidjson::Document doc;
@@ -218,7 +225,7 @@ TEST(InferCodecTest, JsonRoundTripEveryDatatype) {
     ASSERT_EQ(Bytes(parsed->inputs[0]), c.expected_bytes);
 
     // Encode as JSON, read the data back, send it again: the bytes must survive.
-    EncodedBody encoded = EncodeInferResponse(EchoResponse(*parsed), *parsed);
+    EncodedBody encoded = Encode(EchoResponse(*parsed), *parsed);
     EXPECT_FALSE(encoded.json_length.has_value());
     rapidjson::Document doc = ParseResponse(encoded);
     const rapidjson::Value& out = doc["outputs"][0];
@@ -248,7 +255,7 @@ TEST(InferCodecTest, BinaryRoundTripEveryDatatype) {
     // A view into the body, not a copy.
     EXPECT_EQ(reinterpret_cast<const char*>(in.data.data()), body->data() + json.size());
 
-    EncodedBody encoded = EncodeInferResponse(EchoResponse(*parsed), *parsed);
+    EncodedBody encoded = Encode(EchoResponse(*parsed), *parsed);
     ASSERT_TRUE(encoded.json_length.has_value());
     rapidjson::Document doc = ParseResponse(encoded);
     const rapidjson::Value& out = doc["outputs"][0];
@@ -287,7 +294,7 @@ TEST(InferCodecTest, ScalarAndEmptyShapes) {
   auto empty = ParseJson(OneInput("FP32", "[0,4]", "[]"));
   ASSERT_TRUE(empty.ok()) << empty.status().ToString();
   EXPECT_EQ(empty->inputs[0].data.size(), 0u);
-  EncodedBody encoded = EncodeInferResponse(EchoResponse(*empty), *empty);
+  EncodedBody encoded = Encode(EchoResponse(*empty), *empty);
   rapidjson::Document doc = ParseResponse(encoded);
   EXPECT_EQ(doc["outputs"][0]["data"].Size(), 0u);
 }
@@ -305,7 +312,7 @@ TEST(InferCodecTest, FloatsAreWrittenShortest) {
   response.outputs.push_back(
       MakeTensor("F16", DataType::kFp16, {2}, Le<uint16_t>({0x3C00, 0x3555})));
   response.outputs.push_back(MakeTensor("B16", DataType::kBf16, {1}, Le<uint16_t>({0x3DCD})));
-  EncodedBody encoded = EncodeInferResponse(response, request);
+  EncodedBody encoded = Encode(response, request);
   EXPECT_NE(encoded.body.find(R"("data":[0.1,1.0,3.4028235e+38,1e-45,-0.0,16777216.0])"),
             std::string::npos)
       << encoded.body;
@@ -327,7 +334,7 @@ TEST(InferCodecTest, InfAndNanAreWrittenAsNull) {
   response.outputs.push_back(
       MakeTensor("F16", DataType::kFp16, {2}, Le<uint16_t>({0x7C00, 0x7E00})));
   response.outputs.push_back(MakeTensor("B16", DataType::kBf16, {1}, Le<uint16_t>({0xFF80})));
-  EncodedBody encoded = EncodeInferResponse(response, request);
+  EncodedBody encoded = Encode(response, request);
   rapidjson::Document doc = ParseResponse(encoded);
   const rapidjson::Value& f32 = doc["outputs"][0]["data"];
   EXPECT_TRUE(f32[0].IsNull());
@@ -645,7 +652,7 @@ TEST(InferCodecTest, EncodeSelectsBinaryOutputsAndAppendsThemInOrder) {
   response.outputs.push_back(MakeTensor("A", DataType::kInt32, {2}, Le<int32_t>({1, 2})));
   response.outputs.push_back(MakeTensor("B", DataType::kInt32, {1}, Le<int32_t>({3})));
   response.outputs.push_back(MakeTensor("D", DataType::kUint8, {3}, Le<uint8_t>({4, 5, 6})));
-  EncodedBody encoded = EncodeInferResponse(response, request);
+  EncodedBody encoded = Encode(response, request);
   ASSERT_TRUE(encoded.json_length.has_value());
   EXPECT_EQ(encoded.body.substr(*encoded.json_length),
             Le<int32_t>({1, 2}) + Le<uint8_t>({4, 5, 6}));
@@ -664,7 +671,7 @@ TEST(InferCodecTest, EncodeSelectsBinaryOutputsAndAppendsThemInOrder) {
   // Nothing binary: no header value, no trailing bytes.
   request.binary_data_output = false;
   request.outputs.clear();
-  EncodedBody json_only = EncodeInferResponse(response, request);
+  EncodedBody json_only = Encode(response, request);
   EXPECT_FALSE(json_only.json_length.has_value());
   rapidjson::Document doc2 = ParseResponse(json_only);
   EXPECT_EQ(doc2["outputs"][2]["data"][2].GetInt(), 6);
@@ -675,46 +682,93 @@ TEST(InferCodecTest, IdIsEchoedOnlyWhenPresent) {
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->id, "req-\"7\"");
   InferResponse response = EchoResponse(*parsed);
-  rapidjson::Document doc = ParseResponse(EncodeInferResponse(response, *parsed));
+  rapidjson::Document doc = ParseResponse(Encode(response, *parsed));
   ASSERT_TRUE(doc.HasMember("id"));
   EXPECT_STREQ(doc["id"].GetString(), "req-\"7\"");
 
   auto anonymous = ParseJson(R"({"inputs":[)" + kGoodInput + "]}");
   ASSERT_TRUE(anonymous.ok());
   rapidjson::Document doc2 =
-      ParseResponse(EncodeInferResponse(EchoResponse(*anonymous), *anonymous));
+      ParseResponse(Encode(EchoResponse(*anonymous), *anonymous));
   EXPECT_FALSE(doc2.HasMember("id"));
   EXPECT_STREQ(doc2["model_version"].GetString(), "3");
 }
 
-TEST(InferCodecTest, NonUtf8BytesOutputIsValidJson) {
+TEST(InferCodecTest, Utf8BytesOutputIsExactInJson) {
   InferRequest request;
   InferResponse response;
   response.model_name = "m";
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"plain", "plain"},
-      {"\xff\xfe", "\xc3\xbf\xc3\xbe"},  // each byte becomes U+00XX
-      {"ok\x80", "ok\xc2\x80"},
-      {"caf\xc3\xa9", "caf\xc3\xa9"},                // valid UTF-8 passes through
-      {"\xf0\x9f\x98\x80", "\xf0\x9f\x98\x80"},      // 4-byte sequence
-      {"\xc0\xaf", "\xc3\x80\xc2\xaf"},              // overlong form
-      {"\xed\xa0\x80", "\xc3\xad\xc2\xa0\xc2\x80"},  // surrogate
-      {"\xe2\x82", "\xc3\xa2\xc2\x82"},              // truncated sequence
-      {std::string("a\0b\x01\n\t\"\\", 8), std::string("a\0b\x01\n\t\"\\", 8)},
+  const std::vector<std::string> cases = {
+      "plain",
+      "",
+      "caf\xc3\xa9",                             // 2-byte sequence
+      "\xe2\x98\x83",                             // 3-byte
+      "\xf0\x9f\x98\x80",                         // 4-byte
+      "\xf4\x8f\xbf\xbf",                         // U+10FFFF, the last code point
+      std::string("a\0b\x01\n\t\"\\\x7f", 9),  // escapes, NUL included; DEL is not one
   };
   std::string data;
-  for (const auto& c : cases) AppendBytesElement(&data, c.first);
+  for (const auto& c : cases) AppendBytesElement(&data, c);
   response.outputs.push_back(
       MakeTensor("S", DataType::kBytes, {static_cast<int64_t>(cases.size())}, data));
-  EncodedBody encoded = EncodeInferResponse(response, request);
+  EncodedBody encoded = Encode(response, request);
   rapidjson::Document doc = ParseResponse(encoded);
-  ASSERT_FALSE(doc.HasParseError());
   const rapidjson::Value& out = doc["outputs"][0]["data"];
   ASSERT_EQ(out.Size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
-    EXPECT_EQ(std::string(out[i].GetString(), out[i].GetStringLength()), cases[i].second) << i;
+    EXPECT_EQ(std::string(out[i].GetString(), out[i].GetStringLength()), cases[i]) << i;
   }
-  EXPECT_NE(encoded.body.find(R"("\u00FF\u00FE")"), std::string::npos) << encoded.body;
+  EXPECT_NE(encoded.body.find("\"a\\u0000b\\u0001\\n\\t\\\"\\\\\x7f\""), std::string::npos)
+      << encoded.body;
+}
+
+TEST(InferCodecTest, NonUtf8BytesOutputIsRefusedAsJsonAndExactAsBinary) {
+  struct Case {
+    std::string bytes;
+    size_t offset;  // of the first byte that is not valid UTF-8
+    const char* byte;
+  };
+  const std::vector<Case> cases = {
+      {std::string("\xff\xfe\x00" "a", 4), 0, "0xFF"},
+      {"ok\x80", 2, "0x80"},                 // a lone continuation byte
+      {"\xc0\xaf", 0, "0xC0"},               // overlong form of '/'
+      {"\xed\xa0\x80", 0, "0xED"},           // an encoded surrogate (CESU-8)
+      {"ab\xe2\x82", 2, "0xE2"},             // truncated at the end
+      {"\xf4\x90\x80\x80", 0, "0xF4"},       // above U+10FFFF
+      {"caf\xc3\xa9 \xe9t\xe9", 6, "0xE9"},  // Latin-1 after valid UTF-8
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.byte);
+    std::string data;
+    AppendBytesElement(&data, "fine");
+    AppendBytesElement(&data, c.bytes);
+    InferResponse response;
+    response.model_name = "m";
+    response.outputs.push_back(MakeTensor("OUT", DataType::kBytes, {2}, data));
+
+    InferRequest as_json;
+    auto refused = EncodeInferResponse(response, as_json);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(refused.status().message(),
+              "output 'OUT' cannot be sent as JSON: its element 1 is not valid UTF-8 (byte " +
+                  std::string(c.byte) + " at offset " + std::to_string(c.offset) +
+                  "), and a JSON string carries text only; request it as binary data (output "
+                  "parameter \"binary_data\": true, or request parameter "
+                  "\"binary_data_output\": true) to receive its bytes exactly");
+
+    // The same bytes as binary data, whichever way it is asked for, come back exactly.
+    InferRequest by_output;
+    by_output.outputs = {{"OUT", true}};
+    InferRequest by_request;
+    by_request.binary_data_output = true;
+    for (const InferRequest* request : {&by_output, &by_request}) {
+      EncodedBody binary = Encode(response, *request);
+      ASSERT_TRUE(binary.json_length.has_value());
+      EXPECT_EQ(binary.body.substr(*binary.json_length), data);
+      ParseResponse(binary);
+    }
+  }
 }
 
 TEST(InferCodecTest, ErrorBodyIsEscaped) {

@@ -21,10 +21,22 @@
 //   - Floats are written in the shortest form that reads back to the same value of the
 //     tensor's type (FP32 as a float, so 0.1f is "0.1"; FP16/BF16 via float), with ".0"
 //     added to integral values ("2.0"); integers in full.
-//   - Output strings (BYTES elements, names, id, error messages) are escaped so the body is
-//     valid JSON whatever the bytes: valid UTF-8 passes through, control characters use JSON
-//     escapes, and each byte that is not part of a valid UTF-8 sequence becomes \u00XX. A JSON
-//     reader then sees code point U+00XX for that byte: exact bytes need binary output.
+//   - BYTES output elements are sent exactly or not at all. One that is valid UTF-8 (RFC
+//     3629) is written as itself, with '"', '\\' and control characters (NUL included) as
+//     JSON escapes, so a reader gets back exactly those bytes. One that is not (arbitrary
+//     binary, a truncated sequence, an overlong form, an encoded surrogate) has no exact
+//     spelling in a JSON string, whose content is Unicode text: the response is then a 400
+//     naming the output, the element and the first bad byte, and telling the client to ask
+//     for that output as binary data, which carries any bytes. Triton writes such bytes raw
+//     into the string (rapidjson without encoding validation), which makes the whole body
+//     invalid UTF-8, so conforming readers (Python's json, tritonclient's HTTP client) fail on
+//     all of it; escaping each bad byte (as \u00XX, U+FFFD or a lone surrogate) would keep
+//     the document valid but hand the client different bytes, or bytes some readers refuse,
+//     without a word. Triton refuses the types it cannot write as JSON (FP16, BF16) the same
+//     way: INVALID_ARG, "Please use the binary data format for output".
+//   - Other output strings (names, id, error messages) are text for people: they are escaped
+//     the same way, except that each byte that is not part of a valid UTF-8 sequence becomes
+//     \u00XX, so the body is valid JSON whatever the bytes (a reader sees U+00XX there).
 //
 // Functions here are pure: no I/O, safe from any thread.
 #pragma once
@@ -70,11 +82,14 @@ struct EncodedBody {
 // outputs in the response's order. An output goes in binary form if the request listed it
 // with parameter binary_data true, or did not list it and set binary_data_output; binary
 // outputs' bytes follow the JSON in output order, and json_length is set whenever there is at
-// least one. Every data type has a JSON form (see the top of this file).
+// least one. Every data type has a JSON form (see the top of this file), BYTES only for UTF-8.
+// Fails only with the InvalidArgument above, for a BYTES output to be written as JSON that is
+// not valid UTF-8.
 // REQUIRES: each output's data fits its shape and datatype (the runtime checks backend
 // outputs). If not, the JSON data stops at the end of the buffer (a malformed BYTES output is
 // written as []), so the body is still valid JSON.
-EncodedBody EncodeInferResponse(const InferResponse& response, const InferRequest& request);
+Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
+                                        const InferRequest& request);
 
 // {"error": "<message>"}, escaped as above.
 std::string EncodeError(std::string_view message);

@@ -1,6 +1,8 @@
 // EncodeInferResponse and EncodeError (infer_codec.h).
 #include "server/http/infer_codec.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cstring>
 #include <string>
@@ -14,6 +16,7 @@
 namespace vramd::http {
 namespace {
 
+using internal::AppendExactJsonString;
 using internal::AppendFloating;
 using internal::AppendInteger;
 using internal::AppendJsonString;
@@ -36,19 +39,28 @@ void AppendIntegers(std::string* out, const std::byte* data, size_t count) {
   AppendElements<T>(out, data, count, [](std::string* o, T v) { AppendInteger(o, v); });
 }
 
-// Appends tensor's data as a flat JSON array.
-void AppendJsonData(std::string* out, const Tensor& tensor) {
+// Appends tensor's data as a flat JSON array. A BYTES element that is not valid UTF-8 cannot
+// be carried exactly by a JSON string: InvalidArgument naming it (infer_codec.h).
+Status AppendJsonData(std::string* out, const Tensor& tensor) {
   out->push_back('[');
   if (tensor.datatype == DataType::kBytes) {
     auto elements = SplitBytesElements(tensor.data.view(), tensor.name, -1);
     if (elements.ok()) {
       for (size_t i = 0; i < elements->size(); ++i) {
         if (i != 0) out->push_back(',');
-        AppendJsonString(out, (*elements)[i]);
+        const std::string_view element = (*elements)[i];
+        if (auto bad = AppendExactJsonString(out, element)) {
+          return Status::InvalidArgument(fmt::format(
+              "output '{}' cannot be sent as JSON: its element {} is not valid UTF-8 (byte "
+              "0x{:02X} at offset {}), and a JSON string carries text only; request it as "
+              "binary data (output parameter \"binary_data\": true, or request parameter "
+              "\"binary_data_output\": true) to receive its bytes exactly",
+              tensor.name, i, static_cast<unsigned char>(element[*bad]), *bad));
+        }
       }
     }
     out->push_back(']');
-    return;
+    return Status::Ok();
   }
   const size_t element = DataTypeByteSize(tensor.datatype);
   size_t count = element == 0 ? 0 : tensor.data.size() / element;
@@ -88,6 +100,7 @@ void AppendJsonData(std::string* out, const Tensor& tensor) {
     case DataType::kInvalid: break;
   }
   out->push_back(']');
+  return Status::Ok();
 }
 
 // A guess at the JSON text for `tensor`'s data, to size the body once.
@@ -116,7 +129,8 @@ bool OutputIsBinary(const InferRequest& request, std::string_view name) {
 
 }  // namespace
 
-EncodedBody EncodeInferResponse(const InferResponse& response, const InferRequest& request) {
+Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
+                                        const InferRequest& request) {
   EncodedBody encoded;
   std::string& s = encoded.body;
   const std::string& id = response.id.empty() ? request.id : response.id;
@@ -164,7 +178,7 @@ EncodedBody EncodeInferResponse(const InferResponse& response, const InferReques
       s.append("}}");
     } else {
       s.append(",\"data\":");
-      AppendJsonData(&s, t);
+      VRAMD_RETURN_IF_ERROR(AppendJsonData(&s, t));
       s.push_back('}');
     }
   }

@@ -22,9 +22,9 @@ size_t Utf8SequenceLength(const unsigned char* p, size_t n) {
   return 0;
 }
 
-}  // namespace
-
-void AppendJsonString(std::string* out, std::string_view bytes) {
+// The body of both writers: with `exact`, stops at the first byte that is not valid UTF-8
+// and returns its offset; otherwise escapes such bytes as \u00XX.
+std::optional<size_t> AppendString(std::string* out, std::string_view bytes, bool exact) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
@@ -43,6 +43,7 @@ void AppendJsonString(std::string* out, std::string_view bytes) {
         i += len;
         continue;
       }
+      if (exact) return i;
     }
     out->append(bytes.data() + copied, i - copied);
     switch (c) {
@@ -63,6 +64,17 @@ void AppendJsonString(std::string* out, std::string_view bytes) {
   }
   out->append(bytes.data() + copied, n - copied);
   out->push_back('"');
+  return std::nullopt;
+}
+
+}  // namespace
+
+void AppendJsonString(std::string* out, std::string_view bytes) {
+  (void)AppendString(out, bytes, /*exact=*/false);
+}
+
+std::optional<size_t> AppendExactJsonString(std::string* out, std::string_view bytes) {
+  return AppendString(out, bytes, /*exact=*/true);
 }
 
 }  // namespace vramd::http::internal

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,8 +15,14 @@ namespace vramd::http::internal {
 
 // Appends `bytes` as a JSON string literal, quotes included: valid UTF-8 passes through,
 // '"', '\\' and control characters use JSON escapes, and each byte that is not part of a
-// valid UTF-8 sequence (RFC 3629) becomes \u00XX.
+// valid UTF-8 sequence (RFC 3629) becomes \u00XX. For text meant for people (names, ids,
+// error messages), where a valid document matters more than exact bytes.
 void AppendJsonString(std::string* out, std::string_view bytes);
+
+// AppendJsonString for data that must arrive exactly: appends the literal and returns nullopt
+// when `bytes` are valid UTF-8; otherwise returns the offset of the first byte that is not
+// part of a valid sequence, and what was appended is unspecified (the caller discards it).
+std::optional<size_t> AppendExactJsonString(std::string* out, std::string_view bytes);
 
 // Appends `value` in decimal.
 template <typename Int>

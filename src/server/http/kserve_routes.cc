@@ -406,10 +406,11 @@ void InferOn(const runtime::ModelManager* manager, const HttpRequest& http,
   std::shared_ptr<const InferRequest> shared = request;
   runtime::InferCallback done = [shared, respond](Result<runtime::InferOutcome> outcome) {
     if (!outcome.ok()) return respond(Error(outcome.status()));
-    EncodedBody encoded = EncodeInferResponse(outcome->response, *shared);
-    HttpResponse r = Json(200, std::move(encoded.body));
-    r.inference_header_length = encoded.json_length;
-    if (encoded.json_length) r.content_type = "application/octet-stream";
+    auto encoded = EncodeInferResponse(outcome->response, *shared);
+    if (!encoded.ok()) return respond(Error(encoded.status()));
+    HttpResponse r = Json(200, std::move(encoded->body));
+    r.inference_header_length = encoded->json_length;
+    if (encoded->json_length) r.content_type = "application/octet-stream";
     respond(std::move(r));
   };
   Submit(manager, std::move(request), std::move(target), std::move(done), model, version,
