@@ -24,7 +24,9 @@ struct InferOutcome {
 
 // Receives a request's outcome, exactly once, on whichever thread finished the request (an
 // instance thread, or the caller's own). It must not block for long (it holds up the instance
-// that ran the request) and must not destroy the LoadedModel that runs it.
+// that ran the request) and must not destroy the LoadedModel that runs it. The runtime reads
+// the request's inputs only before it calls this, so the owner of the request may release
+// them here (the HTTP front end frees a large request body before encoding the reply).
 using InferCallback = std::function<void(Result<InferOutcome>)>;
 
 }  // namespace vramd::runtime

@@ -771,6 +771,40 @@ TEST(InferCodecTest, NonUtf8BytesOutputIsRefusedAsJsonAndExactAsBinary) {
   }
 }
 
+TEST(InferCodecTest, LongestNumbersFitTheReservedBody) {
+  // Values whose JSON text is the longest of their type: the body is reserved once from an
+  // upper bound, so these must still come out whole and valid.
+  InferRequest request;
+  InferResponse response;
+  response.model_name = "m";
+  response.outputs.push_back(MakeTensor("F16", DataType::kFp16, {3},
+                                        Le<uint16_t>({0x8400, 0x8001, 0x83FF})));
+  response.outputs.push_back(MakeTensor("B16", DataType::kBf16, {2},
+                                        Le<uint16_t>({0x8081, 0xFF7F})));
+  response.outputs.push_back(
+      MakeTensor("F32", DataType::kFp32, {2}, Le<float>({-1.17549435e-38f, -3.40282347e38f})));
+  response.outputs.push_back(MakeTensor(
+      "F64", DataType::kFp64, {1}, Le<double>({-2.2250738585072014e-308})));
+  response.outputs.push_back(MakeTensor(
+      "I64", DataType::kInt64, {1}, Le<int64_t>({std::numeric_limits<int64_t>::min()})));
+  std::string controls;
+  AppendBytesElement(&controls, std::string(64, '\x01'));  // 6 characters per byte
+  response.outputs.push_back(MakeTensor("S", DataType::kBytes, {1}, controls));
+  EncodedBody encoded = Encode(response, request);
+  rapidjson::Document doc = ParseResponse(encoded);
+  EXPECT_EQ(static_cast<float>(doc["outputs"][0]["data"][0].GetDouble()), -0x1p-14f);
+  EXPECT_NE(encoded.body.find(R"("data":[-6.1035156e-05,-5.9604645e-08,-6.097555e-05])"),
+            std::string::npos)
+      << encoded.body;
+  EXPECT_NE(encoded.body.find(R"("data":[-1.1846779e-38,-3.3895314e+38])"), std::string::npos)
+      << encoded.body;
+  EXPECT_NE(encoded.body.find(R"("data":[-1.1754944e-38,-3.4028235e+38])"), std::string::npos)
+      << encoded.body;
+  EXPECT_NE(encoded.body.find(R"("data":[-2.2250738585072014e-308])"), std::string::npos);
+  EXPECT_NE(encoded.body.find(R"("data":[-9223372036854775808])"), std::string::npos);
+  EXPECT_EQ(doc["outputs"][5]["data"][0].GetStringLength(), 64u);
+}
+
 TEST(InferCodecTest, ErrorBodyIsEscaped) {
   const std::string message = std::string("bad \"x\"\n\\ \xff end");
   const std::string body = EncodeError(message);

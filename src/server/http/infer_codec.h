@@ -83,6 +83,7 @@ struct EncodedBody {
 // with parameter binary_data true, or did not list it and set binary_data_output; binary
 // outputs' bytes follow the JSON in output order, and json_length is set whenever there is at
 // least one. Every data type has a JSON form (see the top of this file), BYTES only for UTF-8.
+// The body is allocated once, at an upper bound of its size, and written in one pass.
 // Fails only with the InvalidArgument above, for a BYTES output to be written as JSON that is
 // not valid UTF-8.
 // REQUIRES: each output's data fits its shape and datatype (the runtime checks backend

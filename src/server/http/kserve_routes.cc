@@ -402,11 +402,16 @@ void InferOn(const runtime::ModelManager* manager, const HttpRequest& http,
   // responds (a Responder may be called from any thread). The outcome holds the request's
   // ledger owner: it closes (checking for leaks) when `outcome` goes out of scope, after the
   // response has been encoded and its tensors released. The callback holds the request (the
-  // encoder needs it) but not the model.
-  std::shared_ptr<const InferRequest> shared = request;
-  runtime::InferCallback done = [shared, respond](Result<runtime::InferOutcome> outcome) {
+  // encoder needs its id and output choices) but not the model.
+  runtime::InferCallback done = [request, respond](Result<runtime::InferOutcome> outcome) {
+    // The runtime is done with the inputs once it answers (infer_outcome.h). They are views
+    // into the request body, which can be as large as the output: dropping them frees it
+    // before the reply is written next to the output, rather than holding all three at the
+    // peak (unless the HTTP thread that read it is still below us, on the fast path, which
+    // the scheduler keeps for executions far shorter than encoding a large reply).
+    request->inputs = {};
     if (!outcome.ok()) return respond(Error(outcome.status()));
-    auto encoded = EncodeInferResponse(outcome->response, *shared);
+    auto encoded = EncodeInferResponse(outcome->response, *request);
     if (!encoded.ok()) return respond(Error(encoded.status()));
     HttpResponse r = Json(200, std::move(encoded->body));
     r.inference_header_length = encoded->json_length;
