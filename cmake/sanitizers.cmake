@@ -1,0 +1,57 @@
+# Sanitizer and fuzzing builds. Neither is on by default: the ordinary build is unchanged.
+#
+#   -DVRAMD_SANITIZE=address,undefined  every C and C++ file compiled and linked with these
+#                                       sanitizers (any list -fsanitize= takes; clang or gcc)
+#   -DVRAMD_FUZZ=ON                     the libFuzzer targets of tests/fuzz (clang only), and
+#                                       every file instrumented for libFuzzer's coverage; implies
+#                                       VRAMD_SANITIZE=address,undefined unless it is set
+#   -DCMAKE_BUILD_TYPE=Sanitize         -O1 with line tables only: about the compile time of
+#                                       the ordinary -O2 -g build, asserts kept
+#
+# scripts/test.sh (build-asan) and scripts/fuzz.sh (build-fuzz) configure these; the first
+# builds the unit tests, vramd and the fuzz targets in one tree, so CI compiles once.
+# CUDA is left out of these builds: nvcc takes none of these flags, and AddressSanitizer's
+# shadow memory and the CUDA driver need settings of their own (protect_shadow_gap=0).
+set(VRAMD_SANITIZE "" CACHE STRING "Sanitizers for every file, e.g. address,undefined (empty: none)")
+option(VRAMD_FUZZ "Build the libFuzzer targets of tests/fuzz (clang)" OFF)
+
+if(VRAMD_FUZZ AND VRAMD_SANITIZE STREQUAL "")
+  set(VRAMD_SANITIZE address,undefined)
+endif()
+if(VRAMD_SANITIZE STREQUAL "")
+  return()
+endif()
+if(VRAMD_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "VRAMD_FUZZ needs clang's libFuzzer: configure with "
+                      "-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 "
+                      "(Debian: clang-14 libclang-rt-14-dev, scripts/install-deps.sh)")
+endif()
+
+# Defined, so the top-level CUDA detection is skipped and CUDA stays off.
+set(CMAKE_CUDA_COMPILER "")
+
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  set(vramd_sanitize_debug -gline-tables-only)
+else()
+  set(vramd_sanitize_debug -g1)
+endif()
+set(CMAKE_C_FLAGS_SANITIZE "-O1 ${vramd_sanitize_debug}")
+set(CMAKE_CXX_FLAGS_SANITIZE "-O1 ${vramd_sanitize_debug}")
+
+# A report stops the program: a sanitizer finding fails the test that met it rather than
+# scrolling past in its log.
+add_compile_options(-fsanitize=${VRAMD_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer)
+# What is left out, and why, is in ubsan_ignorelist.txt (rapidjson's null-pointer arithmetic).
+# gcc has no ignore list, so there that check is off altogether.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  add_compile_options(-fsanitize-ignorelist=${CMAKE_CURRENT_LIST_DIR}/ubsan_ignorelist.txt)
+elseif(VRAMD_SANITIZE MATCHES "undefined")
+  add_compile_options(-fno-sanitize=pointer-overflow)
+endif()
+add_link_options(-fsanitize=${VRAMD_SANITIZE})
+if(VRAMD_FUZZ)
+  # Coverage for libFuzzer in every library; only the fuzz targets link libFuzzer itself (the
+  # sanitizer runtimes give the other programs no-op hooks).
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+message(STATUS "vramd: sanitizers ${VRAMD_SANITIZE}; fuzz targets ${VRAMD_FUZZ}; CUDA off")
