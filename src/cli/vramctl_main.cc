@@ -22,6 +22,7 @@
 #include <string>
 
 #include "cli/http_client.h"
+#include "core/json_parse.h"
 #include "server/metrics/lifecycle_text.h"
 #include "server/metrics/memory_report_text.h"
 
@@ -29,10 +30,9 @@ namespace {
 
 // The message of a {"error": "..."} body, else the body itself, shortened.
 std::string ErrorMessage(const std::string& body) {
-  rapidjson::Document doc;
-  doc.Parse(body.data(), body.size());
-  if (!doc.HasParseError() && doc.IsObject() && doc.HasMember("error") && doc["error"].IsString()) {
-    return doc["error"].GetString();
+  auto doc = vramd::ParseJson(body, "the answer", {.max_bytes = size_t{256} << 20});
+  if (doc.ok() && doc->IsObject() && doc->HasMember("error") && (*doc)["error"].IsString()) {
+    return (*doc)["error"].GetString();
   }
   return body.size() > 200 ? body.substr(0, 200) + "..." : body;
 }

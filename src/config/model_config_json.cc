@@ -11,11 +11,11 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
 #include <rapidjson/document.h>
-#include <rapidjson/error/en.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
 #include "config/reflection_util.h"
+#include "core/json_parse.h"
 
 namespace vramd::config {
 namespace {
@@ -232,13 +232,9 @@ std::string ModelConfigToJson(const ModelConfig& config) {
 }
 
 Result<ModelConfig> ModelConfigFromJson(std::string_view json) {
-  rapidjson::Document document;
-  document.Parse(json.data(), json.size());
-  if (document.HasParseError()) {
-    return Status::InvalidArgument(fmt::format(
-        "model config JSON is not valid JSON at offset {}: {}", document.GetErrorOffset(),
-        rapidjson::GetParseError_En(document.GetParseError())));
-  }
+  // The depth bound also bounds CheckJsonObject's recursion and protobuf's, below.
+  VRAMD_ASSIGN_OR_RETURN(const rapidjson::Document document,
+                         ParseJson(json, "model config JSON"));
   if (!document.IsObject()) {
     return Status::InvalidArgument("model config JSON must be an object");
   }

@@ -223,6 +223,29 @@ TEST(ConfigJsonTest, RejectsMalformedJsonWithOffset) {
   EXPECT_THAT(config.status().message(), HasSubstr("not valid JSON at offset 13"));
 }
 
+TEST(ConfigJsonTest, RejectsDeepNestingNamingTheLimitInsteadOfOverflowingTheStack) {
+  // A config override comes from a load request: 120k levels overflowed the recursive parser.
+  for (const std::string& json :
+       {std::string(120'000, '['),
+        R"({"parameters": )" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}",
+        R"({"name": "m", "parameters": {"a": )" + [] {
+          std::string deep;
+          for (int i = 0; i < 200'000; ++i) deep += R"({"a": )";
+          return deep + "1" + std::string(200'000, '}');
+        }() + "}}"}) {
+    Result<ModelConfig> config = ModelConfigFromJson(json);
+    ASSERT_FALSE(config.ok());
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(config.status().message(),
+                HasSubstr("model config JSON nests deeper than 64 levels"));
+  }
+  // The deepest a real config nests is well inside the limit.
+  EXPECT_TRUE(ModelConfigFromJson(
+                  R"({"optimization": {"execution_accelerators": {"gpu_execution_accelerator":
+                      [{"name": "tensorrt", "parameters": {"precision_mode": "FP16"}}]}}})")
+                  .ok());
+}
+
 TEST(ConfigJsonTest, RejectsNonObjectAndWrongTypes) {
   EXPECT_EQ(ModelConfigFromJson("[1,2]").status().code(), StatusCode::kInvalidArgument);
   Result<ModelConfig> config = ModelConfigFromJson(R"({"max_batch_size":"eight"})");

@@ -117,6 +117,18 @@ TEST(PytorchModelSpec, MalformedJsonAndTensorsAreErrorsNotCrashes) {
   }
 }
 
+TEST(PytorchModelSpec, DeeplyNestedJsonIsAnErrorNotAStackOverflow) {
+  // The recursive parser needs a stack frame per level: this overflowed the stack.
+  std::string error;
+  const std::string deep(2'000'000, '[');
+  EXPECT_FALSE(Parse(deep, &error));
+  EXPECT_NE(error.find("could not be parsed"), std::string::npos) << error;
+  const std::string closed = deep + std::string(2'000'000, ']');
+  EXPECT_FALSE(Parse(R"({"input":[{"name":"a","data_type":"TYPE_FP32","dims":[1]}],"x":)" +
+                         closed + "}",
+                     &error));
+}
+
 TEST(PytorchModelSpec, TritonParametersAreHonouredOrNamedAsIgnored) {
   const std::string pbtxt = std::string(kAddMul) + R"(
     default_model_filename: "traced.pt"

@@ -150,6 +150,15 @@ TEST(VramctlRenderTest, NonJsonIsInvalidArgument) {
   EXPECT_FALSE(RenderMemoryReportText("[1,2]").ok());
 }
 
+TEST(VramctlRenderTest, DeeplyNestedAnswersAreRefusedNotAStackOverflow) {
+  const std::string deep(1'000'000, '[');
+  for (const auto& text : {RenderMemoryReportText(deep), RenderLifecycleText(deep)}) {
+    ASSERT_FALSE(text.ok());
+    EXPECT_NE(text.status().message().find("nests deeper than 64 levels"), std::string::npos)
+        << text.status().message();
+  }
+}
+
 TEST(VramctlRenderTest, HumanBytesUsesPowersOf1024WithOneDecimal) {
   EXPECT_EQ(HumanBytes(0), "0 B");
   EXPECT_EQ(HumanBytes(1023), "1023 B");

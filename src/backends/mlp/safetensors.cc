@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <rapidjson/document.h>
-#include <rapidjson/error/en.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +19,8 @@
 #include <set>
 #include <tuple>
 #include <utility>
+
+#include "core/json_parse.h"
 
 namespace vramd::backends::safetensors {
 namespace {
@@ -58,33 +59,6 @@ std::string Quote(std::string_view name) {
   constexpr size_t kMax = 80;
   if (name.size() <= kMax) return fmt::format("'{}'", name);
   return fmt::format("'{}...' ({} bytes)", name.substr(0, kMax), name.size());
-}
-
-// The deepest bracket nesting in `json` outside strings, stopping early past `limit`.
-int NestingDepth(std::string_view json, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : json) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return deepest;
 }
 
 uint64_t ReadLittleEndian64(const std::byte* p) {
@@ -240,18 +214,12 @@ Result<File> File::Parse(HostBuffer bytes, std::string source) {
   file.data_bytes_ = total - 8 - n;
   const std::string_view header(reinterpret_cast<const char*>(file.bytes_.data()) + 8, n);
   if (header.front() != '{') return p.Error("the header does not start with '{'");
-  if (NestingDepth(header, kMaxDepth) > kMaxDepth) {
-    return p.Error(fmt::format("the header nests deeper than {} levels", kMaxDepth));
-  }
-
-  rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(header.data(),
-                                                                                    header.size());
-  if (doc.HasParseError()) {
-    return p.Error(fmt::format("the header is not valid JSON: {} at byte {}",
-                               rapidjson::GetParseError_En(doc.GetParseError()),
-                               doc.GetErrorOffset()));
-  }
+  // Iterative and bounded at kMaxDepth: the walk below never recurses past a tensor's shape.
+  auto parsed = ParseJson(header, "the header",
+                          {.max_depth = kMaxDepth, .max_bytes = kMaxHeaderBytes,
+                           .validate_utf8 = true});
+  if (!parsed.ok()) return p.Error(parsed.status().message());
+  const rapidjson::Document& doc = *parsed;
   if (!doc.IsObject()) return p.Error("the header is not a JSON object");
 
   std::set<std::string_view> seen;

@@ -150,8 +150,11 @@ const char* DataTypeName(VramdDataType type) {
 }
 
 std::optional<ModelSpec> ParseModelSpec(const char* json, size_t size, std::string* error) {
+  // vramd writes this JSON from a validated config, but the backend does not rely on that: the
+  // iterative parser does not recurse however deep the text nests, and nothing below walks the
+  // document recursively. (The backend links nothing of vramd, so not core/json_parse.h.)
   rapidjson::Document doc;
-  doc.Parse(json, size);
+  doc.Parse<rapidjson::kParseIterativeFlag>(json, size);
   if (doc.HasParseError() || !doc.IsObject()) {
     *error = "the model config JSON vramd passed could not be parsed";
     return std::nullopt;

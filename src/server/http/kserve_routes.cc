@@ -13,6 +13,7 @@
 
 #include "config/model_config_json.h"
 #include "core/data_type.h"
+#include "core/json_parse.h"
 #include "server/http/infer_codec.h"
 #include "server/http/lifecycle_routes.h"
 #include "server/http/memory_routes.h"
@@ -448,11 +449,10 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
 HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
   bool ready_only = false;
   if (request.body && !request.body->empty()) {
-    rapidjson::Document doc;
-    doc.Parse(request.body->data(), request.body->size());
-    if (doc.HasParseError() || !doc.IsObject()) {
-      return Error(400, "repository index request body must be a JSON object");
-    }
+    auto parsed = ParseJson(*request.body, "repository index request body");
+    if (!parsed.ok()) return Error(parsed.status());
+    const rapidjson::Document& doc = *parsed;
+    if (!doc.IsObject()) return Error(400, "repository index request body must be a JSON object");
     auto it = doc.FindMember("ready");
     if (it != doc.MemberEnd()) {
       if (!it->value.IsBool()) return Error(400, "repository index: 'ready' must be a boolean");
@@ -491,9 +491,10 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
   const char* what = load ? "load" : "unload";
   std::shared_ptr<const config::ModelConfig> config_override;
   if (request.body && !request.body->empty()) {
-    rapidjson::Document doc;
-    doc.Parse(request.body->data(), request.body->size());
-    if (doc.HasParseError() || !doc.IsObject()) {
+    auto parsed = ParseJson(*request.body, fmt::format("repository {} request body", what));
+    if (!parsed.ok()) return Error(parsed.status());
+    const rapidjson::Document& doc = *parsed;
+    if (!doc.IsObject()) {
       return Error(400, fmt::format("repository {} request body must be a JSON object", what));
     }
     auto params = doc.FindMember("parameters");

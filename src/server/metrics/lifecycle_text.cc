@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_parse.h"
 #include "server/metrics/memory_report_text.h"
 
 namespace vramd::metrics {
@@ -55,11 +56,10 @@ std::string Clock(int64_t epoch_ms) {
 }  // namespace
 
 Result<std::string> RenderLifecycleText(std::string_view json, size_t history_rows) {
-  rapidjson::Document doc;
-  doc.Parse(json.data(), json.size());
-  if (doc.HasParseError() || !doc.IsObject()) {
-    return Status::InvalidArgument("the lifecycle answer is not a JSON object");
-  }
+  // vramctl's HTTP client already bounds the answer at 256 MiB; the depth limit still applies.
+  VRAMD_ASSIGN_OR_RETURN(const rapidjson::Document doc,
+                         ParseJson(json, "the lifecycle answer", {.max_bytes = size_t{256} << 20}));
+  if (!doc.IsObject()) return Status::InvalidArgument("the lifecycle answer is not a JSON object");
   std::string out = fmt::format("model '{}': {}", Str(doc, "name"), Str(doc, "state"));
   if (!Str(doc, "reason").empty()) out += fmt::format(" ({})", Str(doc, "reason"));
   out += fmt::format("\n  serving versions: {}\n", Versions(doc, "serving"));

@@ -2,12 +2,13 @@
 
 #include <fmt/format.h>
 #include <rapidjson/document.h>
-#include <rapidjson/error/en.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <vector>
+
+#include "core/json_parse.h"
 
 namespace vramd::metrics {
 namespace {
@@ -225,13 +226,10 @@ std::string HumanBytes(int64_t bytes) {
 }
 
 Result<std::string> RenderMemoryReportText(std::string_view json) {
-  rapidjson::Document doc;
-  doc.Parse(json.data(), json.size());
-  if (doc.HasParseError()) {
-    return Status::InvalidArgument(
-        fmt::format("not a memory report: JSON error at offset {}: {}", doc.GetErrorOffset(),
-                    rapidjson::GetParseError_En(doc.GetParseError())));
-  }
+  // vramctl's HTTP client already bounds the answer at 256 MiB; the depth limit (an owner tree
+  // nests two levels per owner) bounds CollectOwners' recursion.
+  VRAMD_ASSIGN_OR_RETURN(const rapidjson::Document doc,
+                         ParseJson(json, "the memory report", {.max_bytes = size_t{256} << 20}));
   if (!doc.IsObject()) return Status::InvalidArgument("not a memory report: not a JSON object");
   std::string out;
   RenderDevices(doc, out);
