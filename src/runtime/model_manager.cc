@@ -88,7 +88,42 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
   return Status::Ok();
 }
 
+// A name longer than a directory name can be cannot be a model: refused before the manager
+// keeps anything for it, with a message that does not repeat all of it.
+Status CheckModelName(std::string_view name) {
+  if (name.size() <= ModelManager::kMaxModelNameBytes) return Status::Ok();
+  constexpr size_t kShown = 64;
+  return Status::InvalidArgument(fmt::format(
+      "model name '{}...' has {} bytes, more than the {} a model directory name can have",
+      name.substr(0, kShown), name.size(), ModelManager::kMaxModelNameBytes));
+}
+
 }  // namespace
+
+class ModelManager::ActionGuard {
+ public:
+  ActionGuard(ModelManager& manager, std::string_view name) : manager_(manager) {
+    {
+      std::lock_guard lock(manager_.actions_mu_);
+      slot_ = manager_.actions_.try_emplace(std::string(name)).first;
+      ++slot_->second.users;
+    }
+    // Outside actions_mu_: waiting here must not hold up other models' actions. The slot
+    // stays put meanwhile: a map node lives until erased, and users > 0 keeps it.
+    slot_->second.mu.lock();
+  }
+  ~ActionGuard() {
+    slot_->second.mu.unlock();
+    std::lock_guard lock(manager_.actions_mu_);
+    if (--slot_->second.users == 0) manager_.actions_.erase(slot_);
+  }
+  ActionGuard(const ActionGuard&) = delete;
+  ActionGuard& operator=(const ActionGuard&) = delete;
+
+ private:
+  ModelManager& manager_;
+  std::map<std::string, ActionSlot, std::less<>>::iterator slot_;
+};
 
 ModelManager::ModelManager(const Options& options)
     : memory_(options.memory),
@@ -138,8 +173,7 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
   }
   std::vector<Status> results(names.size());
   ParallelFor(names.size(), manager->load_thread_count_, [&](size_t i) {
-    auto action = manager->ActionLock(names[i]);
-    std::lock_guard lock(*action);
+    ActionGuard action(*manager, names[i]);
     manager->load_slots_.acquire();
     results[i] = manager->LoadLocked(names[i], nullptr);
     manager->load_slots_.release();
@@ -202,13 +236,14 @@ Status ModelManager::CheckMode(std::string_view action) const {
       action, mode_ == ModelControlMode::kPoll ? "poll" : "none"));
 }
 
-std::shared_ptr<std::mutex> ModelManager::ActionLock(std::string_view name) {
-  std::lock_guard lock(actions_mu_);
-  auto it = actions_.find(name);
-  if (it == actions_.end()) {
-    it = actions_.emplace(std::string(name), std::make_shared<std::mutex>()).first;
+size_t ModelManager::TEST_TrackedNames() const {
+  size_t names = 0;
+  {
+    std::shared_lock lock(mu_);
+    names += models_.size();
   }
-  return it->second;
+  std::lock_guard lock(actions_mu_);
+  return names + actions_.size();
 }
 
 void ModelManager::EndGap(ModelEntry& entry) {
@@ -325,6 +360,7 @@ Status ModelManager::WaitRetired(const std::string& model) {
 Status ModelManager::Load(std::string_view name,
                           std::shared_ptr<const config::ModelConfig> config_override) {
   VRAMD_RETURN_IF_ERROR(CheckMode("load"));
+  VRAMD_RETURN_IF_ERROR(CheckModelName(name));
   if (config_override != nullptr && !config_override->name().empty() &&
       config_override->name() != name) {
     return Status::InvalidArgument(fmt::format(
@@ -332,8 +368,7 @@ Status ModelManager::Load(std::string_view name,
         config_override->name()));
   }
   const std::string model(name);
-  auto action = ActionLock(model);
-  std::lock_guard lock(*action);
+  ActionGuard action(*this, model);
   load_slots_.acquire();
   Status status = LoadLocked(model, std::move(config_override));
   load_slots_.release();
@@ -529,9 +564,9 @@ Status ModelManager::LoadLocked(const std::string& name,
 
 Status ModelManager::Unload(std::string_view name) {
   VRAMD_RETURN_IF_ERROR(CheckMode("unload"));
+  VRAMD_RETURN_IF_ERROR(CheckModelName(name));
   const std::string model(name);
-  auto action = ActionLock(model);
-  std::lock_guard lock(*action);
+  ActionGuard action(*this, model);
   return UnloadLocked(model, /*on_request=*/true);
 }
 
@@ -581,8 +616,7 @@ Status ModelManager::PollOnce() {
   VRAMD_ASSIGN_OR_RETURN(auto changes, watcher_->Poll());
   ParallelFor(changes.size(), load_thread_count_, [&](size_t i) {
     const auto& change = changes[i];
-    auto action = ActionLock(change.model);
-    std::lock_guard lock(*action);
+    ActionGuard action(*this, change.model);
     if (change.kind == repository::ChangeKind::kRemoved) {
       spdlog::info("repository poll: model '{}' was removed; unloading it", change.model);
       (void)UnloadLocked(change.model, /*on_request=*/false);

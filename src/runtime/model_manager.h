@@ -92,6 +92,10 @@ struct ModelLifecycleView {
 
 class ModelManager {
  public:
+  // The longest model name Load and Unload accept: a model is a directory, and a directory
+  // name has at most NAME_MAX (255) bytes.
+  static constexpr size_t kMaxModelNameBytes = 255;
+
   struct Options {
     std::vector<std::filesystem::path> repositories;
     // Stop at the first model that fails to load and return its error from Create.
@@ -127,13 +131,15 @@ class ModelManager {
   // Explicit mode: (re)loads `name` from the repositories, with `config_override` in place of
   // its config.pbtxt when given (validated as one). Returns once the new versions serve, or
   // with the error (the serving versions untouched where the policy kept them). NotFound when
-  // no repository holds the model; InvalidArgument in the other modes.
+  // no repository holds the model; InvalidArgument in the other modes and for a name longer
+  // than kMaxModelNameBytes. A name no repository holds leaves nothing behind in the manager.
   Status Load(std::string_view name,
               std::shared_ptr<const config::ModelConfig> config_override = nullptr);
 
   // Explicit mode: stops serving `name`: its versions leave the map, drain what they hold,
   // and unload; the model's ledger owners close and the pools are trimmed. A model that is not
-  // loaded (or unknown) is a success, as in Triton. InvalidArgument in the other modes.
+  // loaded (or unknown) is a success, as in Triton, and leaves nothing behind. InvalidArgument
+  // in the other modes and for a name longer than kMaxModelNameBytes.
   Status Unload(std::string_view name);
 
   ModelControlMode model_control_mode() const { return mode_; }
@@ -179,6 +185,10 @@ class ModelManager {
 
   // Poll mode: one scan and the actions it calls for, now (the polling thread calls it too).
   Status PollOnce();
+
+  // For tests: how many names the manager keeps state for (model entries plus action locks).
+  // Bounded by the models the repositories have held, plus the names with an action running.
+  size_t TEST_TrackedNames() const;
 
  private:
   // One load's versions, under one model-level ledger owner.
@@ -232,7 +242,9 @@ class ModelManager {
   static void EndGap(ModelEntry& entry);
   // Applies `change` to the model's entry under the map lock and wakes waiters.
   void Update(const std::string& name, const std::function<void(ModelEntry&)>& change);
-  std::shared_ptr<std::mutex> ActionLock(std::string_view name);
+  // A model's action lock, held for the guard's life. The lock exists only while a guard holds
+  // or waits for it, so a name that never becomes a model leaves nothing behind.
+  class ActionGuard;
   // Find's answer without waiting. REQUIRES: mu_ held (shared is enough).
   Result<std::shared_ptr<LoadedModel>> FindLocked(std::string_view name, int64_t version) const;
   // The releasing thread: answers parked FindAsync calls when their gap ends or times out.
@@ -250,8 +262,12 @@ class ModelManager {
 
   std::counting_semaphore<> load_slots_;
 
-  std::mutex actions_mu_;
-  std::map<std::string, std::shared_ptr<std::mutex>, std::less<>> actions_;  // by actions_mu_
+  struct ActionSlot {
+    std::mutex mu;  // the action lock proper
+    int users = 0;  // guards holding or waiting for `mu`; by actions_mu_
+  };
+  mutable std::mutex actions_mu_;
+  std::map<std::string, ActionSlot, std::less<>> actions_;  // by actions_mu_
   std::mutex retired_mu_;
   std::vector<Retired> retired_;  // guarded by retired_mu_
 

@@ -190,6 +190,47 @@ TEST_F(ModelControlTest, ExplicitLoadUnloadCycle) {
   EXPECT_EQ(Row(manager->Index(), "b")->state, "READY");
 }
 
+TEST_F(ModelControlTest, NamesNoRepositoryHoldsLeaveNothingBehind) {
+  // Each distinct name sent to load or unload used to keep an action lock forever (~100 bytes
+  // plus the name): a client could grow the server without bound.
+  WriteModel("a", Config("identity", 1));
+  auto manager = Start(runtime::ModelControlMode::kExplicit, {"a"});
+  ASSERT_TRUE(manager->Load("a").ok());
+  ASSERT_TRUE(manager->Unload("a").ok());
+  const size_t baseline = manager->TEST_TrackedNames();
+  const size_t rows = manager->Index().size();
+  for (int i = 0; i < 2000; ++i) {
+    const std::string name = "ghost-" + std::to_string(i) + std::string(200, 'x');
+    Status load = manager->Load(name);
+    ASSERT_EQ(load.code(), StatusCode::kNotFound) << load.ToString();
+    ASSERT_NE(load.message().find("'" + name + "'"), std::string::npos) << load.message();
+    ASSERT_TRUE(manager->Unload(name).ok());
+    ASSERT_TRUE(manager->Unload("other-" + std::to_string(i)).ok());
+  }
+  EXPECT_EQ(manager->TEST_TrackedNames(), baseline);
+  EXPECT_EQ(manager->Index().size(), rows);
+  EXPECT_FALSE(manager->Lifecycle("ghost-0" + std::string(200, 'x')).has_value());
+  // The real model is still under control.
+  ASSERT_TRUE(manager->Load("a").ok());
+  EXPECT_TRUE(manager->Find("a", 0).ok());
+  EXPECT_EQ(manager->TEST_TrackedNames(), baseline);
+}
+
+TEST_F(ModelControlTest, NamesLongerThanADirectoryNameAreRefused) {
+  auto manager = Start(runtime::ModelControlMode::kExplicit);
+  const size_t baseline = manager->TEST_TrackedNames();
+  const std::string long_name(4096, 'n');
+  for (Status s : {manager->Load(long_name), manager->Unload(long_name)}) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("has 4096 bytes, more than the 255"), std::string::npos)
+        << s.message();
+    EXPECT_LT(s.message().size(), 200u) << "the message repeats the whole name";
+  }
+  // 255 bytes could be a directory: an unknown one is the usual NotFound.
+  EXPECT_EQ(manager->Load(std::string(255, 'n')).code(), StatusCode::kNotFound);
+  EXPECT_EQ(manager->TEST_TrackedNames(), baseline);
+}
+
 TEST_F(ModelControlTest, StarLoadsEverythingAtStartup) {
   WriteModel("a", Config("identity", 1));
   WriteModel("b", Config("identity", 1));
