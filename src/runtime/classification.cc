@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <numeric>
+#include <string_view>
 #include <type_traits>
 
 #include "core/half.h"
+#include "runtime/model_file.h"
 
 namespace vramd::runtime {
 namespace {
@@ -65,18 +66,27 @@ Result<Classifier> Classifier::Load(const config::ModelConfig& config,
                                     const std::filesystem::path& model_dir) {
   Classifier c;
   c.batched_ = config.max_batch_size() > 0;
+  // The config can come from a load request: its label files follow model_file.h's rule.
+  const ModelFileRule rule{.field = "label_filename",
+                           .folder = "the model directory",
+                           .max_bytes = kMaxLabelFileBytes};
   for (const auto& out : config.output()) {
     if (out.label_filename().empty()) continue;
-    const std::filesystem::path path = model_dir / out.label_filename();
-    std::ifstream in(path);
-    if (!in) {
-      return Status::InvalidArgument(fmt::format(
-          "output '{}': cannot read its label_filename {}", out.name(), path.string()));
-    }
+    auto context = [&](const Status& status) {
+      return status.WithContext(fmt::format("output '{}'", out.name()));
+    };
+    auto file = ResolveModelFile(model_dir, out.label_filename(), rule);
+    if (!file.ok()) return context(file.status());
+    auto text = ReadModelFile(*file, static_cast<size_t>(file->size), rule);
+    if (!text.ok()) return context(text.status());
     std::vector<std::string>& labels = c.labels_[out.name()];
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      labels.push_back(std::move(line));
+    std::string_view rest = *text;
+    while (!rest.empty()) {  // one label a line; the last line may lack its newline
+      const size_t end = std::min(rest.find('\n'), rest.size());
+      std::string_view line = rest.substr(0, end);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      labels.emplace_back(line);
+      rest.remove_prefix(std::min(end + 1, rest.size()));
     }
   }
   return c;

@@ -3,7 +3,8 @@
 // BYTES strings "<value>:<index>[:<label>]", highest first (equal values: lower index first),
 // shaped [batch, k] for a batching model and [k] otherwise (k is capped at the number of
 // classes). <index> is the position in the output's elements after the batch dimension; the
-// label is line <index> of the output's `label_filename` in the model directory, when it has one.
+// label is line <index> of the output's `label_filename` in the model directory, when it has one
+// (and may not point outside it: see Load).
 //
 // Thread safety: const after Load.
 #pragma once
@@ -20,12 +21,17 @@
 
 namespace vramd::runtime {
 
+// The largest label file read: a label a line, 16 MiB holds millions of classes.
+inline constexpr uintmax_t kMaxLabelFileBytes = uintmax_t{16} << 20;
+
 class Classifier {
  public:
   Classifier() = default;  // no labels, no batching
 
-  // Reads the label file of every output of `config` that names one, from `model_dir`; a file
-  // that cannot be read is an InvalidArgument naming the output and the path.
+  // Reads the label file of every output of `config` that names one, from `model_dir`. The
+  // path follows model_file.h's rule (relative, no "..", a regular file inside `model_dir` once
+  // symlinks resolve, at most kMaxLabelFileBytes): a file that breaks it is an InvalidArgument
+  // naming the output, the file and why; one that cannot be read, an Internal.
   static Result<Classifier> Load(const config::ModelConfig& config,
                                  const std::filesystem::path& model_dir);
 

@@ -9,9 +9,7 @@
 #include <bit>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -20,6 +18,7 @@
 
 #include "core/half.h"
 #include "core/tensor.h"
+#include "runtime/model_file.h"
 #include "runtime/request_validator.h"
 
 namespace vramd::runtime {
@@ -60,73 +59,30 @@ class SampleErrors {
   std::string prefix_;
 };
 
-// `relative` must stay inside the warmup folder: the config can come from a load request.
-std::optional<std::string> UnsafePathReason(const std::string& relative) {
-  if (relative.empty()) return "input_data_file is empty";
-  const fs::path p(relative);
-  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) {
-    return fmt::format("input_data_file '{}' must be a path relative to the model's {}/ folder",
-                       relative, kWarmupFolder);
-  }
-  for (const auto& part : p) {
-    if (part == "..") {
-      return fmt::format("input_data_file '{}' must not leave the model's {}/ folder (\"..\")",
-                         relative, kWarmupFolder);
-    }
-  }
-  return std::nullopt;
-}
-
-// The first `n` bytes of `path`; nullopt when they cannot be read.
-std::optional<std::string> ReadPrefix(const fs::path& path, size_t n) {
-  std::string data(n, '\0');
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  if (n > 0) in.read(data.data(), static_cast<std::streamsize>(n));
-  if (!in || static_cast<size_t>(in.gcount()) != n) return std::nullopt;
-  return data;
-}
-
 // One batch element of an input, read from its input_data_file.
 Result<std::string> FileElement(const SampleErrors& errors, const std::string& input,
                                 const config::ModelWarmup::Input& spec, DataType type,
                                 int64_t elements, size_t element_bytes,
                                 const fs::path& model_dir) {
-  const std::string& relative = spec.input_data_file();
-  if (auto reason = UnsafePathReason(relative)) return errors.Input(input, *reason);
-  const fs::path path = model_dir / kWarmupFolder / relative;
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec && st.type() != fs::file_type::not_found) {  // e.g. a folder we may not search
-    return errors.InputInternal(
-        input, fmt::format("cannot stat warmup file '{}': {}", path.string(), ec.message()));
-  }
-  if (!fs::exists(st)) {
-    return errors.Input(input, fmt::format("input_data_file '{}' not found: no file '{}'",
-                                           relative, path.string()));
-  }
-  if (!fs::is_regular_file(st)) {
-    return errors.Input(input, fmt::format("input_data_file '{}' is not a regular file ('{}')",
-                                           relative, path.string()));
-  }
-  auto unreadable = [&] {
-    return errors.InputInternal(input, fmt::format("cannot read warmup file '{}'", path.string()));
+  // The config can come from a load request: model_file.h's rule keeps the file inside warmup/.
+  // Variable-length (BYTES) data is the whole file, so only then does its size need a limit.
+  const ModelFileRule rule{.field = "input_data_file",
+                           .folder = "the model's warmup/ folder",
+                           .max_bytes = type == DataType::kBytes ? kMaxWarmupTensorBytes
+                                                                 : UINTMAX_MAX};
+  auto refused = [&](const Status& status) {
+    return status.code() == StatusCode::kInternal ? errors.InputInternal(input, status.message())
+                                                  : errors.Input(input, status.message());
   };
-  const uintmax_t size = fs::file_size(path, ec);
-  if (ec) {
-    return errors.InputInternal(
-        input, fmt::format("cannot size warmup file '{}': {}", path.string(), ec.message()));
-  }
+  auto file = ResolveModelFile(model_dir / kWarmupFolder, spec.input_data_file(), rule);
+  if (!file.ok()) return refused(file.status());
+  const fs::path& path = file->path;
+  const uintmax_t size = file->size;
 
   if (type == DataType::kBytes) {
     // Variable-length elements: the whole file is the data, checked against dims below.
-    if (size > kMaxWarmupTensorBytes) {
-      return errors.Input(input, fmt::format("input_data_file '{}' has {} bytes, over the warmup "
-                                             "limit of {} bytes",
-                                             path.string(), size, kMaxWarmupTensorBytes));
-    }
-    std::optional<std::string> data = ReadPrefix(path, static_cast<size_t>(size));
-    if (!data) return unreadable();
+    auto data = ReadModelFile(*file, static_cast<size_t>(size), rule);
+    if (!data.ok()) return refused(data.status());
     auto split = SplitBytesElements(*data, input, elements);
     if (!split.ok()) {
       // SplitBytesElements names the tensor, which this message already does.
@@ -148,9 +104,9 @@ Result<std::string> FileElement(const SampleErrors& errors, const std::string& i
                            path.string(), size, element_bytes, elements,
                            DataTypeConfigName(type)));
   }
-  std::optional<std::string> data = ReadPrefix(path, element_bytes);
-  if (!data) return unreadable();
-  return std::move(*data);
+  auto data = ReadModelFile(*file, element_bytes, rule);
+  if (!data.ok()) return refused(data.status());
+  return std::move(data).value();
 }
 
 // Appends `count` random elements of `type` to `out`.

@@ -25,12 +25,13 @@
 //        would make NaNs and infinities, which some models reject). TYPE_STRING falls back to
 //        zero_data, as Triton's proto documents.
 //      input_data_file: a file under <model_dir>/warmup/ holding one batch element's raw bytes,
-//        little-endian, row-major. A relative path without ".." components (the config may come
-//        from a load request, and must not read outside the folder). For fixed-size types the
-//        file must hold at least elements x type size bytes; a longer file is accepted and only
-//        its first bytes are used, as Triton does. For TYPE_STRING the whole file is the data:
-//        4-byte little-endian length + bytes per element, and it must hold exactly the elements
-//        of `dims`.
+//        little-endian, row-major. The config may come from a load request, so the path follows
+//        model_file.h's rule: relative, no "..", a regular file inside the folder once symlinks
+//        resolve (never a FIFO or a device), TYPE_STRING data at most kMaxWarmupTensorBytes.
+//        For fixed-size types the file must hold at least elements x type size bytes; a longer
+//        file is accepted and only its first bytes are used, as Triton does. For TYPE_STRING
+//        the whole file is the data: 4-byte little-endian length + bytes per element, and it
+//        must hold exactly the elements of `dims`.
 //  - Validation (before anything runs): every sample input is a model input with the same
 //    data_type; every non-optional model input is in the sample (optional ones may be left
 //    out); then each built request passes the same ValidateInferRequest (request_validator.h)

@@ -1,6 +1,8 @@
 #include "runtime/classification.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -10,6 +12,7 @@
 
 #include "config/model_config_parser.h"
 #include "support/config_text.h"
+#include "support/scratch_repository.h"
 #include "core/half.h"
 
 namespace vramd::runtime {
@@ -102,6 +105,85 @@ TEST(ClassifierTest, StringsAndACountOfZeroAreRefusedAndAMissingLabelFileFailsTh
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("output 'scores'"), std::string::npos);
   EXPECT_NE(missing.status().message().find("nope.txt"), std::string::npos);
+}
+
+// A model directory with a label file, a secret beside it and the tricks a config override
+// could try (absolute paths, "..", symlinks out, a FIFO, a device, a huge file).
+class LabelFileTest : public ::testing::Test {
+ protected:
+  LabelFileTest() {
+    std::filesystem::create_directories(model_);
+    std::ofstream(model_ / "labels.txt") << "cat\ndog\nbird";
+    std::ofstream(scratch_.root() / "secret.txt") << "root:x:0:0\n";
+  }
+
+  static config::ModelConfig WithLabels(const std::string& label_filename) {
+    return ConfigFromText(R"(
+      max_batch_size: 0
+      input [ { name: "x" data_type: TYPE_FP32 dims: [ 3 ] } ]
+      output [ { name: "scores" data_type: TYPE_FP32 dims: [ 3 ] label_filename: ")" +
+                          label_filename + R"(" } ])");
+  }
+
+  // The load error for `label_filename`: an InvalidArgument naming the output and the file.
+  std::string Refusal(const std::string& label_filename) const {
+    auto c = Classifier::Load(WithLabels(label_filename), model_);
+    EXPECT_FALSE(c.ok()) << label_filename;
+    if (c.ok()) return "";
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+    EXPECT_THAT(c.status().message(),
+                ::testing::HasSubstr("output 'scores': label_filename '" + label_filename + "'"));
+    EXPECT_EQ(c.status().message().find("root:x"), std::string::npos);
+    return c.status().message();
+  }
+
+  vramd::testing::ScratchRepository scratch_;
+  std::filesystem::path model_ = scratch_.root() / "m";
+};
+
+using ::testing::HasSubstr;
+
+TEST_F(LabelFileTest, AFileInTheModelDirectoryLabelsTheClasses) {
+  auto c = Classifier::Load(WithLabels("labels.txt"), model_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto top = c->Classify(TensorOf<float>(DataType::kFp32, {3}, {1, 3, 2}), 3);
+  ASSERT_TRUE(top.ok());
+  EXPECT_EQ(Strings(*top), (std::vector<std::string>{"3.000000:1:dog", "2.000000:2:bird",
+                                                     "1.000000:0:cat"}));
+}
+
+TEST_F(LabelFileTest, AbsolutePathsAreRefused) {
+  EXPECT_THAT(Refusal((scratch_.root() / "secret.txt").string()), HasSubstr("relative"));
+  EXPECT_THAT(Refusal("/etc/passwd"), HasSubstr("must be a path relative to the model directory"));
+}
+
+TEST_F(LabelFileTest, DotDotIsRefused) {
+  EXPECT_THAT(Refusal("../secret.txt"), HasSubstr("must not leave the model directory"));
+  EXPECT_THAT(Refusal("../../../../../../etc/passwd"), HasSubstr("\"..\""));
+}
+
+TEST_F(LabelFileTest, SymlinksOutOfTheModelDirectoryAreRefused) {
+  std::filesystem::create_symlink(scratch_.root() / "secret.txt", model_ / "labels_link.txt");
+  EXPECT_THAT(Refusal("labels_link.txt"), HasSubstr("outside the model directory"));
+}
+
+TEST_F(LabelFileTest, AFifoIsRefusedWithoutOpeningIt) {
+  // Reading a FIFO blocks until a writer comes: before the rule this test hung.
+  ASSERT_EQ(::mkfifo((model_ / "fifo.txt").c_str(), 0600), 0);
+  EXPECT_THAT(Refusal("fifo.txt"), HasSubstr("is a FIFO, not a regular file"));
+}
+
+TEST_F(LabelFileTest, DevZeroIsRefusedWithoutReadingIt) {
+  // /dev/zero never ends: before the rule the load read until memory ran out.
+  std::filesystem::create_symlink("/dev/zero", model_ / "zero.txt");
+  EXPECT_THAT(Refusal("zero.txt"), HasSubstr("outside the model directory"));
+}
+
+TEST_F(LabelFileTest, AFileOverTheLimitIsRefused) {
+  // One byte over the 16 MiB limit, sparse.
+  std::ofstream(model_ / "huge.txt").close();
+  std::filesystem::resize_file(model_ / "huge.txt", (16 << 20) + 1);
+  EXPECT_THAT(Refusal("huge.txt"), HasSubstr("over the limit of 16777216 bytes"));
 }
 
 }  // namespace

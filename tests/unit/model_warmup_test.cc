@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/model_config_parser.h"
@@ -349,6 +351,26 @@ TEST(WarmupRejectsTest, PathsMayNotLeaveTheWarmupFolder) {
                            std::string("input_data_file: \"") + file + "\"", dir);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << file;
     EXPECT_THAT(s.message(), HasSubstr("input 'INPUT0': input_data_file")) << file;
+  }
+}
+
+TEST(WarmupRejectsTest, SymlinksOutOfTheWarmupFolderAndFifosAreRefused) {
+  // The same rule as label_filename (runtime/model_file.h): resolved inside warmup/, a regular
+  // file; a FIFO is refused without being opened (opening it would block the load).
+  ModelDir dir;
+  fs::create_directories(dir.path() / "warmup");
+  std::ofstream(dir.path() / "secret.bin") << "12345678";
+  fs::create_symlink(dir.path() / "secret.bin", dir.path() / "warmup" / "out.bin");
+  ASSERT_EQ(::mkfifo((dir.path() / "warmup" / "fifo.bin").c_str(), 0600), 0);
+  const std::pair<const char*, const char*> cases[] = {
+      {"out.bin", "outside the model's warmup/ folder"},
+      {"fifo.bin", "is a FIFO, not a regular file"}};
+  for (const auto& [file, why] : cases) {
+    Status s = SampleError(0, "TYPE_FP32", "[ 2 ]", 1, "INPUT0", "[ 2 ]",
+                           std::string("input_data_file: \"") + file + "\"", dir);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << file;
+    EXPECT_THAT(s.message(), HasSubstr(std::string("input 'INPUT0': input_data_file '") + file));
+    EXPECT_THAT(s.message(), HasSubstr(why));
   }
 }
 
