@@ -18,6 +18,7 @@
 
 #include "backends/backend.h"
 #include "cli/stop_signals.h"
+#include "core/log_format.h"
 #include "memory/allocator.h"
 #include "memory/cuda_devices.h"
 #include "memory/growth_detector.h"
@@ -88,7 +89,9 @@ void TuneMalloc() {
 int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Logs go to stderr, keeping stdout free for anything a wrapper wants to print.
   spdlog::set_default_logger(spdlog::stderr_color_mt("vramd"));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  // Messages quote client input (model names from URLs, bodies): the formatter escapes their
+  // control characters so that no request can start a log line (core/log_format.h).
+  spdlog::set_formatter(vramd::MakeEscapingFormatter("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v"));
   spdlog::set_level(options.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
   // cuBLAS keeps a default workspace pool per handle (64 MiB on Hopper) outside the ledger.
   // vramd's handles always run in a workspace taken from the ledger, so the pool is disabled
