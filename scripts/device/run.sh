@@ -7,7 +7,7 @@
 # files come back, so keep it to these (when every step runs, gpu_tests.log is folded into
 # benchmarks.log at the end to stay at 8).
 # Later issues add their steps here. STEPS (default "tests benches server reload pytorch"; also
-# "pytorch_diag") picks
+# "pytorch_diag" and "soak") picks
 # steps, e.g. STEPS="pytorch"; the reload step alone still measures the pinned H2D rate
 # (h2d_bench) it compares against.
 set -uo pipefail
@@ -201,6 +201,33 @@ if has_step pytorch_diag; then
   else
     say "FAIL pytorch_diag: build_torch.sh failed (log in benchmarks.log)"; status=1
   fi
+fi
+
+# 7. soak (not in the default STEPS; issue 12): bench/soak.py on a KIND_GPU mlp at saturation,
+#    a reload a minute, bad requests mixed in, RSS/fds/threads and NVML's per-process figure
+#    every 10 s, each flat within 1% after warm-up. SOAK_SECONDS (default 480: one call may run
+#    600 s) and SOAK_WARMUP (120); the hour of the record runs where there is time for it.
+if has_step soak; then
+  soak_repo=$(mktemp -d)
+  python3 scripts/make_mlp_model.py model "$soak_repo/models/mlp_gpu" --inputs 256 --target-bytes 256MiB \
+    --outputs 16 --kind gpu --instances 2 --max-batch-size 8 --name mlp_gpu >/dev/null
+  python3 - "$soak_repo/body.json" <<'PY'
+import json, sys
+json.dump({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4, 256],
+                       "data": [((i * 37) % 101) / 101.0 for i in range(4 * 256)]}]},
+          open(sys.argv[1], "w"))
+PY
+  timeout $(( ${SOAK_SECONDS:-480} + 100 )) python3 bench/soak.py --vramd "$BIN"/vramd \
+    --infer-load "$BIN"/infer_load --repository "$soak_repo/models" --model mlp_gpu \
+    --body "$soak_repo/body.json" --duration "${SOAK_SECONDS:-480}" --warmup "${SOAK_WARMUP:-120}" \
+    --out "$soak_repo/out" > "$OUT/soak.json" 2> "$soak_repo/soak.err"
+  rc=$?
+  [ "$rc" -eq 0 ] && say "PASS soak (${SOAK_SECONDS:-480} s)" || { say "FAIL soak (exit $rc)"; status=1; }
+  grep -E '"(rps|errors|reloads|drift|flat|first_median|last_median|server_exit|ok)"' "$OUT/soak.json" \
+    | head -40 >> "$summary"
+  { echo "# soak: samples"; cat "$soak_repo/out/samples.csv"; echo "# soak: stderr"; tail -20 "$soak_repo/soak.err";
+    echo "# soak: server log (tail)"; tail -40 "$soak_repo/out/server.log"; } >> "$OUT/server.log"
+  rm -rf "$soak_repo"
 fi
 
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
