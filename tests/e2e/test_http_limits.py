@@ -274,7 +274,13 @@ def test_out_of_file_descriptors_backs_off(tmp_path, repo):
         resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
 
     s = VramdProcess([repo], tmp_path, ["--http-thread-count", "1"], name="fds",
-                     ready_models=["fast"], preexec_fn=low_fd_limit).start()
+                     ready_models=["fast"], preexec_fn=low_fd_limit)
+    with stopped_at_exit(s):
+        s.start()
+        _exhaust_fds_and_recover(s)
+
+
+def _exhaust_fds_and_recover(s):
     socks = []
     try:
         for _ in range(150):
@@ -307,6 +313,21 @@ def _live(s):
 
 # -- item 3: stop signals --------------------------------------------------------------------------
 
+class stopped_at_exit:
+    """A server a test starts itself: killed if the test fails before it stopped it, so that a
+    failing test leaves no server behind."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def __enter__(self):
+        return self.server
+
+    def __exit__(self, *exc):
+        self.server.kill()
+        return False
+
+
 def in_background(fn):
     out = {}
 
@@ -322,7 +343,13 @@ def in_background(fn):
 
 def test_sigterm_answers_request_executing_on_instance_thread(tmp_path, repo):
     s = VramdProcess([repo], tmp_path, ["--exit-timeout-secs", "30"], name="term-infer",
-                     ready_models=["fast", "slow"]).start()
+                     ready_models=["fast", "slow"])
+    with stopped_at_exit(s):
+        s.start()
+        _term_during_execution(s)
+
+
+def _term_during_execution(s):
     conn = RawConnection(s.host, s.port, timeout=20)
     try:
         body = infer_body()
@@ -352,7 +379,13 @@ def test_sigterm_answers_a_load_in_progress(tmp_path):
     write_model(repo, "slowload", SLOW_CONFIG.format(name="slowload", delay_us=1500000,
                                                      extra=WARMUP))
     s = VramdProcess([repo], tmp_path / "logs", ["--model-control-mode", "explicit"],
-                     name="term-load", ready_models=[]).start()
+                     name="term-load", ready_models=[])
+    with stopped_at_exit(s):
+        s.start()
+        _term_during_load(s)
+
+
+def _term_during_load(s):
     c = s.client(timeout=20)
     t, out = in_background(lambda: c.post("/v2/repository/models/slowload/load", b"", JSON_CT))
     time.sleep(0.5)  # the warmup execution is running
@@ -368,7 +401,13 @@ def test_sigterm_during_start_up_exits_cleanly(tmp_path):
     repo = tmp_path / "repo"
     write_model(repo, "slowload", SLOW_CONFIG.format(name="slowload", delay_us=1500000,
                                                      extra=WARMUP))
-    s = VramdProcess([repo], tmp_path / "logs", [], name="term-start", ready_models=[]).launch()
+    s = VramdProcess([repo], tmp_path / "logs", [], name="term-start", ready_models=[])
+    with stopped_at_exit(s):
+        s.launch()
+        _term_during_start(s)
+
+
+def _term_during_start(s):
     wait_for(lambda: "starting" in s.log(), 10, what="the start-up log line")
     for _ in range(3):
         s.send_signal(signal.SIGTERM)
