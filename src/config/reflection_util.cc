@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
@@ -92,10 +93,16 @@ Status CheckMessage(const pb::Message& message, const std::string& prefix) {
     std::string path = prefix + field->name();
     if (field->is_map()) {
       const pb::FieldDescriptor* value_field = field->message_type()->map_value();
+      // The text format keeps every entry it reads, so a key written twice stays twice here
+      // (the map API would keep the last): printed as JSON, it would be a duplicate name.
+      std::set<std::string> keys;
       for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
         const pb::Message& entry = reflection->GetRepeatedMessage(message, field, i);
         const std::string key = MapKeyString(entry);
         VRAMD_RETURN_IF_ERROR(CheckUtf8(key, path + " key"));
+        if (!keys.insert(key).second) {
+          return Status::InvalidArgument(fmt::format("{}: key \"{}\" is given twice", path, key));
+        }
         VRAMD_RETURN_IF_ERROR(
             CheckValue(entry, value_field, -1, fmt::format("{}[\"{}\"]", path, key)));
       }

@@ -22,6 +22,8 @@ std::string MapKeyString(const google::protobuf::Message& map_entry);
 //    accept numbers the .proto does not list.
 //  - a string (or string map key) that is not valid UTF-8: "name: not valid UTF-8". The text
 //    format accepts `name: "\xff"`; such a config could not be answered as JSON.
+//  - a map key given twice: 'model_warmup[0].inputs: key "INPUT1" is given twice'. The text
+//    format accepts it (protobuf says parsers may); its JSON would repeat the name.
 Status CheckFieldValues(const google::protobuf::Message& message);
 
 }  // namespace vramd::config

@@ -385,6 +385,29 @@ TEST(ConfigParserTest, StringThatIsNotUtf8IsAnError) {
   EXPECT_TRUE(ParseModelConfigText("name: \"\u00e9\u4e2d\U0001F600\"", "t").ok());
 }
 
+TEST(ConfigParserTest, MapKeyGivenTwiceIsAnError) {
+  // Found by tests/fuzz/config_pbtxt: accepted, the config's JSON (GET /v2/models/m/config)
+  // named the key twice, and that JSON was refused as a config override.
+  Result<ParsedModelConfig> parsed = ParseModelConfigText(
+      "model_warmup [ { name: \"w\"\n"
+      "  inputs { key: \"INPUT1\" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } }\n"
+      "  inputs { key: \"INPUT1\" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } }\n"
+      "} ]\n",
+      "test.pbtxt");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parsed.status().message(),
+            "test.pbtxt: model_warmup[0].inputs: key \"INPUT1\" is given twice");
+  EXPECT_FALSE(ParseModelConfigText("parameters { key: \"a\" value: {} }\n"
+                                    "parameters { key: \"a\" value: {} }\n",
+                                    "test.pbtxt")
+                   .ok());
+  EXPECT_TRUE(ParseModelConfigText("parameters { key: \"a\" value: {} }\n"
+                                   "parameters { key: \"b\" value: {} }\n",
+                                   "test.pbtxt")
+                  .ok());
+}
+
 TEST(ConfigParserTest, UnknownInstanceKindIsAnError) {
   Result<ParsedModelConfig> parsed =
       ParseModelConfigText("instance_group [ { kind: KIND_TPU } ]\n", "test.pbtxt");
