@@ -11,6 +11,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import urllib.error
@@ -286,6 +287,22 @@ def require_model(name, what):
 
 # ------------------------------------------------------------------------------------------------
 # Polling the server, and model-control views (repository index, lifecycle).
+
+
+def in_background(fn):
+    """Runs fn() on a daemon thread; returns (thread, result) where result gets "value" or
+    "error" once it ends."""
+    result = {}
+
+    def run():
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # noqa: BLE001
+            result["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, result
 
 
 def wait_for(predicate, timeout=10.0, interval=0.05, what="the condition"):

@@ -8,12 +8,11 @@ import os
 import resource
 import signal
 import socket
-import threading
 import time
 
 import pytest
 
-from e2e_helpers import VramdProcess, wait_for
+from e2e_helpers import VramdProcess, in_background, wait_for
 from v2client import RawConnection, raw_http
 
 JSON_CT = {"Content-Type": "application/json"}
@@ -326,19 +325,6 @@ class stopped_at_exit:
     def __exit__(self, *exc):
         self.server.kill()
         return False
-
-
-def in_background(fn):
-    out = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            out["error"] = e
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
 
 
 def test_sigterm_answers_request_executing_on_instance_thread(tmp_path, repo):

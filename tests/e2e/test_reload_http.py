@@ -22,8 +22,9 @@ import time
 import numpy as np
 import pytest
 
-from e2e_helpers import (FIXTURE_REPO, affine_infer, index_rows, load_model, model_config,
-                         model_lifecycle, repository_index, wait_for, write_affine_model)
+from e2e_helpers import (FIXTURE_REPO, affine_infer, in_background, index_rows, load_model,
+                         model_config, model_lifecycle, repository_index, wait_for,
+                         write_affine_model)
 from v2client import InferResult, Input
 
 # Triton's index state for each of vramd's lifecycle states.
@@ -208,20 +209,6 @@ def slow_warmup_config(base, delay_us):
     cfg["model_warmup"] = [{"name": "w", "batch_size": 1, "inputs": {
         "INPUT0": {"data_type": "TYPE_FP32", "dims": [2], "zero_data": True}}}]
     return cfg
-
-
-def in_background(fn):
-    result = {}
-
-    def run():
-        try:
-            result["value"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            result["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, result
 
 
 def test_a_slow_load_does_not_hold_the_http_thread(start_server, repo):
