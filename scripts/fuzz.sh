@@ -16,15 +16,18 @@
 # <build>/fuzz-artifacts/TARGET/. Reproduce one with: <build>/fuzz/TARGET_fuzzer FILE
 #
 # Environment: VRAMD_FUZZ_BUILD_DIR (build-fuzz; scripts/test.sh points it at its build-asan,
-# which has the targets too), VRAMD_FUZZ_SECONDS (25).
+# which has the targets too), VRAMD_FUZZ_SECONDS (25), VRAMD_BUILD_LOCK (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build_dir="${VRAMD_FUZZ_BUILD_DIR:-build-fuzz}"
 seconds="${VRAMD_FUZZ_SECONDS:-25}"
 fuzz_src=tests/fuzz
-# Compiles and links share a lock with the other builds on this machine (none on a CI machine).
-lock=/tmp/vramd-build.lock
+# VRAMD_BUILD_LOCK: a file to flock(1) around configuring and building (a machine whose
+# builders take turns); unset, nothing is locked.
+locked() {
+  if [ -n "${VRAMD_BUILD_LOCK:-}" ]; then flock "$VRAMD_BUILD_LOCK" "$@"; else "$@"; fi
+}
 
 targets() {
   for f in "$fuzz_src"/*_fuzzer.cc; do basename "$f" _fuzzer.cc; done
@@ -42,12 +45,12 @@ max_len() {
 build() {
   if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     command -v clang++-14 >/dev/null || bash scripts/install-deps.sh
-    flock "$lock" cmake -S . -B "$build_dir" -G Ninja \
+    locked cmake -S . -B "$build_dir" -G Ninja \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Sanitize \
       -DVRAMD_FUZZ=ON -DVRAMD_BUILD_TESTS=OFF -DVRAMD_BUILD_BENCH=OFF \
       -DVRAMD_BUILD_PYTORCH_BACKEND=OFF >/dev/null
   fi
-  flock "$lock" cmake --build "$build_dir" --target vramd_fuzz_targets --parallel "$(nproc)"
+  locked cmake --build "$build_dir" --target vramd_fuzz_targets --parallel "$(nproc)"
 }
 
 # The options every run shares. Leaks are errors (libFuzzer checks after each input that
@@ -139,12 +142,18 @@ merge() {
     "$build_dir/fuzz-work/$t"
 }
 
-case "${1:-}" in
-  build) build ;;
-  short) shift; short "$@" ;;
-  long) [ $# -ge 2 ] || { echo "usage: $0 long TARGET [libFuzzer args]" >&2; exit 2; }; shift; long "$@" ;;
-  merge) [ $# -eq 2 ] || { echo "usage: $0 merge TARGET" >&2; exit 2; }; merge "$2" ;;
-  list) targets ;;
-  _run) shift; t=$1; log=$2; shift 2; run "$t" "$log" "$@" ;;  # long's niced child
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
-esac
+main() {
+  case "${1:-}" in
+    build) build ;;
+    short) shift; short "$@" ;;
+    long) [ $# -ge 2 ] || { echo "usage: $0 long TARGET [libFuzzer args]" >&2; exit 2; }; shift; long "$@" ;;
+    merge) [ $# -eq 2 ] || { echo "usage: $0 merge TARGET" >&2; exit 2; }; merge "$2" ;;
+    list) targets ;;
+    _run) shift; local t=$1 log=$2; shift 2; run "$t" "$log" "$@" ;;  # long's niced child
+    *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  esac
+}
+
+# On one line, so that bash has read all it runs before it starts: a campaign lasts hours, and
+# editing this file meanwhile must not change what the running copy reads next.
+main "$@"; exit $?

@@ -15,6 +15,8 @@ packages=(
   libtorch-dev python3-torch
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy
+  # the sanitizer build and the fuzz targets (clang's ASan, UBSan and libFuzzer runtimes)
+  clang-14 libclang-rt-14-dev
   nginx-light wrk curl
 )
 missing=()

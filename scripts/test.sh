@@ -1,6 +1,39 @@
 #!/usr/bin/env bash
-# Install, build, and run the whole test suite (unit tests and end-to-end tests).
+# Install, build, and run the whole test suite (unit tests and end-to-end tests); then the
+# sanitizer job and a short run of each fuzz target (docs/fuzzing.md).
+# VRAMD_TEST_SANITIZERS=0 stops after the ordinary suite (a quicker local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 ctest --test-dir "${VRAMD_BUILD_DIR:-build}" --output-on-failure --parallel "$(nproc)"
+
+[ "${VRAMD_TEST_SANITIZERS:-1}" = 0 ] && exit 0
+
+# The sanitizer job: one clang build in build-asan with AddressSanitizer and
+# UndefinedBehaviorSanitizer (every report fatal) and the fuzz targets' coverage, holding vramd,
+# every unit test and the fuzz targets; then
+#   - every unit test and the end-to-end tests (against the ASan+UBSan vramd), as above;
+#   - each fuzz target: its seeds and past failures replayed, then 20 s of fuzzing.
+# Why all of it fits: clang at -O1 with line tables only (CMAKE_BUILD_TYPE=Sanitize) compiles
+# about as fast as the ordinary gcc -O2 -g build, and one tree serves the tests and the fuzz
+# targets, so the job costs one more build of the same size (less the pytorch backend and the
+# benchmarks, which it leaves out), a suite that runs ~2x slower, and two minutes of fuzzing.
+# Measured: see docs/benchmarks.md#fuzzing (CI time). Left out: the pytorch backend (LibTorch
+# itself is not instrumented, and the backend is the slowest file to compile) and CUDA (no GPU
+# in CI; nvcc takes no sanitizer flags).
+# ThreadSanitizer stays in the ordinary build (ledger_tsan_test): it cannot be combined with ASan.
+asan_dir=build-asan
+cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DCMAKE_BUILD_TYPE=Sanitize -DVRAMD_SANITIZE=address,undefined -DVRAMD_FUZZ=ON \
+  -DVRAMD_BUILD_BENCH=OFF -DVRAMD_BUILD_PYTORCH_BACKEND=OFF
+cmake --build "$asan_dir" --parallel "$(nproc)"
+# Leaks fail a test like any other report. An allocation too large to make returns null, as
+# malloc does, rather than stopping the program: vramd answers that as ResourceExhausted, and
+# tests check it does. Deselected from the e2e tests: those that bound the server's RSS, which
+# under ASan measures its allocator (red zones, the quarantine of freed blocks), not vramd.
+# The fuzz replays run in scripts/fuzz.sh below, not twice.
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:print_summary=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+PYTEST_ADDOPTS="-k 'not test_large_json_reply_peak_memory'" \
+  ctest --test-dir "$asan_dir" --output-on-failure --parallel "$(nproc)" -E '_replay$'
+VRAMD_FUZZ_BUILD_DIR="$asan_dir" VRAMD_FUZZ_SECONDS="${VRAMD_FUZZ_SECONDS:-20}" bash scripts/fuzz.sh short
