@@ -303,14 +303,19 @@ void Connection::Dispatch() {
 
   const uint64_t id = ++request_;
   answered_ = false;
-  // The Responder may run on any thread, at any time; the answer is written from this
-  // connection's strand, and only while the server takes answers.
-  auto executor = stream_.get_executor();
+  // The Responder may run on any thread, at any time, even after the server is gone (a load
+  // that outlives the drain). So it holds nothing of the io_context: not the connection (whose
+  // socket and timer would be destroyed after their services) nor its strand, only a weak
+  // reference, locked while the gate says the server still takes answers. The connection stays
+  // alive meanwhile through its watchdog.
   auto gate = server_->response_gate();
-  Responder respond = [self = shared_from_this(), executor, gate, id](HttpResponse response) {
+  Responder respond = [weak = weak_from_this(), gate, id](HttpResponse response) {
     std::shared_lock lock(gate->mu);
     if (!gate->open) return;
-    net::dispatch(executor, [self, id, r = std::move(response)]() mutable {
+    auto self = weak.lock();
+    if (!self) return;  // closed meanwhile: nobody to answer
+    auto executor = self->stream_.get_executor();
+    net::dispatch(executor, [self = std::move(self), id, r = std::move(response)]() mutable {
       self->Answer(id, std::move(r));
     });
   };
