@@ -38,6 +38,11 @@ endif()
 set(CMAKE_C_FLAGS_SANITIZE "-O1 ${vramd_sanitize_debug}")
 set(CMAKE_CXX_FLAGS_SANITIZE "-O1 ${vramd_sanitize_debug}")
 
+# Boost's own asserts are off, as in the release build (NDEBUG): Beast 1.74 asserts wrongly on a
+# chunked body whose first chunk is the last one read in pieces (fixed upstream, boostorg/beast
+# PR 2861; the code after the assert is right). vramd's asserts stay on. What runs is then what
+# ships, and ASan checks it.
+add_compile_definitions(BOOST_DISABLE_ASSERTS)
 # A report stops the program: a sanitizer finding fails the test that met it rather than
 # scrolling past in its log.
 add_compile_options(-fsanitize=${VRAMD_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer)
