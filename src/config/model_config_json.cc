@@ -251,6 +251,11 @@ Result<ModelConfig> ModelConfigFromJson(std::string_view json) {
         fmt::format("model config JSON does not match ModelConfig: {}",
                     std::string(status.message().data(), status.message().size())));
   }
+  // Ignored means not kept: protobuf 3.21's parser, skipping an unknown key whose value is an
+  // object inside a repeated message, leaves an empty unknown field behind
+  // ({"model_warmup":[{"":{}}]} gave model_warmup[0] an unknown field 16), which ToJson cannot
+  // write, so the config no longer read back as itself.
+  config.DiscardUnknownFields();
   values = CheckFieldValues(config);
   if (!values.ok()) return values.WithContext("model config JSON");
   return config;

@@ -190,6 +190,20 @@ TEST(ConfigJsonTest, IgnoresUnknownFieldsAndAcceptsCamelCaseNames) {
   EXPECT_EQ(config->instance_group(0).kind(), ModelInstanceGroup::KIND_GPU);
 }
 
+TEST(ConfigJsonTest, UnknownFieldsLeaveNothingBehind) {
+  // Found by tests/fuzz/config_json: an unknown key with an object value inside a list element
+  // came back as an unknown field, so ToJson(FromJson(x)) was not FromJson(x).
+  for (const char* json : {R"({"model_warmup":[{"":{}}]})",
+                           R"({"input":[{"name":"a","future_field":{"x":1}}]})"}) {
+    Result<ModelConfig> config = ModelConfigFromJson(json);
+    ASSERT_TRUE(config.ok()) << json << ": " << config.status().ToString();
+    Result<ModelConfig> again = ModelConfigFromJson(ModelConfigToJson(*config));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    // MessageDifferencer compares unknown fields too.
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*config, *again)) << json;
+  }
+}
+
 TEST(ConfigJsonTest, RejectsUnknownEnumName) {
   Result<ModelConfig> config =
       ModelConfigFromJson(R"({"instance_group":[{"kind":"KIND_GPU"},{"kind":"KIND_TPU"}]})");
