@@ -90,6 +90,8 @@ class Backend {
   virtual Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) = 0;
 };
 
+// The registry (defined in registry/backend_registry.cc, which links the built-ins in).
+//
 // Where FindBackend looks for backends that are not built in:
 // <directory>/<name>/libvramd_<name>.so (Triton's layout; vramd's --backend-directory).
 inline constexpr std::string_view kDefaultBackendDirectory = "/opt/vramd/backends";

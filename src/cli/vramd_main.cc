@@ -28,7 +28,7 @@
 #include "runtime/model_manager.h"
 #include "server/http/http_server.h"
 #include "server/http/kserve_routes.h"
-#include "server/metrics/metrics_routes.h"
+#include "server/http/metrics_routes.h"
 
 namespace {
 
@@ -197,7 +197,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
           std::string_view path(request.target);
           path = path.substr(0, path.find('?'));
           if (request.method == "GET" && path == "/metrics") {
-            return respond(vramd::metrics::MetricsResponse(memory_report, manager->get()));
+            return respond(vramd::http::MetricsResponse(memory_report, manager->get()));
           }
           vramd::http::HttpResponse not_found;
           not_found.status = 404;

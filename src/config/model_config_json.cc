@@ -16,13 +16,12 @@
 
 #include "config/reflection_util.h"
 #include "core/json_parse.h"
+#include "core/json_write.h"
 
 namespace vramd::config {
 namespace {
 
 namespace pb = google::protobuf;
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
 // ---- printing ---------------------------------------------------------------------------------
 
 std::string Base64(const std::string& bytes) {
@@ -42,16 +41,12 @@ std::string Base64(const std::string& bytes) {
   return out;
 }
 
-void WriteString(const std::string& s, JsonWriter* w) {
-  w->String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
-
 // Floating point the way protobuf's JSON printer writes it: shortest round-trip form, and the
 // strings "NaN", "Infinity", "-Infinity" for what JSON numbers cannot hold.
 template <typename Float>
 void WriteFloat(Float value, JsonWriter* w) {
-  if (std::isnan(value)) return WriteString("NaN", w);
-  if (std::isinf(value)) return WriteString(value > 0 ? "Infinity" : "-Infinity", w);
+  if (std::isnan(value)) return WriteJsonString(*w, "NaN");
+  if (std::isinf(value)) return WriteJsonString(*w, value > 0 ? "Infinity" : "-Infinity");
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
   w->RawValue(buf, static_cast<size_t>(end - buf), rapidjson::kNumberType);
@@ -87,14 +82,14 @@ void WriteValue(const pb::Message& m, const pb::FieldDescriptor* f, int index, J
       break;
     case pb::FieldDescriptor::CPPTYPE_STRING: {
       std::string s = rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
-      WriteString(f->type() == pb::FieldDescriptor::TYPE_BYTES ? Base64(s) : s, w);
+      WriteJsonString(*w, f->type() == pb::FieldDescriptor::TYPE_BYTES ? Base64(s) : s);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_ENUM: {
       int number = rep ? r->GetRepeatedEnumValue(m, f, index) : r->GetEnumValue(m, f);
       const pb::EnumValueDescriptor* value = f->enum_type()->FindValueByNumber(number);
       if (value != nullptr) {
-        WriteString(value->name(), w);
+        WriteJsonString(*w, value->name());
       } else {
         w->Int(number);  // an open enum's unknown value, as protobuf prints it
       }
@@ -134,7 +129,7 @@ void WriteMap(const pb::Message& m, const pb::FieldDescriptor* f, JsonWriter* w)
   });
   w->StartObject();
   for (const Entry& entry : entries) {
-    WriteString(entry.key, w);
+    WriteJsonString(*w, entry.key);
     WriteValue(*entry.message, value_field, -1, w);
   }
   w->EndObject();
@@ -149,7 +144,7 @@ void WriteMessage(const pb::Message& message, JsonWriter* w) {
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const pb::FieldDescriptor* f = descriptor->field(i);
     if (!f->is_repeated() && f->has_presence() && !r->HasField(message, f)) continue;
-    WriteString(f->name(), w);
+    WriteJsonString(*w, f->name());
     if (f->is_map()) {
       WriteMap(message, f, w);
     } else if (f->is_repeated()) {

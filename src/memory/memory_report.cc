@@ -11,6 +11,7 @@
 #include <set>
 #include <string_view>
 
+#include "core/json_write.h"
 #include "memory/cuda_devices.h"
 
 namespace vramd::memory {
@@ -91,19 +92,9 @@ std::optional<OwnerNode> OwnerTree(const Ledger& ledger) {
 
 // ---- JSON ----
 
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void Str(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
-
-void Key(JsonWriter& w, std::string_view k) {
-  w.Key(k.data(), static_cast<rapidjson::SizeType>(k.size()));
-}
-
 template <typename T>
 void OptionalInt(JsonWriter& w, std::string_view key, const std::optional<T>& v) {
-  Key(w, key);
+  WriteJsonKey(w, key);
   if (v) {
     w.Int64(static_cast<int64_t>(*v));
   } else {
@@ -112,18 +103,18 @@ void OptionalInt(JsonWriter& w, std::string_view key, const std::optional<T>& v)
 }
 
 void Uint(JsonWriter& w, std::string_view key, uint64_t v) {
-  Key(w, key);
+  WriteJsonKey(w, key);
   w.Uint64(v);
 }
 
 void Int(JsonWriter& w, std::string_view key, int64_t v) {
-  Key(w, key);
+  WriteJsonKey(w, key);
   w.Int64(v);
 }
 
 void Text(JsonWriter& w, std::string_view key, std::string_view v) {
-  Key(w, key);
-  Str(w, v);
+  WriteJsonKey(w, key);
+  WriteJsonString(w, v);
 }
 
 // "2026-01-02T03:04:05.678Z"
@@ -140,9 +131,9 @@ std::string IsoTime(Clock::time_point t) {
 
 void WriteAvailability(JsonWriter& w, std::string_view key, bool available,
                        std::string_view reason) {
-  Key(w, key);
+  WriteJsonKey(w, key);
   w.StartObject();
-  Key(w, "available");
+  WriteJsonKey(w, "available");
   w.Bool(available);
   Text(w, "reason", available ? "" : reason);
   w.EndObject();
@@ -170,7 +161,7 @@ void WriteDevice(JsonWriter& w, const DeviceMemoryReport& d) {
   OptionalInt(w, "pool_peak_allocated_bytes",
               p ? std::optional(p->peak_allocated_bytes) : std::nullopt);
   OptionalInt(w, "pool_segments", p ? std::optional(p->segments) : std::nullopt);
-  Key(w, "pool_fragmentation");
+  WriteJsonKey(w, "pool_fragmentation");
   if (p) {
     w.Double(p->fragmentation);
   } else {
@@ -195,7 +186,7 @@ void WritePool(JsonWriter& w, const PoolStats& p) {
   Uint(w, "live_allocations", p.live_allocations);
   Uint(w, "cached_free_bytes", p.cached_free_bytes);
   Uint(w, "largest_free_block_bytes", p.largest_free_block_bytes);
-  Key(w, "fragmentation");
+  WriteJsonKey(w, "fragmentation");
   w.Double(p.fragmentation);
   Uint(w, "total_allocations", p.total_allocations);
   Uint(w, "segment_allocations", p.segment_allocations);
@@ -218,13 +209,13 @@ void WriteOwner(JsonWriter& w, const OwnerNode& node) {
   Int(w, "total_allocations", o.self.total_allocations);
   Int(w, "subtree_live_bytes", o.subtree_live_bytes);
   Int(w, "subtree_live_count", o.subtree_live_count);
-  Key(w, "closed");
+  WriteJsonKey(w, "closed");
   w.Bool(o.closed);
-  Key(w, "by_device");
+  WriteJsonKey(w, "by_device");
   w.StartObject();
   for (const auto& [device, bytes] : o.live_bytes_by_device) Int(w, device.ToString(), bytes);
   w.EndObject();
-  Key(w, "children");
+  WriteJsonKey(w, "children");
   w.StartArray();
   for (const OwnerNode& child : node.children) WriteOwner(w, child);
   w.EndArray();
@@ -240,7 +231,7 @@ void WriteLeak(JsonWriter& w, const LeakReport& leak, Clock::time_point now) {
   Uint(w, "count", leak.count);
   Uint(w, "still_live_bytes", leak.still_live_bytes);
   Text(w, "closed_at", IsoTime(leak.closed_at));
-  Key(w, "allocations");
+  WriteJsonKey(w, "allocations");
   w.StartArray();
   for (const AllocationInfo& a : leak.allocations) {
     w.StartObject();
@@ -249,9 +240,9 @@ void WriteLeak(JsonWriter& w, const LeakReport& leak, Clock::time_point now) {
     Text(w, "device", a.device.ToString());
     Int(w, "age_ms",
         std::chrono::duration_cast<std::chrono::milliseconds>(now - a.time).count());
-    Key(w, "backtrace");
+    WriteJsonKey(w, "backtrace");
     w.StartArray();
-    for (const std::string& frame : a.backtrace) Str(w, frame);
+    for (const std::string& frame : a.backtrace) WriteJsonString(w, frame);
     w.EndArray();
     w.EndObject();
   }
@@ -308,28 +299,28 @@ std::string MemoryReportToJson(const MemoryReport& report) {
   Text(w, "generated_at", IsoTime(report.generated_at));
   WriteAvailability(w, "nvml", report.nvml_available, report.nvml_reason);
   WriteAvailability(w, "cuda", report.cuda_device_count > 0, report.cuda_reason);
-  Key(w, "devices");
+  WriteJsonKey(w, "devices");
   w.StartArray();
   for (const DeviceMemoryReport& d : report.devices) WriteDevice(w, d);
   w.EndArray();
-  Key(w, "pools");
+  WriteJsonKey(w, "pools");
   w.StartArray();
   for (const PoolStats& p : report.pools) WritePool(w, p);
   w.EndArray();
-  Key(w, "owners");
+  WriteJsonKey(w, "owners");
   if (report.owners) {
     WriteOwner(w, *report.owners);
   } else {
     w.Null();
   }
-  Key(w, "leaks");
+  WriteJsonKey(w, "leaks");
   w.StartArray();
   for (const LeakReport& leak : report.leaks) WriteLeak(w, leak, report.generated_at);
   w.EndArray();
   Uint(w, "leaked_bytes_total", report.leaked_bytes_total);
   Uint(w, "leak_reports_total", report.leak_reports_total);
   Uint(w, "unknown_frees", report.unknown_frees);
-  Key(w, "unattributed");
+  WriteJsonKey(w, "unattributed");
   w.StartArray();
   for (const DeviceMemoryReport& d : report.devices) {
     w.StartObject();

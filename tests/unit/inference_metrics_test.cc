@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "server/metrics/metrics_routes.h"
+#include "server/http/metrics_routes.h"
 
 namespace vramd {
 namespace {
@@ -34,7 +34,7 @@ double SampleValue(const std::string& text, const std::string& sample) {
 }
 
 TEST(InferenceMetricsTest, WritesTritonsFamiliesFromSnapshots) {
-  metrics::VersionStatistics v;
+  runtime::VersionStatistics v;
   v.model = "m";
   v.version = 3;
   v.stats.inference_count = 10;
@@ -79,7 +79,7 @@ TEST(InferenceMetricsTest, WritesTritonsFamiliesFromSnapshots) {
 
 TEST(InferenceMetricsTest, FamiliesAreWrittenWithoutModels) {
   metrics::PrometheusText out;
-  metrics::AppendInferenceMetrics(std::vector<metrics::VersionStatistics>{}, out);
+  metrics::AppendInferenceMetrics(std::vector<runtime::VersionStatistics>{}, out);
   const std::string text = out.Take();
   ExpectLines(text, {"# TYPE nv_inference_request_success counter",
                      "# TYPE nv_inference_pending_request_count gauge"});
@@ -183,7 +183,7 @@ TEST_F(InferenceMetricsTrafficTest, SamplesEqualTheTrafficSent) {
   for (int i = 0; i < 3; ++i) EXPECT_FALSE(Send(1, DataType::kInt64).ok());
 
   FixedSource source;
-  http::HttpResponse page = metrics::MetricsResponse(source, manager_.get());
+  http::HttpResponse page = http::MetricsResponse(source, manager_.get());
   EXPECT_EQ(page.status, 200u);
   EXPECT_EQ(page.content_type, metrics::kPrometheusContentType);
   const std::string& text = page.body;
@@ -225,7 +225,7 @@ TEST_F(InferenceMetricsTrafficTest, SamplesEqualTheTrafficSent) {
 
 TEST_F(InferenceMetricsTrafficTest, WithoutAManagerThePageHasOnlyMemoryAndGpuFamilies) {
   FixedSource source;
-  http::HttpResponse page = metrics::MetricsResponse(source, nullptr);
+  http::HttpResponse page = http::MetricsResponse(source, nullptr);
   EXPECT_EQ(page.body.find("nv_inference_"), std::string::npos);
   EXPECT_NE(page.body.find("# TYPE vramd_memory_leaked_bytes_total counter\n"),
             std::string::npos);

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "server/http/memory_routes.h"
+#include "server/http/metrics_routes.h"
 #include "server/metrics/memory_metrics.h"
 #include "server/metrics/memory_report_text.h"
-#include "server/metrics/metrics_routes.h"
 
 namespace vramd::memory {
 namespace {
@@ -258,7 +258,7 @@ TEST(MemoryReportTest, RoutesAnswerJsonAndPrometheusText) {
   auto doc = Parse(json.body);
   EXPECT_TRUE(doc.HasMember("devices") && doc.HasMember("owners") && doc.HasMember("leaks"));
 
-  http::HttpResponse prom = metrics::MetricsResponse(source);
+  http::HttpResponse prom = http::MetricsResponse(source);
   EXPECT_EQ(prom.status, 200u);
   EXPECT_EQ(prom.content_type, "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_NE(prom.body.find("# TYPE vramd_memory_leaked_bytes_total counter\n"),

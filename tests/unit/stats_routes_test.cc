@@ -211,7 +211,7 @@ TEST_F(StatsRoutesTest, KServeRoutesServeTheThreeStatsPaths) {
 }
 
 TEST(ModelStatsToJsonTest, WritesTritonsShapeFromASnapshot) {
-  metrics::VersionStatistics v;
+  runtime::VersionStatistics v;
   v.model = "m";
   v.version = 3;
   v.stats.last_inference_ms = 1700000000123;

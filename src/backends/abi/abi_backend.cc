@@ -205,17 +205,16 @@ class AbiModel final : public BackendModel {
 }  // namespace
 
 AbiBackend::AbiBackend(const VramdBackendApi* api, std::string name,
-                       std::optional<SharedLibrary> library)
+                       std::optional<std::filesystem::path> library)
     : library_(std::move(library)),
       name_(std::move(name)),
       api_(api),
       error_context_(library_.has_value() ? fmt::format("backend '{}'", name_) : "") {}
 
-Result<std::unique_ptr<AbiBackend>> AbiBackend::Create(const VramdBackendApi* api,
-                                                       std::string name,
-                                                       std::optional<SharedLibrary> library) {
+Result<std::unique_ptr<AbiBackend>> AbiBackend::Create(
+    const VramdBackendApi* api, std::string name, std::optional<std::filesystem::path> library) {
   const std::string origin = library.has_value()
-                                 ? fmt::format("backend library '{}'", library->path().string())
+                                 ? fmt::format("backend library '{}'", library->string())
                                  : fmt::format("built-in backend '{}'", name);
   if (api == nullptr) {
     return Status::InvalidArgument(

@@ -4,9 +4,10 @@
 //
 // Ownership: each BackendModel owns the backend's model handle and the VramdServerApi it was
 // given; each instance holds its model (shared), so model_destroy runs only after the last
-// instance_destroy whatever order the runtime drops them in. A library is kept as long as its
-// AbiBackend, which is never destroyed (as in Triton): a backend may keep threads or static
-// state that outlive its last model.
+// instance_destroy whatever order the runtime drops them in. An AbiBackend does not hold the
+// library its table lives in: the loader keeps it (shared_library_backend.h keeps every library
+// it loaded, and their AbiBackends, for the process's lifetime, as Triton does: a backend may
+// keep threads or static state that outlive its last model).
 //
 // Errors: a library's failures are prefixed "backend '<name>': ", since its messages cannot be
 // trusted to say where they come from; a built-in's pass through unchanged, as its messages
@@ -21,12 +22,12 @@
 // methods follow backend.h.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "backends/backend.h"
-#include "backends/shared_library/shared_library.h"
 #include "vramd/backend.h"
 
 namespace vramd::backends {
@@ -36,10 +37,12 @@ class AbiBackend final : public Backend {
   // Checks `api`: not NULL, abi_version equal to ours (naming both), struct_size large enough
   // for the entry points (fields appended since may be missing: an older library), every entry
   // point set, and the table's name equal to `name`; InvalidArgument otherwise.
-  // `library` is where the table lives (kept with the backend; its path is named in errors), or
-  // nullopt for a table linked into the server.
-  static Result<std::unique_ptr<AbiBackend>> Create(const VramdBackendApi* api, std::string name,
-                                                    std::optional<SharedLibrary> library);
+  // `library` is the path of the library the table lives in (named in errors; REQUIRES: the
+  // caller keeps that library loaded as long as the backend), or nullopt for a table linked
+  // into the server.
+  static Result<std::unique_ptr<AbiBackend>> Create(
+      const VramdBackendApi* api, std::string name,
+      std::optional<std::filesystem::path> library);
 
   std::string_view name() const override { return name_; }
   bool SupportsGpu() const override { return api_->supports_gpu != 0; }
@@ -52,9 +55,10 @@ class AbiBackend final : public Backend {
   bool linked() const { return !library_.has_value(); }
 
  private:
-  AbiBackend(const VramdBackendApi* api, std::string name, std::optional<SharedLibrary> library);
+  AbiBackend(const VramdBackendApi* api, std::string name,
+             std::optional<std::filesystem::path> library);
 
-  std::optional<SharedLibrary> library_;  // holds api_ when it came from a library
+  const std::optional<std::filesystem::path> library_;  // where api_ lives, if not linked in
   const std::string name_;
   const VramdBackendApi* const api_;
   const std::string error_context_;  // FromVramd's: "" for a built-in (see above)

@@ -21,13 +21,18 @@ std::filesystem::path SharedLibraryBackendPath(const std::filesystem::path& back
 
 Result<Backend*> LoadSharedLibraryBackend(const std::filesystem::path& backend_directory,
                                           const std::string& name) {
-  // Loaded libraries, by path; never unloaded (see the header). The lock is held across the
-  // load so two models asking for the same backend at once load it once.
+  // Loaded libraries and the backends over their tables, by path; never unloaded (see the
+  // header), so neither member's destructor ever runs. The lock is held across the load so two
+  // models asking for the same backend at once load it once.
+  struct Loaded {
+    SharedLibrary library;
+    std::unique_ptr<AbiBackend> backend;  // its table lives in `library`
+  };
   static std::mutex mu;
-  static auto* loaded = new std::map<std::filesystem::path, std::unique_ptr<AbiBackend>>;
+  static auto* loaded = new std::map<std::filesystem::path, Loaded>;
   const std::filesystem::path path = SharedLibraryBackendPath(backend_directory, name);
   std::lock_guard lock(mu);
-  if (auto it = loaded->find(path); it != loaded->end()) return it->second.get();
+  if (auto it = loaded->find(path); it != loaded->end()) return it->second.backend.get();
 
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
@@ -39,9 +44,9 @@ Result<Backend*> LoadSharedLibraryBackend(const std::filesystem::path& backend_d
   VRAMD_ASSIGN_OR_RETURN(void* entry, library.Symbol(VRAMD_BACKEND_ENTRY_POINT));
   const VramdBackendApi* api =
       reinterpret_cast<VramdBackendGetApiFn>(entry)(VRAMD_BACKEND_ABI_VERSION);
-  VRAMD_ASSIGN_OR_RETURN(auto backend, AbiBackend::Create(api, name, std::move(library)));
+  VRAMD_ASSIGN_OR_RETURN(auto backend, AbiBackend::Create(api, name, library.path()));
   Backend* raw = backend.get();
-  loaded->emplace(path, std::move(backend));
+  loaded->emplace(path, Loaded{std::move(library), std::move(backend)});
   return raw;
 }
 

@@ -14,6 +14,8 @@
 #include "config/model_config_json.h"
 #include "core/data_type.h"
 #include "core/json_parse.h"
+#include "core/json_write.h"
+#include "server/http/http_status.h"
 #include "server/http/infer_codec.h"
 #include "server/http/lifecycle_routes.h"
 #include "server/http/memory_routes.h"
@@ -21,8 +23,6 @@
 
 namespace vramd::http {
 namespace {
-
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
 HttpResponse Json(unsigned status, std::string body) {
   HttpResponse r;
@@ -40,10 +40,6 @@ HttpResponse Error(const Status& status) {
 }
 
 HttpResponse Empty(unsigned status) { return Json(status, ""); }
-
-void WriteString(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
 
 std::string PercentDecode(std::string_view s) {
   std::string out;
@@ -167,16 +163,6 @@ Result<InferRequest> ParseRawBinaryRequest(const config::ModelConfig& config,
 
 }  // namespace
 
-unsigned HttpStatusFor(StatusCode code) {
-  switch (code) {
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kUnsupported: return 501;
-    case StatusCode::kInternal: return 500;
-    default: return 400;
-  }
-}
-
 KServeRoutes::KServeRoutes(const runtime::ModelManager* manager,
                            const memory::MemoryReportSource* memory_report, ServerInfo info)
     : manager_(manager), memory_report_(memory_report), info_(std::move(info)) {}
@@ -276,9 +262,9 @@ HttpResponse KServeRoutes::ServerMetadata() const {
   JsonWriter w(sb);
   w.StartObject();
   w.Key("name");
-  WriteString(w, info_.name);
+  WriteJsonString(w, info_.name);
   w.Key("version");
-  WriteString(w, info_.version);
+  WriteJsonString(w, info_.version);
   w.Key("extensions");
   w.StartArray();
   for (const char* e : {"binary_tensor_data", "classification", "model_configuration",
@@ -300,26 +286,26 @@ HttpResponse KServeRoutes::ModelMetadata(const std::string& model, int64_t versi
   JsonWriter w(sb);
   w.StartObject();
   w.Key("name");
-  WriteString(w, config.name());
+  WriteJsonString(w, config.name());
   w.Key("versions");
   w.StartArray();
   if (version != 0) {
-    WriteString(w, std::to_string(version));
+    WriteJsonString(w, std::to_string(version));
   } else if (versions.ok()) {
-    for (int64_t v : *versions) WriteString(w, std::to_string(v));
+    for (int64_t v : *versions) WriteJsonString(w, std::to_string(v));
   }
   w.EndArray();
   w.Key("platform");
-  WriteString(w, config.platform().empty() ? config.backend() : config.platform());
+  WriteJsonString(w, config.platform().empty() ? config.backend() : config.platform());
   auto write_tensors = [&](const char* key, const auto& tensors) {
     w.Key(key);
     w.StartArray();
     for (const auto& t : tensors) {
       w.StartObject();
       w.Key("name");
-      WriteString(w, t.name());
+      WriteJsonString(w, t.name());
       w.Key("datatype");
-      WriteString(w, DataTypeWireName(static_cast<DataType>(t.data_type())));
+      WriteJsonString(w, DataTypeWireName(static_cast<DataType>(t.data_type())));
       w.Key("shape");
       WriteClientShape(w, config, t.dims());
       w.EndObject();
@@ -466,17 +452,17 @@ HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
     if (ready_only && entry.lifecycle != runtime::LifecycleState::kReady) continue;
     w.StartObject();
     w.Key("name");
-    WriteString(w, entry.name);
+    WriteJsonString(w, entry.name);
     if (entry.version != 0) {
       w.Key("version");
-      WriteString(w, std::to_string(entry.version));
+      WriteJsonString(w, std::to_string(entry.version));
     }
     w.Key("state");
-    WriteString(w, entry.state);
+    WriteJsonString(w, entry.state);
     w.Key("reason");
-    WriteString(w, entry.reason);
+    WriteJsonString(w, entry.reason);
     w.Key("lifecycle");  // vramd's exact state (docs/model-control.md); clients ignore it
-    WriteString(w, runtime::LifecycleStateName(entry.lifecycle));
+    WriteJsonString(w, runtime::LifecycleStateName(entry.lifecycle));
     w.EndObject();
   }
   w.EndArray();

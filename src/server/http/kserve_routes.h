@@ -13,7 +13,7 @@
 // Load and unload run on the routes' control threads (control_dispatcher.h), not on the HTTP
 // I/O thread that received them.
 //   GET  /v2/memory                               vramd's memory report (docs/memory.md)
-// Errors are {"error": "..."} with Triton's status codes (see HttpStatusFor).
+// Errors are {"error": "..."} with Triton's status codes (HttpStatusFor, http_status.h).
 //
 // Thread safety: Handle may be called concurrently.
 #pragma once
@@ -28,9 +28,6 @@
 #include "server/http/http_server.h"
 
 namespace vramd::http {
-
-// Triton's mapping: NotFound 404, Unavailable 503, Unsupported 501, Internal 500, others 400.
-unsigned HttpStatusFor(StatusCode code);
 
 class KServeRoutes {
  public:

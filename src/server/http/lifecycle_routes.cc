@@ -7,16 +7,11 @@
 #include <chrono>
 #include <string>
 
+#include "core/json_write.h"
 #include "server/http/infer_codec.h"
 
 namespace vramd::http {
 namespace {
-
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void WriteString(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
 
 void WriteEpochMs(JsonWriter& w, std::chrono::system_clock::time_point at) {
   w.Int64(std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count());
@@ -24,7 +19,7 @@ void WriteEpochMs(JsonWriter& w, std::chrono::system_clock::time_point at) {
 
 void WriteVersions(JsonWriter& w, const std::vector<int64_t>& versions) {
   w.StartArray();
-  for (int64_t v : versions) WriteString(w, std::to_string(v));  // strings, as Triton's index
+  for (int64_t v : versions) WriteJsonString(w, std::to_string(v));  // strings, as Triton's index
   w.EndArray();
 }
 
@@ -42,17 +37,17 @@ void WriteLoadReport(JsonWriter& w, const runtime::LoadReport& load) {
   w.Key("ok");
   w.Bool(load.ok);
   w.Key("error");
-  WriteString(w, load.error);
+  WriteJsonString(w, load.error);
   w.Key("versions");
   WriteVersions(w, load.versions);
   w.Key("policy");
-  WriteString(w, runtime::ReloadPolicyName(load.policy));
+  WriteJsonString(w, runtime::ReloadPolicyName(load.policy));
   w.Key("policy_reason");
-  WriteString(w, load.policy_reason);
+  WriteJsonString(w, load.policy_reason);
   w.Key("predicted_bytes");
   WriteDeviceBytes(w, load.predicted.bytes);
   w.Key("predicted_from");
-  WriteString(w, load.predicted.source);
+  WriteJsonString(w, load.predicted.source);
   w.Key("measured_bytes");
   WriteDeviceBytes(w, load.measured);
   w.Key("phases");
@@ -60,7 +55,7 @@ void WriteLoadReport(JsonWriter& w, const runtime::LoadReport& load) {
   for (const auto& phase : load.phases) {
     w.StartObject();
     w.Key("name");
-    WriteString(w, phase.name);
+    WriteJsonString(w, phase.name);
     w.Key("seconds");
     w.Double(phase.seconds);
     w.Key("bytes");
@@ -89,11 +84,11 @@ HttpResponse ModelLifecycleResponse(const runtime::ModelManager& manager, std::s
   JsonWriter w(sb);
   w.StartObject();
   w.Key("name");
-  WriteString(w, view->name);
+  WriteJsonString(w, view->name);
   w.Key("state");
-  WriteString(w, runtime::LifecycleStateName(view->state));
+  WriteJsonString(w, runtime::LifecycleStateName(view->state));
   w.Key("reason");
-  WriteString(w, view->reason);
+  WriteJsonString(w, view->reason);
   w.Key("serving");
   WriteVersions(w, view->serving);
   w.Key("history");
@@ -101,11 +96,11 @@ HttpResponse ModelLifecycleResponse(const runtime::ModelManager& manager, std::s
   for (const auto& t : view->history) {
     w.StartObject();
     w.Key("from");
-    WriteString(w, runtime::LifecycleStateName(t.from));
+    WriteJsonString(w, runtime::LifecycleStateName(t.from));
     w.Key("to");
-    WriteString(w, runtime::LifecycleStateName(t.to));
+    WriteJsonString(w, runtime::LifecycleStateName(t.to));
     w.Key("reason");
-    WriteString(w, t.reason);
+    WriteJsonString(w, t.reason);
     w.Key("at_ms");
     WriteEpochMs(w, t.at);
     w.EndObject();

@@ -6,17 +6,12 @@
 #include <string>
 #include <utility>
 
+#include "core/json_write.h"
+#include "server/http/http_status.h"
 #include "server/http/infer_codec.h"
-#include "server/http/kserve_routes.h"
 
 namespace vramd::http {
 namespace {
-
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void WriteString(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
 
 void WriteDuration(JsonWriter& w, const char* key, const runtime::DurationStat& d) {
   w.Key(key);
@@ -28,13 +23,13 @@ void WriteDuration(JsonWriter& w, const char* key, const runtime::DurationStat& 
   w.EndObject();
 }
 
-void WriteModelStat(JsonWriter& w, const metrics::VersionStatistics& v) {
+void WriteModelStat(JsonWriter& w, const runtime::VersionStatistics& v) {
   const runtime::InferenceStatsSnapshot& s = v.stats;
   w.StartObject();
   w.Key("name");
-  WriteString(w, v.model);
+  WriteJsonString(w, v.model);
   w.Key("version");
-  WriteString(w, std::to_string(v.version));
+  WriteJsonString(w, std::to_string(v.version));
   w.Key("last_inference");
   w.Uint64(s.last_inference_ms);
   w.Key("inference_count");
@@ -86,7 +81,7 @@ HttpResponse ErrorResponse(const Status& status) {
 
 }  // namespace
 
-std::string ModelStatsToJson(const std::vector<metrics::VersionStatistics>& versions) {
+std::string ModelStatsToJson(const std::vector<runtime::VersionStatistics>& versions) {
   rapidjson::StringBuffer sb;
   JsonWriter w(sb);
   w.StartObject();
@@ -116,7 +111,7 @@ HttpResponse ModelStatsResponse(const runtime::ModelManager& manager, std::strin
   }
   HttpResponse r;
   r.status = 200;
-  r.body = ModelStatsToJson(metrics::SnapshotVersions(versions));
+  r.body = ModelStatsToJson(runtime::SnapshotVersions(versions));
   return r;
 }
 

@@ -25,13 +25,13 @@
 #include <vector>
 
 #include "runtime/model_manager.h"
+#include "runtime/version_statistics.h"
 #include "server/http/http_server.h"
-#include "server/metrics/version_statistics.h"
 
 namespace vramd::http {
 
 // The JSON above for `versions`, in their order.
-std::string ModelStatsToJson(const std::vector<metrics::VersionStatistics>& versions);
+std::string ModelStatsToJson(const std::vector<runtime::VersionStatistics>& versions);
 
 // `model` empty: every ready version of every model (`version` is ignored). `version` 0: every
 // ready version of `model`. Errors are {"error": ...} from the manager's Find: 404 for an

@@ -53,7 +53,8 @@ constexpr FailureReason kReasons[] = {FailureReason::kRejected, FailureReason::k
 
 }  // namespace
 
-void AppendInferenceMetrics(const std::vector<VersionStatistics>& versions, PrometheusText& out) {
+void AppendInferenceMetrics(const std::vector<runtime::VersionStatistics>& versions,
+                            PrometheusText& out) {
   std::vector<std::string> version_text;
   version_text.reserve(versions.size());
   for (const auto& v : versions) version_text.push_back(std::to_string(v.version));
@@ -84,7 +85,7 @@ void AppendInferenceMetrics(const std::vector<VersionStatistics>& versions, Prom
 }
 
 void AppendInferenceMetrics(const runtime::ModelManager& manager, PrometheusText& out) {
-  AppendInferenceMetrics(SnapshotVersions(manager.LoadedVersions()), out);
+  AppendInferenceMetrics(runtime::SnapshotVersions(manager.LoadedVersions()), out);
 }
 
 void AppendGpuMetrics(const memory::MemoryReport& report, PrometheusText& out) {

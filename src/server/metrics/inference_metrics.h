@@ -31,14 +31,15 @@
 
 #include "memory/memory_report.h"
 #include "runtime/model_manager.h"
+#include "runtime/version_statistics.h"
 #include "server/metrics/prometheus_text.h"
-#include "server/metrics/version_statistics.h"
 
 namespace vramd::metrics {
 
 // The per-version families above, one sample per version (per version and reason for
 // failures), in the given order. Families are written even when `versions` is empty.
-void AppendInferenceMetrics(const std::vector<VersionStatistics>& versions, PrometheusText& out);
+void AppendInferenceMetrics(const std::vector<runtime::VersionStatistics>& versions,
+                            PrometheusText& out);
 
 // The same for every ready version of every model, sorted by model name, then version.
 void AppendInferenceMetrics(const runtime::ModelManager& manager, PrometheusText& out);

@@ -32,6 +32,9 @@
 
 namespace vramd::metrics {
 
+// The Content-Type of a page in this format.
+inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+
 enum class MetricType { kCounter, kGauge, kUntyped };
 inline constexpr MetricType kCounter = MetricType::kCounter;
 inline constexpr MetricType kGauge = MetricType::kGauge;

@@ -5,7 +5,8 @@
 //   - Triton's per-GPU families, nv_gpu_* (inference_metrics.h);
 //   - vramd's memory families, vramd_* (memory_metrics.h), among them the per-model device
 //     memory Triton does not have: vramd_memory_live_bytes{model,version,instance,device}.
-// Every family is listed in docs/metrics.md.
+// Every family is listed in docs/metrics.md. The families are written by server/metrics/, which
+// knows nothing of HTTP; this route only serves them.
 //
 // Thread safety: safe from any thread if the source and the manager are.
 #pragma once
@@ -14,14 +15,13 @@
 #include "runtime/model_manager.h"
 #include "server/http/http_server.h"
 
-namespace vramd::metrics {
-
-inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+namespace vramd::http {
 
 // 200 with the metrics above, from a fresh report from `memory` and the statistics of every
 // ready version `manager` holds. `manager` may be null: the nv_inference_* families are then
 // left out.
-http::HttpResponse MetricsResponse(const memory::MemoryReportSource& memory,
-                                   const runtime::ModelManager* manager = nullptr);
+// The page's Content-Type is metrics::kPrometheusContentType.
+HttpResponse MetricsResponse(const memory::MemoryReportSource& memory,
+                             const runtime::ModelManager* manager = nullptr);
 
-}  // namespace vramd::metrics
+}  // namespace vramd::http

@@ -1,0 +1,24 @@
+#include "server/http/metrics_routes.h"
+
+#include "server/metrics/inference_metrics.h"
+#include "server/metrics/memory_metrics.h"
+#include "server/metrics/prometheus_text.h"
+
+namespace vramd::http {
+
+HttpResponse MetricsResponse(const memory::MemoryReportSource& memory,
+                             const runtime::ModelManager* manager) {
+  metrics::PrometheusText out;
+  if (manager != nullptr) metrics::AppendInferenceMetrics(*manager, out);
+  const memory::MemoryReport report = memory.Build();
+  metrics::AppendGpuMetrics(report, out);
+  metrics::AppendMemoryMetrics(report, out);
+
+  HttpResponse response;
+  response.status = 200;
+  response.content_type = metrics::kPrometheusContentType;
+  response.body = out.Take();
+  return response;
+}
+
+}  // namespace vramd::http
