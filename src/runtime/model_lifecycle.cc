@@ -1,6 +1,7 @@
 #include "runtime/model_lifecycle.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace vramd::runtime {
 
@@ -53,6 +54,19 @@ Status ModelLifecycle::Transition(LifecycleState to, std::string reason) {
   state_ = to;
   reason_ = std::move(reason);
   return Status::Ok();
+}
+
+bool ModelLifecycle::TransitionOrLog(std::string_view model, std::span<const int64_t> versions,
+                                     LifecycleState to, std::string reason) {
+  const LifecycleState from = state_;
+  Status moved = Transition(to, reason);
+  if (moved.ok()) return true;
+  spdlog::error("model '{}'{}{}: lifecycle transition from {} to {} refused (reason '{}'); it "
+                "stays {}",
+                model, versions.empty() ? "" : " version(s) ", fmt::join(versions, ","),
+                LifecycleStateName(from), LifecycleStateName(to), reason,
+                LifecycleStateName(state_));
+  return false;
 }
 
 }  // namespace vramd::runtime

@@ -19,14 +19,18 @@
 //     keep serving goes back to ready, with the failure as the reason.
 //
 // Transition refuses a move the picture does not allow (an Internal error naming both states)
-// instead of aborting: the manager logs it and the model stays as it was.
+// instead of aborting, and the model stays as it was. The manager moves a model only through
+// TransitionOrLog, which logs a refusal (a manager bug, never the client's doing) with the
+// model, the versions its action is about, both states and the reason the move would have had.
 //
 // Thread safety: none; the manager guards each model's lifecycle with its own lock.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -64,6 +68,12 @@ class ModelLifecycle {
 
   // Moves to `to` with `reason`; Internal, naming both states, when Allowed says no.
   Status Transition(LifecycleState to, std::string reason = "");
+
+  // Transition, logging a refusal as an error that names `model` and `versions` (those the
+  // action moving it is about; none for an action on the model alone). The log's formatter
+  // escapes the names (core/log_format.h). Whether the model moved.
+  bool TransitionOrLog(std::string_view model, std::span<const int64_t> versions,
+                       LifecycleState to, std::string reason = "");
 
   // Changes the reason only (e.g. a failed reload while ready).
   void set_reason(std::string reason) { reason_ = std::move(reason); }
