@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <future>
 #include <string>
-#include <thread>
 
 #include "memory/cuda_devices.h"
 #include "runtime/batch_assembly.h"
@@ -76,6 +74,34 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
 
 }  // namespace
 
+VersionReaper::VersionReaper() : thread_([this](std::stop_token stop) { Run(stop); }) {}
+
+VersionReaper::~VersionReaper() {
+  thread_.request_stop();
+  thread_.join();  // Run destroys what is left first
+}
+
+void VersionReaper::Destroy(std::unique_ptr<LoadedModel> doomed) {
+  {
+    std::lock_guard lock(mu_);
+    doomed_.push_back(std::move(doomed));
+  }
+  wake_.notify_one();
+}
+
+void VersionReaper::Run(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait(lock, stop, [this] { return !doomed_.empty(); });
+    if (doomed_.empty()) return;  // stopped, and nothing is left to destroy
+    std::vector<std::unique_ptr<LoadedModel>> batch;
+    batch.swap(doomed_);
+    lock.unlock();
+    batch.clear();  // a destruction waits for the version's instance threads: not under mu_
+    lock.lock();
+  }
+}
+
 LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
                          const MemoryContext& memory, memory::OwnerId model_owner,
                          Classifier classifier)
@@ -104,19 +130,19 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   const std::string where = fmt::format("model '{}' version {}", config->name(), version);
   // On any failure below, destroying `model` releases what was created and closes its owners,
   // so a failed load leaves its owner at zero or files a leak naming it.
-  // An outcome holds its version (InferOutcome::version_hold), so the last reference can drop
-  // on one of the version's own instance threads (a callback dropping its outcome), and
-  // destroying it there would join that thread from itself: then another thread destroys it,
-  // as Triton's model deleter does.
+  // When outcomes hold their version (HoldVersionInOutcomes), the last reference can drop on
+  // one of the version's own instance threads (a callback dropping its outcome), and
+  // destroying it there would join that thread from itself: then the reaper's thread destroys
+  // it, as Triton's model deleter hands a model to another thread.
   auto classifier = Classifier::Load(*config, model_dir);
   if (!classifier.ok()) return classifier.status().WithContext(where);
   std::shared_ptr<LoadedModel> model(
       new LoadedModel(config, version, memory, model_owner, std::move(classifier).value()),
-      [](LoadedModel* doomed) {
-        if (doomed->scheduler_ != nullptr && doomed->scheduler_->OnWorkerThread()) {
-          std::thread([doomed] { delete doomed; }).detach();
-        } else {
-          delete doomed;
+      [](LoadedModel* released) {
+        std::unique_ptr<LoadedModel> doomed(released);
+        if (doomed->reaper_ != nullptr && doomed->scheduler_ != nullptr &&
+            doomed->scheduler_->OnWorkerThread()) {
+          doomed->reaper_->Destroy(std::move(doomed));
         }
       });
 
@@ -208,7 +234,7 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
   // the outputs of its requests instead of closing their owners under them. Null while the
   // version is being destroyed (its last holder let go with requests still queued).
   std::shared_ptr<const void> hold;
-  if (outcomes_hold_version_) hold = weak_from_this().lock();
+  if (reaper_ != nullptr) hold = weak_from_this().lock();
   if (hold != nullptr) {
     for (auto& queued : batch) {
       queued.done = [hold, done = std::move(queued.done)](Result<InferOutcome> outcome) mutable {

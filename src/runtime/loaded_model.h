@@ -16,15 +16,26 @@
 // Statistics: every request submitted is counted once, as a success or a failure, in
 // statistics() (inference_statistics.h); so is every execution.
 //
-// Thread safety: InferAsync and Infer may be called from any number of threads.
+// Where a version is destroyed: where its last reference goes, except on one of its own
+// instance threads (destroying it there would join that thread from itself): then on the
+// thread of the VersionReaper given to HoldVersionInOutcomes (an outcome holding its version
+// is what can take the last reference there).
+//
+// Thread safety: InferAsync and Infer may be called from any number of threads. A
+// VersionReaper's Destroy may be called from any thread.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/backend.h"
@@ -41,6 +52,30 @@
 #include "runtime/scheduler.h"
 
 namespace vramd::runtime {
+
+class LoadedModel;
+
+// A thread that destroys the versions handed to it, in the order given. Its destructor
+// destroys what it still holds, then joins the thread. REQUIRES: every version that may be
+// handed to it (HoldVersionInOutcomes) has been shut down before the reaper is destroyed, so
+// none can be handed to it afterwards.
+class VersionReaper {
+ public:
+  VersionReaper();
+  ~VersionReaper();
+  VersionReaper(const VersionReaper&) = delete;
+  VersionReaper& operator=(const VersionReaper&) = delete;
+
+  void Destroy(std::unique_ptr<LoadedModel> doomed);
+
+ private:
+  void Run(std::stop_token stop);
+
+  std::mutex mu_;
+  std::condition_variable_any wake_;
+  std::vector<std::unique_ptr<LoadedModel>> doomed_;  // guarded by mu_
+  std::jthread thread_;  // last: starts once the rest is initialized
+};
 
 class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
  public:
@@ -97,19 +132,22 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   void Shutdown();
 
   // Makes every successful outcome hold this version (InferOutcome::version_hold) until it is
-  // destroyed, so the version's owners never close under a request's outputs. REQUIRES: set
-  // before the version takes requests, and whoever drops the version's last reference other
-  // than outcomes calls Shutdown first (ModelManager does): then no outcome releases it on an
-  // instance thread (and if one did, the version is destroyed on another thread).
-  void set_outcomes_hold_version(bool on) { outcomes_hold_version_ = on; }
+  // destroyed, so the version's owners never close under a request's outputs. An outcome
+  // dropped on one of the version's instance threads (in a callback) may then be its last
+  // reference: `reaper` destroys it in that case. REQUIRES: called before the version takes
+  // requests; `reaper` is not null and outlives the version's instance threads: whoever drops
+  // the version's last reference other than outcomes calls Shutdown first, before the reaper
+  // is destroyed (ModelManager does; after Shutdown nothing runs on an instance thread).
+  void HoldVersionInOutcomes(VersionReaper* reaper) { reaper_ = reaper; }
 
   // Counters of this version's requests and executions.
   const InferenceStatistics& statistics() const { return stats_; }
 
-  // Set once this version's destruction is complete (its memory returned, its owners closed).
-  // Unlike a weak_ptr's expiry, which comes when the last reference goes, before destruction
-  // has even begun (and the deleter may run it later, on another thread).
-  std::shared_ptr<const std::atomic<bool>> destroyed() const { return destroyed_.flag; }
+  // Ready once this version's destruction is complete (its memory returned, its owners
+  // closed); wait on it from any thread. Unlike a weak_ptr's expiry, which comes when the last
+  // reference goes, before destruction has even begun (and the reaper may run it later, on
+  // another thread).
+  std::shared_future<void> destroyed() const { return destroyed_.future; }
 
  private:
   LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
@@ -131,8 +169,9 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
 
   // First, so destroyed last: signals the end of the whole destruction.
   struct DestroyedSignal {
-    std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
-    ~DestroyedSignal() { flag->store(true); }
+    std::promise<void> promise;
+    std::shared_future<void> future = promise.get_future().share();
+    ~DestroyedSignal() { promise.set_value(); }
   } destroyed_;
   const std::shared_ptr<const config::ModelConfig> config_;
   const int64_t version_;
@@ -145,7 +184,8 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   std::unique_ptr<backends::BackendModel> backend_model_;
   std::vector<Instance> instances_;
   std::unique_ptr<Scheduler> scheduler_;  // null until Load has created every instance
-  bool outcomes_hold_version_ = false;  // constant once requests come
+  // Set by HoldVersionInOutcomes, constant once requests come: outcomes hold the version.
+  VersionReaper* reaper_ = nullptr;
 };
 
 }  // namespace vramd::runtime

@@ -183,19 +183,22 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
   }
   if (manager->watcher_ != nullptr) {
     ModelManager* raw = manager.get();
-    manager->poller_ = std::jthread([raw](std::stop_token stop) {
-      std::mutex mu;
-      std::condition_variable_any wake;
-      std::unique_lock lock(mu);
-      while (!stop.stop_requested()) {
-        wake.wait_for(lock, stop, raw->poll_interval_, [] { return false; });
-        if (stop.stop_requested()) break;
-        Status polled = raw->PollOnce();
-        if (!polled.ok()) spdlog::error("repository poll: {}", polled.message());
-      }
-    });
+    manager->poller_ = std::jthread([raw](std::stop_token stop) { raw->PollUntilStopped(stop); });
   }
   return manager;
+}
+
+void ModelManager::PollUntilStopped(std::stop_token stop) {
+  // The period is waited for on a condition no one notifies: only a stop ends it early.
+  std::mutex mu;
+  std::condition_variable_any wake;
+  std::unique_lock lock(mu);
+  while (!stop.stop_requested()) {
+    wake.wait_for(lock, stop, poll_interval_, [] { return false; });
+    if (stop.stop_requested()) break;
+    Status polled = PollOnce();
+    if (!polled.ok()) spdlog::error("repository poll: {}", polled.message());
+  }
 }
 
 ModelManager::~ModelManager() {
@@ -208,24 +211,19 @@ ModelManager::~ModelManager() {
     models_.clear();
   }
   // As an unload does: shut the versions down, then wait (bounded) until each is destroyed,
-  // wherever its last reference goes, before the owners close.
+  // wherever its last reference goes, before the owners close. Every version is shut down
+  // from here on, so none can reach reaper_ once this returns.
   for (auto& [name, versions] : serving) Retire(name, std::move(versions));
   serving.clear();
-  const auto deadline = Clock::now() + retire_timeout_;
-  for (;;) {
-    SweepRetired();
-    {
-      std::lock_guard lock(retired_mu_);
-      if (retired_.empty()) break;
-    }
-    if (Clock::now() >= deadline) {
-      spdlog::warn("model manager destroyed while versions are still held by requests");
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (AwaitRetired(std::nullopt, Clock::now() + retire_timeout_) > 0) {
+    spdlog::warn("model manager destroyed while versions are still held by requests");
   }
-  std::lock_guard lock(retired_mu_);
-  retired_.clear();
+  std::vector<Retired> left;
+  {
+    std::lock_guard lock(retired_mu_);
+    left.swap(retired_);
+  }
+  left.clear();  // closes the owners (filing leak reports for what they still hold), unlocked
 }
 
 Status ModelManager::CheckMode(std::string_view action) const {
@@ -277,7 +275,7 @@ ModelManager::Versions ModelManager::LoadVersions(
       loaded.failed.emplace(v, model.status().message());
       continue;
     }
-    (*model)->set_outcomes_hold_version(true);  // Retire shuts versions down before release
+    (*model)->HoldVersionInOutcomes(&reaper_);  // Retire shuts versions down before release
     const auto warmup_start = Clock::now();
     Status warmed = RunModelWarmup(**model, model_dir);
     if (timing != nullptr && config->model_warmup_size() > 0) {
@@ -313,13 +311,21 @@ void ModelManager::Retire(const std::string& model, Versions versions) {
   SweepRetired();
 }
 
+namespace {
+
+bool IsReady(const std::shared_future<void>& destroyed) {
+  return destroyed.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+}  // namespace
+
 void ModelManager::SweepRetired() {
   std::vector<Retired> done;
   {
     std::lock_guard lock(retired_mu_);
     for (auto it = retired_.begin(); it != retired_.end();) {
       bool gone = true;
-      for (const auto& d : it->destroyed) gone = gone && d->load();
+      for (const auto& d : it->destroyed) gone = gone && IsReady(d);
       if (gone) {
         done.push_back(std::move(*it));
         it = retired_.erase(it);
@@ -331,30 +337,34 @@ void ModelManager::SweepRetired() {
   done.clear();  // closes the owners (filing leak reports for what they still hold), unlocked
 }
 
-Status ModelManager::WaitRetired(const std::string& model) {
-  const auto deadline = Clock::now() + retire_timeout_;
-  for (;;) {
-    SweepRetired();
-    // Done only once SweepRetired has taken (and closed) every retired entry of the model: a
-    // version destroyed just after the sweep is not done yet, its owners still open.
-    bool pending = false;
-    size_t alive = 0;
-    {
-      std::lock_guard lock(retired_mu_);
-      for (const auto& r : retired_) {
-        if (r.model != model) continue;
-        pending = true;
-        for (const auto& d : r.destroyed) alive += d->load() ? 0 : 1;
-      }
+size_t ModelManager::AwaitRetired(std::optional<std::string_view> model,
+                                  Clock::time_point deadline) {
+  // No entry of `model` joins the list meanwhile: its actions are serialized, and only they
+  // (or the destructor, which is alone) retire its versions.
+  std::vector<std::shared_future<void>> pending;
+  {
+    std::lock_guard lock(retired_mu_);
+    for (const auto& r : retired_) {
+      if (model && r.model != *model) continue;
+      pending.insert(pending.end(), r.destroyed.begin(), r.destroyed.end());
     }
-    if (!pending) return Status::Ok();
-    if (Clock::now() >= deadline) {
-      return Status::Unavailable(fmt::format(
-          "model '{}': {} version(s) it replaced are still held by requests after {} ms", model,
-          alive, retire_timeout_.count()));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  size_t alive = 0;
+  for (const auto& d : pending) {
+    if (d.wait_until(deadline) != std::future_status::ready) ++alive;
+  }
+  // Done only once a sweep has taken (and closed) every retired entry: a version destroyed is
+  // not done before its model-level owner is closed.
+  SweepRetired();
+  return alive;
+}
+
+Status ModelManager::WaitRetired(const std::string& model) {
+  const size_t alive = AwaitRetired(model, Clock::now() + retire_timeout_);
+  if (alive == 0) return Status::Ok();
+  return Status::Unavailable(fmt::format(
+      "model '{}': {} version(s) it replaced are still held by requests after {} ms", model,
+      alive, retire_timeout_.count()));
 }
 
 Status ModelManager::Load(std::string_view name,
@@ -375,191 +385,272 @@ Status ModelManager::Load(std::string_view name,
   return status;
 }
 
-Status ModelManager::LoadLocked(const std::string& name,
-                                std::shared_ptr<const config::ModelConfig> config_override) {
-  const auto start = Clock::now();
-  LoadTiming timing;
-  LoadReport report;
+namespace {
 
-  // What serves now, and the lifecycle it is in.
-  bool serving = false;
-  std::optional<DeviceBytes> measured;
-  {
-    std::shared_lock lock(mu_);
-    if (auto it = models_.find(name); it != models_.end()) {
-      serving = !it->second.serving.ready.empty();
-      measured = it->second.measured;
+// How long a reload waits for the requests parked in the model's previous gap to get their
+// answer before it opens a new gap (LetGapWaitersLook).
+constexpr auto kGapWaitersGrace = std::chrono::milliseconds(100);
+
+std::vector<int64_t> VersionNumbers(const std::map<int64_t, std::shared_ptr<LoadedModel>>& ready) {
+  std::vector<int64_t> versions;
+  for (const auto& [v, model] : ready) versions.push_back(v);
+  return versions;
+}
+
+}  // namespace
+
+class ModelManager::LoadRun {
+ public:
+  LoadRun(ModelManager& manager, const std::string& name) : manager_(manager), name_(name) {}
+  LoadRun(const LoadRun&) = delete;
+  LoadRun& operator=(const LoadRun&) = delete;
+
+  // Prepare: notes what serves now, reads the config (or takes the override), selects the
+  // versions and the reload settings, and waits until what an earlier action retired is
+  // destroyed (so the model's unload and load hooks never overlap). A failure is recorded
+  // (Reject) and returned for the caller.
+  Status Prepare(std::shared_ptr<const config::ModelConfig> config_override) {
+    {
+      std::shared_lock lock(manager_.mu_);
+      if (auto it = manager_.models_.find(name_); it != manager_.models_.end()) {
+        serving_ = !it->second.serving.ready.empty();
+        measured_ = it->second.measured;
+      }
     }
+    Status read = ReadModel(manager_.repositories_, name_, std::move(config_override), &files_);
+    if (!read.ok()) return Reject(read, files_.config);
+    auto settings = ReloadSettingsFromConfig(*files_.config, manager_.reload_defaults_);
+    if (!settings.ok()) return Reject(settings.status(), files_.config);
+    settings_ = *settings;
+    Status quiet = manager_.WaitRetired(name_);
+    if (!quiet.ok()) return Reject(quiet, nullptr);
+    return Status::Ok();
   }
 
-  // Records a failure that happened before anything was unloaded or loaded.
-  auto fail_early = [&](const Status& error, std::shared_ptr<const config::ModelConfig> config) {
-    const std::string message = fmt::format("failed to load '{}': {}", name, error.message());
-    spdlog::error("{}", message);
-    report.error = error.message();
-    report.total_seconds = SecondsSince(start);
-    report.finished = std::chrono::system_clock::now();
-    bool known = false;
-    {
-      std::shared_lock lock(mu_);
-      known = models_.count(name) > 0;
-    }
-    // A name no repository holds and vramd never knew is not added to the index.
-    if (!known && error.code() == StatusCode::kNotFound) return Status::NotFound(message);
-    Update(name, [&](ModelEntry& entry) {
-      entry.last_load = report;
-      if (serving) {
-        entry.lifecycle.set_reason("serving; last load failed: " + error.message());
-        return;
-      }
-      (void)entry.lifecycle.Transition(LifecycleState::kLoading, "loading");
-      (void)entry.lifecycle.Transition(LifecycleState::kFailed, error.message());
-      entry.unloaded_on_request = false;
-      if (config != nullptr) entry.serving.config = std::move(config);
-    });
-    return error.code() == StatusCode::kNotFound ? Status::NotFound(message)
-                                                 : Status(error.code(), message);
-  };
+  // Predicts the footprint and chooses the policy (reload_policy.h).
+  void ChoosePolicy() {
+    report_.versions = files_.versions;
+    report_.predicted = PredictFootprint(*files_.config, files_.dir, files_.versions, measured_,
+                                         memory::CudaDeviceCount());
+    decision_ =
+        ChooseReloadPolicy(settings_, report_.predicted, serving_, manager_.free_bytes_);
+    report_.policy = decision_.policy;
+    report_.policy_reason = decision_.reason;
+    spdlog::info("loading model '{}' version(s) {}: {} ({})", name_,
+                 fmt::join(files_.versions, ","), ReloadPolicyName(decision_.policy),
+                 decision_.reason);
+  }
 
-  ModelFiles files;
-  Status read = ReadModel(repositories_, name, std::move(config_override), &files);
-  if (!read.ok()) return fail_early(read, files.config);
-  auto settings = ReloadSettingsFromConfig(*files.config, reload_defaults_);
-  if (!settings.ok()) return fail_early(settings.status(), files.config);
-  // The model's previous actions must have finished unloading: its hooks never overlap.
-  Status quiet = WaitRetired(name);
-  if (!quiet.ok()) return fail_early(quiet, nullptr);
+  // Whether the serving versions go before the new ones load.
+  bool DrainsFirst() const {
+    return serving_ && decision_.policy == ReloadPolicy::kResourcePreserving;
+  }
 
-  report.versions = files.versions;
-  report.predicted = PredictFootprint(*files.config, files.dir, files.versions, measured,
-                                      memory::CudaDeviceCount());
-  ReloadDecision decision = ChooseReloadPolicy(*settings, report.predicted, serving, free_bytes_);
-  report.policy = decision.policy;
-  report.policy_reason = decision.reason;
-  const bool resource_preserving =
-      serving && decision.policy == ReloadPolicy::kResourcePreserving;
-  spdlog::info("loading model '{}' version(s) {}: {} ({})", name, fmt::join(files.versions, ","),
-               ReloadPolicyName(decision.policy), decision.reason);
-
-  if (resource_preserving) {
-    // Requests that waited out the previous gap look first (bounded: a waiter that never
-    // wakes must not stall the reload), so back-to-back reloads cannot starve them.
-    for (int i = 0; i < 1000; ++i) {
-      {
-        std::shared_lock lock(mu_);
-        auto it = models_.find(name);
-        if (it == models_.end() || it->second.gap_waiters.load() == 0) break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    // Drain and unload the serving versions first; requests wait in Find meanwhile.
+  // Drain (resource-preserving): the serving versions leave the map, drain and unload, and
+  // their memory is returned before the new ones load; requests arriving meanwhile wait in
+  // the gap (Find) up to the model's unavailable wait.
+  void Drain() {
+    manager_.LetGapWaitersLook(name_);
     const auto drain_start = Clock::now();
     Versions old;
-    Update(name, [&](ModelEntry& entry) {
-      (void)entry.lifecycle.Transition(LifecycleState::kDraining,
-                                       "resource-preserving reload: " + decision.reason);
+    manager_.Update(name_, [&](ModelEntry& entry) {
+      entry.lifecycle.TransitionOrLog(name_, VersionNumbers(entry.serving.ready),
+                                      LifecycleState::kDraining,
+                                      "resource-preserving reload: " + decision_.reason);
       entry.gap = true;
-      entry.gap_wait = settings->unavailable_wait;
+      entry.gap_wait = settings_.unavailable_wait;
       old = std::move(entry.serving);
       entry.serving = Versions();
       entry.serving.config = old.config;
     });
-    Retire(name, std::move(old));
-    Update(name, [&](ModelEntry& entry) {
-      (void)entry.lifecycle.Transition(LifecycleState::kUnloading, "unloading the old versions");
-    });
-    Status gone = WaitRetired(name);
-    memory_.allocator->TrimAll();
-    timing.Add("drain_unload", SecondsSince(drain_start));
+    Status gone = manager_.DrainAndUnload(name_, std::move(old), "unloading the old versions");
+    manager_.memory_.allocator->TrimAll();
+    timing_.Add("drain_unload", SecondsSince(drain_start));
+    // The load goes on: the old versions are out of the map, and the new ones may still fit.
     if (!gone.ok()) spdlog::error("{}", gone.message());
   }
-  Update(name, [&](ModelEntry& entry) {
-    (void)entry.lifecycle.Transition(
-        LifecycleState::kLoading,
-        fmt::format("loading version(s) {} ({})", fmt::join(files.versions, ","),
-                    ReloadPolicyName(decision.policy)));
-    entry.loading = files.versions;
-    entry.unloaded_on_request = false;
-  });
 
-  Versions attempt = LoadVersions(name, files.config, files.dir, files.versions, &timing);
-  std::string error;
-  if (!attempt.failed.empty()) error = attempt.failed.rbegin()->second;
+  // Attempt: loads every selected version and warms each one up, beside the serving versions
+  // (availability-preserving) or in their place. The attempt failed if any version did.
+  Versions Attempt() {
+    manager_.Update(name_, [&](ModelEntry& entry) {
+      entry.lifecycle.TransitionOrLog(
+          name_, files_.versions, LifecycleState::kLoading,
+          fmt::format("loading version(s) {} ({})", fmt::join(files_.versions, ","),
+                      ReloadPolicyName(decision_.policy)));
+      entry.loading = files_.versions;
+      entry.unloaded_on_request = false;
+    });
+    return manager_.LoadVersions(name_, files_.config, files_.dir, files_.versions, &timing_);
+  }
 
-  if (!error.empty()) {
-    spdlog::error("failed to load model '{}': {}", name, error);
-    bool keep_old = false;
-    Versions discard;
-    Update(name, [&](ModelEntry& entry) {
+  // Switch: publishes the attempt (new requests go to it from here on); the versions it
+  // replaces drain and are destroyed before the load returns.
+  Status Switch(Versions attempt) {
+    std::vector<memory::OwnerId> owners;
+    for (const auto& [v, model] : attempt.ready) owners.push_back(model->owner());
+    report_.measured = MeasureFootprint(*manager_.memory_.ledger, owners);
+    const auto switch_start = Clock::now();
+    Versions old;
+    manager_.Update(name_, [&](ModelEntry& entry) {
+      old = std::move(entry.serving);
+      entry.serving = std::move(attempt);
       entry.loading.clear();
       EndGap(entry);
-      keep_old = !entry.serving.ready.empty();
-      if (keep_old) {
-        (void)entry.lifecycle.Transition(LifecycleState::kReady,
-                                         "serving; last load failed: " + error);
+      entry.measured = report_.measured;
+      entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kReady, "");
+    });
+    timing_.Add("switch", SecondsSince(switch_start));
+    for (const auto& [v, model] : old.ready) {
+      spdlog::info("model '{}': version {} replaced; it drains", name_, v);
+    }
+    const auto retire_start = Clock::now();
+    const bool had_old = !old.ready.empty();
+    manager_.Retire(name_, std::move(old));
+    if (had_old) {
+      // Logged, not returned: the new versions serve, which is what the caller asked for.
+      Status gone = manager_.WaitRetired(name_);
+      if (!gone.ok()) spdlog::warn("{}", gone.message());
+      timing_.Add("retire_old", SecondsSince(retire_start));
+    }
+    size_t trimmed = manager_.memory_.allocator->TrimAll();
+    if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
+    Finish(/*ok=*/true, "");
+    std::string phases;
+    for (const auto& phase : report_.phases) {
+      phases += fmt::format(" {}={:.3f}s", phase.name, phase.seconds);
+    }
+    spdlog::info("loaded model '{}' version(s) {} in {:.3f}s:{}", name_,
+                 fmt::join(files_.versions, ","), report_.total_seconds, phases);
+    return Status::Ok();
+  }
+
+  // Fail: the attempt goes; the serving versions stay where there are any (the model stays
+  // ready, the failure its reason), else what loaded serves and the failures show.
+  Status Fail(Versions attempt) {
+    const std::string error = attempt.failed.rbegin()->second;
+    spdlog::error("failed to load model '{}': {}", name_, error);
+    Versions discard;
+    manager_.Update(name_, [&](ModelEntry& entry) {
+      entry.loading.clear();
+      EndGap(entry);
+      if (!entry.serving.ready.empty()) {
+        entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kReady,
+                                        "serving; last load failed: " + error);
         discard = std::move(attempt);  // the serving versions stay; the attempt goes
       } else {
         // Nothing to preserve: what loaded serves, and the failures show.
         const bool any = !attempt.ready.empty();
         discard = std::move(entry.serving);
         entry.serving = std::move(attempt);
-        (void)entry.lifecycle.Transition(any ? LifecycleState::kReady : LifecycleState::kFailed,
-                                         error);
+        entry.lifecycle.TransitionOrLog(name_, files_.versions,
+                                        any ? LifecycleState::kReady : LifecycleState::kFailed,
+                                        error);
       }
     });
-    Retire(name, std::move(discard));
-    (void)WaitRetired(name);
-    memory_.allocator->TrimAll();
-    report.error = error;
-    report.phases = timing.phases();
-    report.total_seconds = SecondsSince(start);
-    report.finished = std::chrono::system_clock::now();
-    Update(name, [&](ModelEntry& entry) { entry.last_load = report; });
-    return Status::InvalidArgument(fmt::format("failed to load '{}': {}", name, error));
-  }
-
-  std::vector<memory::OwnerId> owners;
-  for (const auto& [v, model] : attempt.ready) owners.push_back(model->owner());
-  report.measured = MeasureFootprint(*memory_.ledger, owners);
-
-  // The switch: new requests go to the new versions from here on.
-  const auto switch_start = Clock::now();
-  Versions old;
-  Update(name, [&](ModelEntry& entry) {
-    old = std::move(entry.serving);
-    entry.serving = std::move(attempt);
-    entry.loading.clear();
-    EndGap(entry);
-    entry.measured = report.measured;
-    (void)entry.lifecycle.Transition(LifecycleState::kReady, "");
-  });
-  timing.Add("switch", SecondsSince(switch_start));
-  for (const auto& [v, model] : old.ready) {
-    spdlog::info("model '{}': version {} replaced; it drains", name, v);
-  }
-  const auto retire_start = Clock::now();
-  const bool had_old = !old.ready.empty();
-  Retire(name, std::move(old));
-  if (had_old) {
-    Status gone = WaitRetired(name);
+    manager_.Retire(name_, std::move(discard));
+    // Logged, not returned: the load's own error is the answer.
+    Status gone = manager_.WaitRetired(name_);
     if (!gone.ok()) spdlog::warn("{}", gone.message());
-    timing.Add("retire_old", SecondsSince(retire_start));
+    manager_.memory_.allocator->TrimAll();
+    Finish(/*ok=*/false, error);
+    return Status::InvalidArgument(fmt::format("failed to load '{}': {}", name_, error));
   }
-  size_t trimmed = memory_.allocator->TrimAll();
-  if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
 
-  report.ok = true;
-  report.phases = timing.phases();
-  report.total_seconds = SecondsSince(start);
-  report.finished = std::chrono::system_clock::now();
-  std::string phases;
-  for (const auto& phase : report.phases) {
-    phases += fmt::format(" {}={:.3f}s", phase.name, phase.seconds);
+ private:
+  // Records a failure that came before anything was unloaded or loaded: the serving versions
+  // (if any) serve on; otherwise the model shows as failed, keeping `config` when it was
+  // usable. A name no repository holds and the manager never knew leaves nothing behind.
+  Status Reject(const Status& error, std::shared_ptr<const config::ModelConfig> config) {
+    const std::string message = fmt::format("failed to load '{}': {}", name_, error.message());
+    spdlog::error("{}", message);
+    report_.error = error.message();
+    report_.total_seconds = SecondsSince(start_);
+    report_.finished = std::chrono::system_clock::now();
+    bool known = false;
+    {
+      std::shared_lock lock(manager_.mu_);
+      known = manager_.models_.count(name_) > 0;
+    }
+    if (!known && error.code() == StatusCode::kNotFound) return Status::NotFound(message);
+    manager_.Update(name_, [&](ModelEntry& entry) {
+      entry.last_load = report_;
+      if (serving_) {
+        entry.lifecycle.set_reason("serving; last load failed: " + error.message());
+        return;
+      }
+      entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kLoading,
+                                      "loading");
+      entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kFailed,
+                                      error.message());
+      entry.unloaded_on_request = false;
+      if (config != nullptr) entry.serving.config = std::move(config);
+    });
+    return error.code() == StatusCode::kNotFound ? Status::NotFound(message)
+                                                 : Status(error.code(), message);
   }
-  spdlog::info("loaded model '{}' version(s) {} in {:.3f}s:{}", name,
-               fmt::join(files.versions, ","), report.total_seconds, phases);
-  Update(name, [&](ModelEntry& entry) { entry.last_load = report; });
-  return Status::Ok();
+
+  // Completes the report of a load that got as far as loading, and files it with the model.
+  void Finish(bool ok, const std::string& error) {
+    report_.ok = ok;
+    report_.error = error;
+    report_.phases = timing_.phases();
+    report_.total_seconds = SecondsSince(start_);
+    report_.finished = std::chrono::system_clock::now();
+    manager_.Update(name_, [&](ModelEntry& entry) { entry.last_load = report_; });
+  }
+
+  ModelManager& manager_;
+  const std::string& name_;
+  const Clock::time_point start_ = Clock::now();
+  LoadTiming timing_;
+  LoadReport report_;
+  bool serving_ = false;  // some version served when the load began
+  std::optional<DeviceBytes> measured_;  // the last successful load's footprint
+  ModelFiles files_;
+  ReloadSettings settings_;
+  ReloadDecision decision_;
+};
+
+Status ModelManager::LoadLocked(const std::string& name,
+                                std::shared_ptr<const config::ModelConfig> config_override) {
+  LoadRun load(*this, name);
+  VRAMD_RETURN_IF_ERROR(load.Prepare(std::move(config_override)));
+  load.ChoosePolicy();
+  if (load.DrainsFirst()) load.Drain();
+  Versions attempt = load.Attempt();
+  if (!attempt.failed.empty()) return load.Fail(std::move(attempt));
+  return load.Switch(std::move(attempt));
+}
+
+void ModelManager::LetGapWaitersLook(const std::string& name) {
+  // Requests that waited out the previous gap look first, so that back-to-back reloads cannot
+  // starve them; bounded, since the releasing thread may be held up by a slow callback and
+  // must not stall the reload.
+  const std::atomic<int>* waiters = nullptr;
+  {
+    std::shared_lock lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end() || it->second.gap_waiters.load() == 0) return;
+    // Stays valid unlocked: a map node lives until erased, and an entry is erased only under
+    // its model's action lock (held here) or by the destructor.
+    waiters = &it->second.gap_waiters;
+  }
+  std::unique_lock parked(parked_mu_);
+  gap_answered_.wait_for(parked, kGapWaitersGrace, [waiters] { return waiters->load() == 0; });
+}
+
+Status ModelManager::DrainAndUnload(const std::string& name, Versions old, std::string reason) {
+  const std::vector<int64_t> versions = VersionNumbers(old.ready);
+  Retire(name, std::move(old));
+  Update(name, [&](ModelEntry& entry) {
+    // Not draining: a failed model had nothing to drain (or the move to draining was refused,
+    // and logged).
+    if (entry.lifecycle.state() != LifecycleState::kDraining) return;
+    entry.lifecycle.TransitionOrLog(name, versions, LifecycleState::kUnloading,
+                                    std::move(reason));
+  });
+  return WaitRetired(name);
 }
 
 Status ModelManager::Unload(std::string_view name) {
@@ -579,7 +670,8 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
     known = entry.lifecycle.state() != LifecycleState::kUnloaded;
     if (!known) return;
     if (entry.lifecycle.state() == LifecycleState::kReady) {
-      (void)entry.lifecycle.Transition(LifecycleState::kDraining, "unloading");
+      entry.lifecycle.TransitionOrLog(name, VersionNumbers(entry.serving.ready),
+                                      LifecycleState::kDraining, "unloading");
     }
     old = std::move(entry.serving);
     entry.serving = Versions();
@@ -592,21 +684,17 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
     }
   }
   if (!known) return Status::Ok();  // not loaded: nothing to do (Triton's answer)
-  const bool had_versions = !old.ready.empty();
-  Retire(name, std::move(old));
-  Update(name, [&](ModelEntry& entry) {
-    if (entry.lifecycle.state() == LifecycleState::kDraining) {
-      (void)entry.lifecycle.Transition(LifecycleState::kUnloading, "unloading");
-    }
-  });
-  Status gone = WaitRetired(name);
+  const std::vector<int64_t> versions = VersionNumbers(old.ready);
+  // Logged, not returned: nothing serves any more, which is what Unload promises; versions a
+  // request still holds are destroyed (and their owners closed) once it lets go.
+  Status gone = DrainAndUnload(name, std::move(old), "unloading");
   if (!gone.ok()) spdlog::warn("{}", gone.message());
   size_t trimmed = memory_.allocator->TrimAll();
   Update(name, [&](ModelEntry& entry) {
-    (void)entry.lifecycle.Transition(LifecycleState::kUnloaded, "unloaded");
+    entry.lifecycle.TransitionOrLog(name, versions, LifecycleState::kUnloaded, "unloaded");
     entry.unloaded_on_request = true;
   });
-  if (had_versions) spdlog::info("unloaded model '{}'; returned {} bytes", name, trimmed);
+  if (!versions.empty()) spdlog::info("unloaded model '{}'; returned {} bytes", name, trimmed);
   return Status::Ok();
 }
 
@@ -619,14 +707,17 @@ Status ModelManager::PollOnce() {
     ActionGuard action(*this, change.model);
     if (change.kind == repository::ChangeKind::kRemoved) {
       spdlog::info("repository poll: model '{}' was removed; unloading it", change.model);
-      (void)UnloadLocked(change.model, /*on_request=*/false);
+      Status unloaded = UnloadLocked(change.model, /*on_request=*/false);
+      if (!unloaded.ok()) spdlog::error("repository poll: {}", unloaded.message());
       return;
     }
     spdlog::info("repository poll: model '{}' {}; loading it", change.model,
                  change.kind == repository::ChangeKind::kAdded ? "appeared"
                                                                            : "changed");
     load_slots_.acquire();
-    (void)LoadLocked(change.model, nullptr);  // its failure is logged and in the index
+    // Not returned: one model's failure must not hide the others' changes; LoadLocked has
+    // logged it and the index shows it.
+    (void)LoadLocked(change.model, nullptr);
     load_slots_.release();
   });
   return Status::Ok();
@@ -640,6 +731,9 @@ Status GapTimeout(std::string_view name, std::chrono::milliseconds wait) {
       "ready within {} ms",
       name, wait.count()));
 }
+
+// What a request parked in a gap gets when the manager stops first.
+Status ShuttingDown() { return Status::Unavailable("the server is shutting down"); }
 
 }  // namespace
 
@@ -737,16 +831,21 @@ void ModelManager::ReleaseParked(std::stop_token stop) {
           still.push_back(std::move(p));
           continue;
         }
-        Result<std::shared_ptr<LoadedModel>> result = GapTimeout(p.name, p.wait);
+        // Stopping before its wait ran out is no timeout: say why it ends.
+        Result<std::shared_ptr<LoadedModel>> result =
+            now < p.deadline ? ShuttingDown() : GapTimeout(p.name, p.wait);
         if (ended) result = FindLocked(p.name, p.version);
         if (it != models_.end()) --it->second.gap_waiters;
         ready.emplace_back(std::move(p), std::move(result));
       }
     }
-    if (!still.empty()) {
+    {
+      // Taken even with nothing to put back: a reload waiting in LetGapWaitersLook checks
+      // gap_waiters under parked_mu_, so the fall above is seen or this notification is.
       std::lock_guard parked(parked_mu_);
       for (auto& p : still) parked_.push_back(std::move(p));
     }
+    if (!ready.empty()) gap_answered_.notify_all();
     for (auto& [p, result] : ready) p.done(std::move(result), /*waited=*/true);
   }
   // Stopping: whoever is still parked gets an answer.
@@ -755,7 +854,7 @@ void ModelManager::ReleaseParked(std::stop_token stop) {
     std::lock_guard parked(parked_mu_);
     left.swap(parked_);
   }
-  for (auto& p : left) p.done(Status::Unavailable("the server is shutting down"), true);
+  for (auto& p : left) p.done(ShuttingDown(), true);
 }
 
 Result<std::shared_ptr<const config::ModelConfig>> ModelManager::FindConfig(

@@ -21,6 +21,17 @@
 // long enough to copy a shared_ptr (or to wait out a resource-preserving gap). Actions on one
 // model are serialized by its action lock; different models load in parallel, at most
 // load_thread_count at a time. The map's lock is never held while loading or unloading.
+//
+// Lock order. A thread holding one of the manager's locks may acquire only those to its right:
+//   poll_mu_  ->  one ActionSlot::mu (a model's action lock)  ->  mu_  ->  parked_mu_
+// actions_mu_ and retired_mu_ are leaves: nothing is acquired while either is held. actions_mu_
+// is taken with at most poll_mu_ held (ActionGuard), retired_mu_ with at most poll_mu_ and an
+// action lock. Never held together: two action locks (a thread acts on one model at a time);
+// actions_mu_ and an action lock (ActionGuard lets go of one before it takes the other);
+// retired_mu_ and mu_ or parked_mu_. A load slot (load_thread_count) is waited for holding an
+// action lock (and poll_mu_, polling), nothing else. Beyond an action lock and poll_mu_, no
+// lock of the manager is held while a backend loads, a version shuts down or is destroyed, a
+// FindAsync callback runs, or a thread waits for retired versions to be destroyed.
 #pragma once
 
 #include <atomic>
@@ -29,6 +40,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -147,21 +159,36 @@ class ModelManager {
   // The version serving `name`: `version`, or the highest ready version when it is 0. During a
   // resource-preserving reload it waits for the new versions up to the model's unavailable
   // wait (as FindAsync, blocking). NotFound for an unknown model or version; Unavailable for
-  // one that is not ready. REQUIRES: not called from a FindAsync callback.
+  // one that is not ready. For metadata and statistics: requests go through InferRouter
+  // (infer_router.h), which never blocks its caller. REQUIRES: not called on the releasing
+  // thread (an InferRouter callback or build step), which it may wait for.
   Result<std::shared_ptr<LoadedModel>> Find(std::string_view name, int64_t version) const;
 
-  // Find without blocking the caller: `done` gets Find's answer at once, on this thread
-  // (waited = false), or, during a resource-preserving gap, once the gap ends or the model's
-  // unavailable wait runs out, on the manager's releasing thread (waited = true). `done` must
-  // not block for long there: it holds up the other parked requests.
+  // For tests: what destruction does first, done now: stops the releasing thread, which
+  // answers every request parked in a resource-preserving gap (Unavailable), so that a test
+  // sees that answer while a reload still holds the gap open. REQUIRES: nothing parks
+  // afterwards (it would never be answered).
+  void TEST_StopReleasingParked() { releaser_ = std::jthread(); }
+
+ private:
+  // The request path's lookups, for InferRouter alone: front ends reach a model through it,
+  // so that following a reload stays in runtime/.
+  friend class InferRouter;
+
   // Find's answer when it needs no waiting; nullopt during a resource-preserving gap (then
   // FindAsync parks the caller's work, Find blocks). The request path's cheap first try.
   std::optional<Result<std::shared_ptr<LoadedModel>>> TryFind(std::string_view name,
                                                               int64_t version) const;
+  // Find without blocking the caller: `done` gets Find's answer exactly once: at once, on this
+  // thread (waited = false), or, during a resource-preserving gap, once the gap ends or the
+  // model's unavailable wait runs out, or when the manager stops, on the manager's releasing
+  // thread (waited = true). `done` must not block for long there: it holds up the other parked
+  // requests.
   using FindCallback =
       std::function<void(Result<std::shared_ptr<LoadedModel>> found, bool waited)>;
   void FindAsync(std::string_view name, int64_t version, FindCallback done) const;
 
+ public:
   // The model's config (the one its serving versions were loaded with); NotFound if unknown,
   // Unavailable if the model has no usable config.
   Result<std::shared_ptr<const config::ModelConfig>> FindConfig(std::string_view name) const;
@@ -191,6 +218,8 @@ class ModelManager {
   size_t TEST_TrackedNames() const;
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   // One load's versions, under one model-level ledger owner.
   struct Versions {
     memory::ScopedOwner owner;  // closed once the versions are destroyed
@@ -199,6 +228,8 @@ class ModelManager {
     std::map<int64_t, std::string> failed;  // version -> reason
   };
 
+  // A model: all of it guarded by mu_, changed (gap_waiters aside) with mu_ held exclusively
+  // and, the destructor aside, under the model's action lock.
   struct ModelEntry {
     ModelLifecycle lifecycle;
     Versions serving;
@@ -207,7 +238,8 @@ class ModelManager {
     bool gap = false;
     std::chrono::milliseconds gap_wait{0};
     uint64_t gap_generation = 0;  // counts the gaps that ended
-    // FindAsync (and Find) calls parked in the gap: changed under the shared lock.
+    // FindAsync (and Find) calls parked in the gap and not yet answered: atomic, changed with
+    // mu_ held shared; a fall is announced on gap_answered_.
     mutable std::atomic<int> gap_waiters{0};
     bool unloaded_on_request = false;  // not counted by AllModelsReady
     std::optional<DeviceBytes> measured;  // the last successful load's footprint
@@ -218,39 +250,73 @@ class ModelManager {
   struct Retired {
     std::string model;
     Versions versions;
-    std::vector<std::shared_ptr<const std::atomic<bool>>> destroyed;  // LoadedModel::destroyed()
+    std::vector<std::shared_future<void>> destroyed;  // LoadedModel::destroyed()
   };
 
-  explicit ModelManager(const Options& options);
+  // FindAsync calls waiting out a resource-preserving gap.
+  struct Parked {
+    std::string name;
+    int64_t version = 0;
+    uint64_t generation = 0;  // of the gap they wait for
+    Clock::time_point deadline;
+    std::chrono::milliseconds wait{0};
+    FindCallback done;
+  };
 
-  // The load proper, under the model's action lock and a load slot.
-  Status LoadLocked(const std::string& name,
-                    std::shared_ptr<const config::ModelConfig> config_override);
-  Status UnloadLocked(const std::string& name, bool on_request);
-  // Loads `versions` with `config` into a fresh Versions; warms each ready one up.
-  Versions LoadVersions(const std::string& name, std::shared_ptr<const config::ModelConfig> config,
-                        const std::filesystem::path& model_dir,
-                        const std::vector<int64_t>& versions, LoadTiming* timing) const;
-  // Shuts `versions` down (queued requests run) and hands them to the retired list, whose
-  // owner closes once no request holds them.
-  void Retire(const std::string& model, Versions versions);
-  // Closes the owners of retired versions nobody holds.
-  void SweepRetired();
-  // Waits until nothing retired of `model` is alive, up to retire_timeout.
-  Status WaitRetired(const std::string& model);
-  // Ends a resource-preserving gap (if one is open). REQUIRES: mu_ held exclusively.
-  static void EndGap(ModelEntry& entry);
-  // Applies `change` to the model's entry under the map lock and wakes waiters.
-  void Update(const std::string& name, const std::function<void(ModelEntry&)>& change);
+  struct ActionSlot {
+    std::mutex mu;  // the action lock proper: held for a whole action on the model
+    int users = 0;  // guards holding or waiting for `mu`; guarded by actions_mu_
+  };
   // A model's action lock, held for the guard's life. The lock exists only while a guard holds
   // or waits for it, so a name that never becomes a model leaves nothing behind.
   class ActionGuard;
+  // One (re)load of a model in named steps (model_manager.cc): prepare, drain (resource-
+  // preserving), attempt, then switch or fail. Lives for one LoadLocked call.
+  class LoadRun;
+
+  explicit ModelManager(const Options& options);
+
+  // The methods below that act on one model REQUIRE its action lock (an ActionGuard).
+  // The load proper, under the model's action lock and a load slot: LoadRun's steps in order.
+  Status LoadLocked(const std::string& name,
+                    std::shared_ptr<const config::ModelConfig> config_override);
+  Status UnloadLocked(const std::string& name, bool on_request);
+  // Loads `versions` with `config` into a fresh Versions; warms each ready one up. No lock.
+  Versions LoadVersions(const std::string& name, std::shared_ptr<const config::ModelConfig> config,
+                        const std::filesystem::path& model_dir,
+                        const std::vector<int64_t>& versions, LoadTiming* timing) const;
+  // The unload half of Unload and of a resource-preserving reload, for versions already taken
+  // out of the map with the model draining: retires `old`, moves the model to unloading with
+  // `reason`, and waits for the versions' destruction (WaitRetired, whose error it returns).
+  Status DrainAndUnload(const std::string& name, Versions old, std::string reason);
+  // Shuts `versions` down (queued requests run) and hands them to the retired list, whose
+  // owner closes once no request holds them.
+  void Retire(const std::string& model, Versions versions);
+  // Closes the owners of retired versions that are destroyed.
+  void SweepRetired();
+  // Waits until nothing retired of `model` is alive, up to retire_timeout; Unavailable, with
+  // how many are left, after that.
+  Status WaitRetired(const std::string& model);
+  // Waits until every retired version (of `model`, or of all models when nullopt) is destroyed
+  // or `deadline` passes, then sweeps; how many are still alive.
+  size_t AwaitRetired(std::optional<std::string_view> model, Clock::time_point deadline);
+  // Before a new gap opens: lets the requests parked in the model's previous gap get their
+  // answer first, for at most kGapWaitersGrace (model_manager.cc).
+  void LetGapWaitersLook(const std::string& name);
+  // Ends a resource-preserving gap (if one is open). REQUIRES: mu_ held exclusively.
+  static void EndGap(ModelEntry& entry);
+  // Applies `change` to the model's entry with mu_ held exclusively and wakes the releasing
+  // thread. `change` must not block, log aside (it runs under the map lock).
+  void Update(const std::string& name, const std::function<void(ModelEntry&)>& change);
   // Find's answer without waiting. REQUIRES: mu_ held (shared is enough).
   Result<std::shared_ptr<LoadedModel>> FindLocked(std::string_view name, int64_t version) const;
   // The releasing thread: answers parked FindAsync calls when their gap ends or times out.
   void ReleaseParked(std::stop_token stop);
+  // The polling thread: PollOnce every poll_interval until stopped.
+  void PollUntilStopped(std::stop_token stop);
   Status CheckMode(std::string_view action) const;
 
+  // Constant after construction.
   const MemoryContext memory_;
   const ModelControlMode mode_;
   const std::vector<std::filesystem::path> repositories_;
@@ -260,36 +326,37 @@ class ModelManager {
   const std::chrono::milliseconds poll_interval_;
   const int load_thread_count_;
 
+  // Synchronized by itself: taken and given back under an action lock.
   std::counting_semaphore<> load_slots_;
 
-  struct ActionSlot {
-    std::mutex mu;  // the action lock proper
-    int users = 0;  // guards holding or waiting for `mu`; by actions_mu_
-  };
+  // Guarded by actions_mu_ (a leaf).
   mutable std::mutex actions_mu_;
-  std::map<std::string, ActionSlot, std::less<>> actions_;  // by actions_mu_
-  std::mutex retired_mu_;
-  std::vector<Retired> retired_;  // guarded by retired_mu_
+  std::map<std::string, ActionSlot, std::less<>> actions_;  // guarded by actions_mu_
 
+  // Guarded by mu_.
   mutable std::shared_mutex mu_;
   std::map<std::string, ModelEntry, std::less<>> models_;  // guarded by mu_
 
-  // FindAsync calls waiting out a resource-preserving gap.
-  struct Parked {
-    std::string name;
-    int64_t version = 0;
-    uint64_t generation = 0;  // of the gap they wait for
-    std::chrono::steady_clock::time_point deadline;
-    std::chrono::milliseconds wait{0};
-    FindCallback done;
-  };
+  // Guarded by retired_mu_ (a leaf).
+  std::mutex retired_mu_;
+  std::vector<Retired> retired_;  // guarded by retired_mu_
+
+  // Guarded by parked_mu_ (taken under mu_ by FindAsync, never the other way round).
   mutable std::mutex parked_mu_;
-  mutable std::condition_variable_any parked_cv_;
+  mutable std::condition_variable_any parked_cv_;  // wakes the releasing thread; parked_mu_
+  std::condition_variable gap_answered_;  // a ModelEntry::gap_waiters fell; with parked_mu_
   mutable std::vector<Parked> parked_;  // guarded by parked_mu_
   mutable bool parked_dirty_ = false;   // an entry changed; guarded by parked_mu_
 
+  // Guarded by poll_mu_ (the first lock of the order).
   std::mutex poll_mu_;  // serializes PollOnce
-  std::unique_ptr<repository::RepositoryWatcher> watcher_;  // poll mode only
+  // Poll mode only; set by Create before the polling thread starts, polled under poll_mu_.
+  std::unique_ptr<repository::RepositoryWatcher> watcher_;
+
+  // Threads, last: stopped (and joined) first.
+  // Destroys a version whose last reference drops on one of its own instance threads
+  // (LoadedModel::HoldVersionInOutcomes); the destructor shuts every version down before it.
+  mutable VersionReaper reaper_;  // synchronized by itself
   std::jthread releaser_;  // answers parked FindAsync calls
   std::jthread poller_;  // last: stops (and joins) first
 };
