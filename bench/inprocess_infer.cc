@@ -7,8 +7,9 @@
 //
 // Loads M from R with vramd's ModelManager (the same ledger, allocator and backends as `vramd
 // serve`), then for each concurrency c runs c threads that each send the FP32 tensor in FILE as
-// the model's first input, back to back, the way the HTTP front end submits requests (Find,
-// TryInferAsync, wait). Prints one JSON line per concurrency, in infer_load's fields.
+// the model's first input, back to back, the way the HTTP front end submits requests
+// (runtime::InferRouter), waiting for each. Prints one JSON line per concurrency, in
+// infer_load's fields.
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -31,6 +32,7 @@
 #include "latency_summary.h"
 #include "memory/allocator.h"
 #include "memory/ledger.h"
+#include "runtime/infer_router.h"
 #include "runtime/model_manager.h"
 
 namespace {
@@ -81,21 +83,18 @@ Options Parse(int argc, char** argv) {
   return o;
 }
 
-// One request through the runtime as the HTTP front end submits it; its outcome's status.
+// One request through the runtime as the HTTP front end submits it (InferRouter), waited for;
+// its outcome's status.
 vramd::Status InferOnce(const vramd::runtime::ModelManager& manager, const std::string& model,
-                 const std::shared_ptr<vramd::InferRequest>& request) {
-  auto found = manager.Find(model, 0);
-  if (!found.ok()) return found.status();
-  std::promise<vramd::Status> promise;
-  auto future = promise.get_future();
-  vramd::runtime::InferCallback done = [&promise](vramd::Result<vramd::runtime::InferOutcome> r) {
-    promise.set_value(r.ok() ? vramd::Status::Ok() : r.status());
-  };
-  request->model_name = model;
-  request->model_version = (*found)->version();
-  std::shared_ptr<const vramd::InferRequest> shared = request;
-  if (!(*found)->TryInferAsync(shared, &done)) return vramd::Status::Unavailable("version retired");
-  found->reset();
+                        std::shared_ptr<vramd::InferRequest> request) {
+  // Shared with the callback, which may still be returning from set_value when get() does.
+  auto promise = std::make_shared<std::promise<vramd::Status>>();
+  auto future = promise->get_future();
+  vramd::runtime::InferRouter(&manager).InferAsync(
+      model, 0, std::move(request),
+      [promise](vramd::Result<vramd::runtime::InferOutcome> r) {
+        promise->set_value(r.ok() ? vramd::Status::Ok() : r.status());
+      });
   return future.get();
 }
 
@@ -148,7 +147,7 @@ int main(int argc, char** argv) {
           request->inputs.push_back(vramd::Tensor{input_name, vramd::DataType::kFp32, o.shape,
                                                   vramd::HostBuffer::CopyOf(bytes.data(),
                                                                             bytes.size())});
-          const vramd::Status s = InferOnce(**manager, o.model, request);
+          const vramd::Status s = InferOnce(**manager, o.model, std::move(request));
           const auto t1 = Clock::now();
           if (!s.ok()) {
             if (errors.fetch_add(1) == 0) std::cerr << "inprocess_infer: " << s.ToString() << "\n";

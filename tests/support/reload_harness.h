@@ -1,6 +1,6 @@
 // Test support for reloads under load (tests/unit/reload_*_test.cc): small CPU mlp models whose
-// versions hold different weights, a request path that mirrors the HTTP front end's (Find, then
-// TryInferAsync, finding the replacement when a reload retired the version in between), client
+// versions hold different weights, the request path of the HTTP front end (InferRouter, which
+// finds the replacement when a reload retired the version between lookup and submit), client
 // threads that keep requests flowing and check every response, and what a test compares before
 // and after: the ledger's state, the process's threads and open file descriptors.
 #pragma once
@@ -33,6 +33,7 @@
 #include "config/model_config_parser.h"
 #include "core/status.h"
 #include "memory/ledger.h"
+#include "runtime/infer_router.h"
 #include "runtime/model_manager.h"
 #include "support/mlp_reference.h"
 
@@ -140,45 +141,22 @@ inline std::string FloatsString(const std::vector<float>& v) {
 
 struct RetriedOutcome {
   Result<runtime::InferOutcome> outcome = Status::Internal("not run");
-  int retries = 0;  // times TryInferAsync refused a version a reload had retired
 };
 
-// What KServeRoutes::Infer (src/server/http/kserve_routes.cc) does: Find the serving version,
-// submit with TryInferAsync, and while the version refuses (a reload retired it between the
-// lookup and the submit) drop it, Find again and resubmit; a failed Find answers the request.
-// The version is not held while waiting for the answer (the front end returns at once).
+// A request through the path every front end takes (runtime/infer_router.h): the router finds
+// the serving version and, when a reload retired it between the lookup and the submit, submits
+// to its replacement; in a resource-preserving gap it parks the request. Waits for the answer;
+// the version is not held meanwhile (the router lets go of it once it has submitted).
 inline RetriedOutcome InferWithRetry(const runtime::ModelManager& manager,
                                      const std::string& model,
                                      const std::shared_ptr<InferRequest>& request) {
-  RetriedOutcome result;
-  auto found = manager.Find(model, 0);
-  if (!found.ok()) {
-    result.outcome = found.status();
-    return result;
-  }
+  // Shared with the callback, which may still be returning from set_value when get() does.
   auto promise = std::make_shared<std::promise<Result<runtime::InferOutcome>>>();
   auto future = promise->get_future();
-  runtime::InferCallback done = [promise](Result<runtime::InferOutcome> outcome) {
-    promise->set_value(std::move(outcome));
-  };
-  std::shared_ptr<runtime::LoadedModel> target = std::move(found).value();
-  request->model_name = model;
-  request->model_version = target->version();
-  std::shared_ptr<const InferRequest> shared = request;
-  while (!target->TryInferAsync(shared, &done)) {
-    ++result.retries;
-    // Released before the Find, which may wait for a resource-preserving reload that waits
-    // for this very reference (KServeRoutes::Infer does the same).
-    target.reset();
-    auto again = manager.Find(model, 0);
-    if (!again.ok()) {
-      done(again.status());
-      break;
-    }
-    target = std::move(again).value();
-    request->model_version = target->version();  // not yet seen by anyone else
-  }
-  target.reset();
+  runtime::InferRouter(&manager).InferAsync(
+      model, 0, request,
+      [promise](Result<runtime::InferOutcome> outcome) { promise->set_value(std::move(outcome)); });
+  RetriedOutcome result;
   result.outcome = future.get();
   return result;
 }
@@ -203,7 +181,6 @@ class LoadClients {
   struct Counts {
     uint64_t answered = 0;  // every request that got its answer
     uint64_t consistent = 0;
-    uint64_t retries = 0;
     uint64_t allowed_failures = 0;
     uint64_t failed = 0;
     uint64_t inconsistent = 0;
@@ -260,7 +237,6 @@ class LoadClients {
       if (r.outcome.ok()) complaint = check_(client, r.outcome->response);
       {
         std::lock_guard lock(mu_);
-        counts_.retries += r.retries;
         ++counts_.answered;
         if (!r.outcome.ok()) {
           if (allowed_ && allowed_(r.outcome.status())) {

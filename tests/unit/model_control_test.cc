@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "runtime/infer_router.h"
 #include "runtime/model_manager.h"
 
 namespace vramd {
@@ -353,14 +354,18 @@ std::string SlowResourcePreservingConfig(int wait_ms) {
          "data_type: TYPE_INT32 dims: [ 2 ] zero_data: true } } } ]\n";
 }
 
-// Runs FindAsync in a resource-preserving gap: it returns at once, and its answer comes later.
-struct ParkedFind {
-  std::promise<std::pair<Status, bool>> answer;  // the lookup's status, and `waited`
+// A request through InferRouter in a resource-preserving gap: the call returns at once, and the
+// answer comes later. Where the build step ran shows where the version lookup was answered: on
+// the caller's thread at once, or on the manager's releasing thread after the gap.
+struct ParkedInfer {
+  std::promise<Status> answer;
+  int64_t version = 0;  // of the response
+  std::thread::id build_thread;
   std::chrono::steady_clock::duration call_time{};
-  int64_t version = 0;
 };
 
-void FindInGap(runtime::ModelManager& manager, const std::string& name, ParkedFind* parked) {
+void InferInGap(runtime::ModelManager& manager, const std::string& name, InferRequest request,
+                const std::shared_ptr<ParkedInfer>& parked) {
   // The gap lasts from the old version's drain to the new one's warmup (300 ms of loading).
   for (int i = 0; i < 2000; ++i) {
     auto life = manager.Lifecycle(name);
@@ -373,49 +378,65 @@ void FindInGap(runtime::ModelManager& manager, const std::string& name, ParkedFi
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const auto start = std::chrono::steady_clock::now();
-  manager.FindAsync(name, 0, [parked](Result<std::shared_ptr<runtime::LoadedModel>> found,
-                                      bool waited) {
-    if (found.ok()) parked->version = (*found)->version();
-    parked->answer.set_value({found.status(), waited});
-  });
+  runtime::InferRouter(&manager).InferAsync(
+      name, 0, std::make_shared<InferRequest>(),
+      [parked, request](const config::ModelConfig&) -> Result<InferRequest> {
+        parked->build_thread = std::this_thread::get_id();
+        return request;
+      },
+      [parked](Result<runtime::InferOutcome> outcome) {
+        if (outcome.ok()) parked->version = outcome->response.model_version;
+        parked->answer.set_value(outcome.status());
+      });
   parked->call_time = std::chrono::steady_clock::now() - start;
 }
 
-TEST_F(ModelControlTest, FindAsyncParksARequestInAResourcePreservingGapWithoutBlocking) {
+TEST_F(ModelControlTest, InferAsyncParksARequestInAResourcePreservingGapWithoutBlocking) {
   WriteModel("slow", SlowResourcePreservingConfig(5000));
   auto manager = Start(runtime::ModelControlMode::kExplicit, {"slow"});
   auto reload = std::async(std::launch::async, [&] { return manager->Load("slow"); });
-  ParkedFind parked;
-  FindInGap(*manager, "slow", &parked);
-  EXPECT_LT(parked.call_time, std::chrono::milliseconds(100)) << "FindAsync blocked its caller";
-  auto future = parked.answer.get_future();
+  auto parked = std::make_shared<ParkedInfer>();
+  InferInGap(*manager, "slow", Request("parked"), parked);
+  EXPECT_LT(parked->call_time, std::chrono::milliseconds(100)) << "InferAsync blocked its caller";
+  auto future = parked->answer.get_future();
   ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  auto [status, waited] = future.get();
+  Status status = future.get();
   EXPECT_TRUE(status.ok()) << status.ToString();
-  EXPECT_TRUE(waited);
-  EXPECT_EQ(parked.version, 1);
+  EXPECT_NE(parked->build_thread, std::this_thread::get_id()) << "the lookup did not wait";
+  EXPECT_EQ(parked->version, 1);
   ASSERT_TRUE(reload.get().ok());
-  // Outside a gap the answer comes at once, on the caller's thread.
-  bool immediate = false;
-  manager->FindAsync("slow", 0, [&](Result<std::shared_ptr<runtime::LoadedModel>> found,
-                                    bool waited) { immediate = found.ok() && !waited; });
-  EXPECT_TRUE(immediate);
+  // Outside a gap the lookup is answered at once, on the caller's thread.
+  std::thread::id build_thread;
+  auto answered = std::make_shared<std::promise<Status>>();
+  runtime::InferRouter(manager.get())
+      .InferAsync(
+          "slow", 0, std::make_shared<InferRequest>(),
+          [&build_thread](const config::ModelConfig&) -> Result<InferRequest> {
+            build_thread = std::this_thread::get_id();
+            return Request("immediate");
+          },
+          [answered](Result<runtime::InferOutcome> outcome) {
+            answered->set_value(outcome.status());
+          });
+  EXPECT_EQ(build_thread, std::this_thread::get_id());
+  EXPECT_TRUE(answered->get_future().get().ok());
 }
 
-TEST_F(ModelControlTest, FindAsyncInAGapLongerThanTheWaitGetsTheDocumentedError) {
+TEST_F(ModelControlTest, InferAsyncInAGapLongerThanTheWaitGetsTheDocumentedError) {
   WriteModel("slow", SlowResourcePreservingConfig(50));  // the reload's gap lasts 300 ms or more
   auto manager = Start(runtime::ModelControlMode::kExplicit, {"slow"});
   auto reload = std::async(std::launch::async, [&] { return manager->Load("slow"); });
-  ParkedFind parked;
-  FindInGap(*manager, "slow", &parked);
-  auto future = parked.answer.get_future();
+  auto parked = std::make_shared<ParkedInfer>();
+  InferInGap(*manager, "slow", Request("parked"), parked);
+  auto future = parked->answer.get_future();
   ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  auto [status, waited] = future.get();
+  Status status = future.get();
   EXPECT_EQ(status.code(), StatusCode::kUnavailable);
   EXPECT_NE(status.message().find("a resource-preserving reload is in progress and it was not "
                                   "ready within 50 ms"),
             std::string::npos)
       << status.message();
+  EXPECT_EQ(parked->build_thread, std::thread::id()) << "built for no version";
   ASSERT_TRUE(reload.get().ok());
 }
 

@@ -293,9 +293,8 @@ class ReloadUnderLoadTest : public ::testing::Test {
 
     std::cout << "[ reloads  ] policy " << s.policy << ", wait " << s.wait_ms << " ms: "
               << counts.answered << " requests (" << counts.by_version[1] << " by v1, "
-              << counts.by_version[2] << " by v2), " << counts.retries
-              << " resubmitted after TryInferAsync refused a retired version, "
-              << counts.allowed_failures << " gap errors, " << counts.failed << " failed, "
+              << counts.by_version[2] << " by v2), " << counts.allowed_failures
+              << " gap errors, " << counts.failed << " failed, "
               << counts.inconsistent << " inconsistent\n";
     EXPECT_EQ(counts.failed, 0u) << ::testing::PrintToString(counts.failures);
     EXPECT_EQ(counts.inconsistent, 0u) << ::testing::PrintToString(counts.complaints);

@@ -15,6 +15,7 @@
 #include "core/data_type.h"
 #include "core/json_parse.h"
 #include "core/json_write.h"
+#include "runtime/infer_router.h"
 #include "server/http/http_status.h"
 #include "server/http/infer_codec.h"
 #include "server/http/lifecycle_routes.h"
@@ -338,59 +339,35 @@ HttpResponse KServeRoutes::ModelConfig(const std::string& model, int64_t version
 
 namespace {
 
-// Submits `request` to `target`. A reload may retire `target` between its lookup and here; then
-// the request goes to the version that replaced it rather than failing (each retry follows a
-// completed switch, so this ends). `allow_inline` is false on the manager's releasing thread,
-// which must not run executions. Free functions, not members: a request parked in a reload's
-// gap may be answered while the server shuts down, after the routes are gone; the manager
-// outlives both.
-void Submit(const runtime::ModelManager* manager, std::shared_ptr<InferRequest> request,
-            std::shared_ptr<runtime::LoadedModel> target, runtime::InferCallback done,
-            const std::string& model, int64_t version, bool allow_inline) {
-  std::shared_ptr<const InferRequest> shared = request;
-  if (target->TryInferAsync(shared, &done, allow_inline)) return;
-  // Released before the lookup, which may wait for a resource-preserving reload that waits for
-  // this very reference.
-  target.reset();
-  manager->FindAsync(model, version,
-                     [manager, request, done = std::move(done), model, version](
-                         Result<std::shared_ptr<runtime::LoadedModel>> found, bool waited) mutable {
-                       if (!found.ok()) return done(found.status());
-                       request->model_version = (*found)->version();  // not yet seen by others
-                       Submit(manager, request, std::move(found).value(), std::move(done), model,
-                              version, !waited);
-                     });
+// The request `http` carries, for a version whose config is `config` (a raw binary body is
+// parsed against its inputs).
+Result<InferRequest> ParseHttpInferRequest(const HttpRequest& http,
+                                           const config::ModelConfig& config) {
+  if (!http.inference_header_length) return ParseInferRequest(http.body, std::nullopt);
+  const std::string& text = *http.inference_header_length;
+  size_t length = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
+  if (ec != std::errc() || p != text.data() + text.size()) {
+    return Status::InvalidArgument(
+        fmt::format("Inference-Header-Content-Length '{}' is not a byte count", text));
+  }
+  return length == 0 ? ParseRawBinaryRequest(config, http.body)
+                     : ParseInferRequest(http.body, length);
 }
 
-// Parses `http` for `target` and submits it.
-void InferOn(const runtime::ModelManager* manager, const HttpRequest& http,
-             const std::string& model, int64_t version,
-             std::shared_ptr<runtime::LoadedModel> target, Responder respond, bool allow_inline) {
-  Result<InferRequest> parsed = Status::InvalidArgument("unset");
-  if (http.inference_header_length) {
-    const std::string& text = *http.inference_header_length;
-    size_t length = 0;
-    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
-    if (ec != std::errc() || p != text.data() + text.size()) {
-      return respond(Error(
-          400, fmt::format("Inference-Header-Content-Length '{}' is not a byte count", text)));
-    }
-    parsed = length == 0 ? ParseRawBinaryRequest(target->config(), http.body)
-                         : ParseInferRequest(http.body, length);
-  } else {
-    parsed = ParseInferRequest(http.body, std::nullopt);
-  }
-  if (!parsed.ok()) return respond(Error(parsed.status()));
-  auto request = std::make_shared<InferRequest>(std::move(parsed).value());
-  request->model_name = model;
-  request->model_version = target->version();
+}  // namespace
 
+void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t version,
+                         Responder respond) const {
+  auto request = std::make_shared<InferRequest>();
   // Run by the model's scheduler, possibly on an instance thread, which then encodes and
   // responds (a Responder may be called from any thread). The outcome holds the request's
   // ledger owner: it closes (checking for leaks) when `outcome` goes out of scope, after the
   // response has been encoded and its tensors released. The callback holds the request (the
-  // encoder needs its id and output choices) but not the model.
-  runtime::InferCallback done = [request, respond](Result<runtime::InferOutcome> outcome) {
+  // encoder needs its id and output choices) but not the model, and nothing of the routes: a
+  // request parked in a reload's gap may be answered after they are gone.
+  runtime::InferCallback done = [request, respond = std::move(respond)](
+                                    Result<runtime::InferOutcome> outcome) {
     // The runtime is done with the inputs once it answers (infer_outcome.h). They are views
     // into the request body, which can be as large as the output: dropping them frees it
     // before the reply is written next to the output, rather than holding all three at the
@@ -405,31 +382,14 @@ void InferOn(const runtime::ModelManager* manager, const HttpRequest& http,
     if (encoded->json_length) r.content_type = "application/octet-stream";
     respond(std::move(r));
   };
-  Submit(manager, std::move(request), std::move(target), std::move(done), model, version,
-         allow_inline);
-}
-
-}  // namespace
-
-void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t version,
-                         Responder respond) const {
-  if (auto found = manager_->TryFind(model, version)) {  // the common case: no reload gap
-    if (!found->ok()) return respond(Error(found->status()));
-    return InferOn(manager_, http, model, version, std::move(*found).value(), std::move(respond),
-                   /*allow_inline=*/true);
-  }
-  // During a resource-preserving reload the lookup parks the request (not this I/O thread)
-  // until the new version serves; the body waits with it.
-  auto parked = std::make_shared<HttpRequest>(std::move(http));
-  const runtime::ModelManager* manager = manager_;
-  manager_->FindAsync(
-      model, version,
-      [manager, parked, model, version, respond = std::move(respond)](
-          Result<std::shared_ptr<runtime::LoadedModel>> found, bool waited) mutable {
-        if (!found.ok()) return respond(Error(found.status()));
-        InferOn(manager, *parked, model, version, std::move(found).value(), std::move(respond),
-                !waited);
-      });
+  // During a resource-preserving reload the router parks the request (not this I/O thread)
+  // until the new version serves; the body waits with it, in the build step.
+  runtime::InferRouter(manager_).InferAsync(
+      model, version, std::move(request),
+      [http = std::move(http)](const config::ModelConfig& config) {
+        return ParseHttpInferRequest(http, config);
+      },
+      std::move(done));
 }
 
 HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
