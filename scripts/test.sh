@@ -30,8 +30,15 @@ ctest --test-dir "${VRAMD_BUILD_DIR:-build}" --output-on-failure --parallel "$(n
 asan_dir=build-asan
 cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=Sanitize -DVRAMD_SANITIZE=address,undefined -DVRAMD_FUZZ=ON \
+  -DVRAMD_THREAD_SAFETY_ANALYSIS=ON \
   -DVRAMD_BUILD_BENCH=OFF -DVRAMD_BUILD_PYTORCH_BACKEND=OFF "${link_flags[@]}"
 cmake --build "$asan_dir" --parallel "$(nproc)"
+# That build ran clang's thread-safety analysis over all it compiled (cmake/thread_safety.cmake);
+# what it leaves out (the benchmarks, the pytorch backend, CUDA-only files) the analysis reads
+# with clang -fsyntax-only, using the ordinary build's compile commands. No include cycle
+# between folders of src/ either.
+python3 scripts/thread_safety_check.py "${VRAMD_BUILD_DIR:-build}" "$asan_dir"
+python3 scripts/include_cycles.py
 # Leaks fail a test like any other report. An allocation too large to make returns null, as
 # malloc does, rather than stopping the program: vramd answers that as ResourceExhausted, and
 # tests check it does. Deselected from the e2e tests: those that bound the server's RSS, which

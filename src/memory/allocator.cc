@@ -47,7 +47,7 @@ Result<CachingPool*> Allocator::Pool(Device device) {
     fast = &fast_pools_[static_cast<size_t>(type * kFastIndices + device.index)];
     if (CachingPool* pool = fast->load(std::memory_order_acquire)) return pool;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto key = std::make_pair(type, device.index);
   auto it = pools_.find(key);
   if (it != pools_.end()) return it->second.get();
@@ -101,7 +101,7 @@ size_t Allocator::Trim(Device device) {
 size_t Allocator::TrimAll() {
   std::vector<CachingPool*> pools;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [key, pool] : pools_) pools.push_back(pool.get());
   }
   size_t released = 0;
@@ -112,7 +112,7 @@ size_t Allocator::TrimAll() {
 std::vector<PoolStats> Allocator::PoolStatistics() const {
   std::vector<CachingPool*> pools;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [key, pool] : pools_) pools.push_back(pool.get());
   }
   std::vector<PoolStats> stats;

@@ -10,9 +10,9 @@
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "memory/caching_pool.h"
 #include "memory/device.h"
@@ -59,25 +59,25 @@ class Allocator {
   // ResourceExhausted when the device is full; Unavailable for a device that does not exist
   // (cuda_host without CUDA or a GPU included).
   Result<Buffer> Allocate(Device device, size_t size, StreamId stream = 0,
-                          OwnerId owner = kNoOwner);
+                          OwnerId owner = kNoOwner) EXCLUDES(mu_);
 
   // The same without RAII, for the backend C ABI: the caller must Free exactly once.
   Result<void*> AllocateRaw(Device device, size_t size, StreamId stream = 0,
-                            OwnerId owner = kNoOwner);
+                            OwnerId owner = kNoOwner) EXCLUDES(mu_);
   // Frees a pointer from AllocateRaw / a Buffer on `device`. Unknown pointers are counted by the
   // ledger and otherwise ignored.
-  void Free(Device device, void* ptr);
+  void Free(Device device, void* ptr) EXCLUDES(mu_);
 
   // Returns cached, unused memory of one device / of all devices to the system; bytes returned.
   // TrimAll includes the pinned host pool (cuda_host): pinned pages cannot be swapped, so a
   // load's staging images must not stay pinned once the load is done.
-  size_t Trim(Device device);
-  size_t TrimAll();
+  size_t Trim(Device device) EXCLUDES(mu_);
+  size_t TrimAll() EXCLUDES(mu_);
 
   // Statistics of every pool created so far.
-  std::vector<PoolStats> PoolStatistics() const;
+  std::vector<PoolStats> PoolStatistics() const EXCLUDES(mu_);
   // The pool of `device`, created if needed; Unavailable if the device does not exist.
-  Result<CachingPool*> Pool(Device device);
+  Result<CachingPool*> Pool(Device device) EXCLUDES(mu_);
 
   // Fault injection, for tests of what a failed allocation leaves behind: the `nth` allocation
   // from now (1 = the next one) answers ResourceExhausted "injected allocation failure"; later
@@ -94,8 +94,8 @@ class Allocator {
   static constexpr int kDeviceTypes = 3;
   std::array<std::atomic<CachingPool*>, kDeviceTypes * kFastIndices> fast_pools_{};
 
-  mutable std::mutex mu_;
-  std::map<std::pair<int, int>, std::unique_ptr<CachingPool>> pools_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::pair<int, int>, std::unique_ptr<CachingPool>> pools_ GUARDED_BY(mu_);
 };
 
 }  // namespace vramd::memory

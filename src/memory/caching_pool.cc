@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <tuple>
@@ -30,6 +29,8 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "core/mutex.h"
 
 namespace vramd::memory {
 namespace {
@@ -124,12 +125,12 @@ class CachingPool::Impl {
   ~Impl();
 
   Device device() const { return device_; }
-  Result<void*> Allocate(size_t size, StreamId stream);
-  void Free(void* ptr);
-  size_t RequestedSize(void* ptr) const;
-  size_t Trim();
-  PoolStats Stats() const;
-  std::vector<SegmentInfo> Snapshot() const;
+  Result<void*> Allocate(size_t size, StreamId stream) EXCLUDES(mu_);
+  void Free(void* ptr) EXCLUDES(mu_);
+  size_t RequestedSize(void* ptr) const EXCLUDES(mu_);
+  size_t Trim() EXCLUDES(mu_);
+  PoolStats Stats() const EXCLUDES(mu_);
+  std::vector<SegmentInfo> Snapshot() const EXCLUDES(mu_);
 
  private:
   struct Counters {
@@ -139,49 +140,52 @@ class CachingPool::Impl {
     uint64_t oom_retries = 0, out_of_memory = 0, unknown_frees = 0;
   };
 
-  // The helpers below REQUIRE mu_ held unless they say otherwise.
-  FreeSet& FreeSetOf(const Segment* s) { return s->small ? small_free_ : large_free_; }
-  Block* NewBlock();
-  void DeleteBlock(Block* b);
+  FreeSet& FreeSetOf(const Segment* s) REQUIRES(mu_) {
+    return s->small ? small_free_ : large_free_;
+  }
+  Block* NewBlock() REQUIRES(mu_);
+  void DeleteBlock(Block* b) REQUIRES(mu_);
   // The best free block for a rounded size on `stream`, taken out of its free set; or nullptr.
-  Block* TakeBestFit(bool small, size_t rounded, StreamId stream);
+  Block* TakeBestFit(bool small, size_t rounded, StreamId stream) REQUIRES(mu_);
   // Whether `stream` holds a large-pool segment (the mid-size segment rule). Walks the segments:
   // called only on a cache miss, which is about to ask the source for memory anyway.
-  bool HoldsLargeSegment(StreamId stream) const {
+  bool HoldsLargeSegment(StreamId stream) const REQUIRES(mu_) {
     return std::any_of(segments_.begin(), segments_.end(), [&](const auto& entry) {
       return !entry.second->small && entry.second->stream == stream;
     });
   }
   // Registers a new segment and returns its single block (not in any free set).
-  Block* AddSegment(void* ptr, size_t size, StreamId stream, bool small);
+  Block* AddSegment(void* ptr, size_t size, StreamId stream, bool small) REQUIRES(mu_);
   // Splits off what `b` does not need, marks it allocated and returns its address.
-  void* HandOut(Block* b, size_t rounded, size_t requested);
+  void* HandOut(Block* b, size_t rounded, size_t requested) REQUIRES(mu_);
   // Removes every fully free segment from the pool and returns them, for ReleaseSegments.
-  std::vector<DetachedSegment> DetachFreeSegments();
+  std::vector<DetachedSegment> DetachFreeSegments() REQUIRES(mu_);
   std::string OutOfMemoryMessage(size_t size, size_t segment_size, StreamId stream,
-                                 const Status& source_status, size_t released) const;
+                                 const Status& source_status, size_t released) const
+      REQUIRES(mu_);
 
-  // EXCLUDES mu_: Synchronize, then Free each segment. Returns the bytes freed.
-  size_t ReleaseSegments(const std::vector<DetachedSegment>& segments);
+  // Synchronize, then Free each segment (Note [Lock and the source]). Returns the bytes freed.
+  size_t ReleaseSegments(const std::vector<DetachedSegment>& segments) EXCLUDES(mu_);
 
   // Constant after construction.
   const std::unique_ptr<SegmentSource> source_;
   const Device device_;
 
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  FreeSet small_free_;
-  FreeSet large_free_;
-  std::unordered_map<uintptr_t, Block*> live_;
-  std::map<uintptr_t, std::unique_ptr<Segment>> segments_;
-  std::vector<Block*> spare_blocks_;
-  Counters c_;
+  // Also guards the Segment and Block structures these reach (not checked: they are not
+  // members).
+  mutable Mutex mu_;
+  FreeSet small_free_ GUARDED_BY(mu_);
+  FreeSet large_free_ GUARDED_BY(mu_);
+  std::unordered_map<uintptr_t, Block*> live_ GUARDED_BY(mu_);
+  std::map<uintptr_t, std::unique_ptr<Segment>> segments_ GUARDED_BY(mu_);
+  std::vector<Block*> spare_blocks_ GUARDED_BY(mu_);
+  Counters c_ GUARDED_BY(mu_);
 };
 
 CachingPool::Impl::~Impl() {
   std::vector<DetachedSegment> all;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!live_.empty()) {
       spdlog::error("{}: CachingPool destroyed with {} live allocation(s) holding {}; their "
                     "memory is returned to the system now",
@@ -278,7 +282,7 @@ void* CachingPool::Impl::HandOut(Block* b, size_t rounded, size_t requested) {
 
 Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
   if (size > kMaxRequest) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++c_.out_of_memory;
     return Status::ResourceExhausted(fmt::format(
         "{}: cannot allocate {} bytes: larger than any device", device_.ToString(), size));
@@ -288,7 +292,7 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
   const size_t segment_size = small ? kSmallSegmentSize : RoundUp(rounded, kLargeSegmentRounding);
   size_t wanted_size = segment_size;  // segment_size, or a shared mid-size segment
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
     if (!small && rounded < kMidRequestLimit && HoldsLargeSegment(stream)) {
       wanted_size = std::max(segment_size, kMidSegmentSize);
@@ -307,7 +311,7 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
   if (!memory.ok() && memory.status().code() == StatusCode::kResourceExhausted) {
     std::vector<DetachedSegment> detached;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       // Another thread may have freed a fitting block meanwhile.
       if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
       detached = DetachFreeSegments();
@@ -317,7 +321,7 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
     memory = source_->Allocate(segment_size);
   }
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!memory.ok()) {
     if (memory.status().code() != StatusCode::kResourceExhausted) return memory.status();
     ++c_.out_of_memory;
@@ -331,7 +335,7 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
 void CachingPool::Impl::Free(void* ptr) {
   if (ptr == nullptr) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
     if (it != live_.end()) {
       Block* b = it->second;
@@ -367,7 +371,7 @@ void CachingPool::Impl::Free(void* ptr) {
 }
 
 size_t CachingPool::Impl::RequestedSize(void* ptr) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
   return it == live_.end() ? 0 : it->second->requested;
 }
@@ -408,14 +412,14 @@ size_t CachingPool::Impl::ReleaseSegments(const std::vector<DetachedSegment>& se
 size_t CachingPool::Impl::Trim() {
   std::vector<DetachedSegment> detached;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     detached = DetachFreeSegments();
   }
   return ReleaseSegments(detached);
 }
 
 PoolStats CachingPool::Impl::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   PoolStats s;
   s.device = device_;
   s.reserved_bytes = c_.reserved;
@@ -441,7 +445,7 @@ PoolStats CachingPool::Impl::Stats() const {
 }
 
 std::vector<SegmentInfo> CachingPool::Impl::Snapshot() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<SegmentInfo> out;
   out.reserve(segments_.size());
   for (const auto& [address, segment] : segments_) {

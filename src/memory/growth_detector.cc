@@ -6,7 +6,7 @@ namespace vramd::memory {
 GrowthDetector::GrowthDetector(int threshold) : threshold_(threshold < 1 ? 1 : threshold) {}
 
 std::optional<Growth> GrowthDetector::Observe(OwnerId owner, int64_t live_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto [it, first] = runs_.try_emplace(owner);
   Run& run = it->second;
   if (first) {  // nothing to compare with yet
@@ -26,7 +26,7 @@ std::optional<Growth> GrowthDetector::Observe(OwnerId owner, int64_t live_bytes)
 }
 
 void GrowthDetector::Forget(OwnerId owner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   runs_.erase(owner);
 }
 

@@ -10,10 +10,10 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 
+#include "core/mutex.h"
 #include "memory/ledger.h"
 
 namespace vramd::memory {
@@ -29,9 +29,9 @@ class GrowthDetector {
  public:
   explicit GrowthDetector(int threshold);
 
-  std::optional<Growth> Observe(OwnerId owner, int64_t live_bytes);
+  std::optional<Growth> Observe(OwnerId owner, int64_t live_bytes) EXCLUDES(mu_);
   // Drops what is known of `owner` (call when it closes).
-  void Forget(OwnerId owner);
+  void Forget(OwnerId owner) EXCLUDES(mu_);
   int threshold() const { return threshold_; }
 
  private:
@@ -41,8 +41,8 @@ class GrowthDetector {
     int rises = 0;
   };
   const int threshold_;
-  std::mutex mu_;
-  std::unordered_map<OwnerId, Run> runs_;  // guarded by mu_
+  Mutex mu_;
+  std::unordered_map<OwnerId, Run> runs_ GUARDED_BY(mu_);
 };
 
 }  // namespace vramd::memory

@@ -20,6 +20,13 @@
 //   lock held. Hot path: RecordAllocation holds one owner shard (none for the root), releases
 //   it, then holds one record shard; RecordFree holds one record shard. Both take tree_mu_ only
 //   on rare paths (charging a closed owner; the free that empties a closed owner).
+//   What the compiler checks (clang -Wthread-safety, core/thread_annotations.h): that a shard's
+//   map, the leak history and the callback are touched only under their mutex; that the
+//   ...Locked helpers run under tree_mu_ (REQUIRES) and the functions that take tree_mu_
+//   themselves do not (EXCLUDES). What it does not: this order (clang checks orders only in its
+//   beta, and Impl cannot name a shard's mutex), which ledger_tsan_test's ThreadSanitizer run
+//   watches instead; and the OwnerNode tree links, guarded by tree_mu_ but fields of another
+//   struct, which only functions that REQUIRE tree_mu_ touch.
 //
 // Node lifetime. A node is deleted, under tree_mu_ and its owner shard's mutex, only when it is
 //   closed, holds no allocation (state == 1) and has no children. Code that reaches a node
@@ -46,11 +53,11 @@
 #include <array>
 #include <atomic>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <utility>
 
+#include "core/mutex.h"
 #include "memory/backtrace.h"
 
 namespace vramd::memory {
@@ -128,7 +135,7 @@ struct OwnerNode {
   const OwnerKind kind;
   const std::string name;
 
-  // Guarded by tree_mu_.
+  // Guarded by Ledger::Impl::tree_mu_ (see the lock note above: not checked).
   OwnerNode* parent = nullptr;
   OwnerNode* first_child = nullptr;
   OwnerNode* last_child = nullptr;
@@ -156,13 +163,13 @@ struct Record {
 };
 
 struct alignas(64) RecordShard {
-  std::mutex mu;
-  std::unordered_map<uintptr_t, Record> records;  // guarded by mu
+  Mutex mu;
+  std::unordered_map<uintptr_t, Record> records GUARDED_BY(mu);
 };
 
 struct alignas(64) OwnerShard {
-  std::mutex mu;
-  std::unordered_map<OwnerId, OwnerNode*> owners;  // guarded by mu
+  Mutex mu;
+  std::unordered_map<OwnerId, OwnerNode*> owners GUARDED_BY(mu);
 };
 
 // A leak report with raw traces, parallel to report.allocations (whose backtraces are empty).
@@ -175,25 +182,6 @@ struct PendingLeak {
   OwnerNode* node;  // alive while tree_mu_ is held
   FiledLeak leak;
 };
-
-void Link(OwnerNode* parent, OwnerNode* child) {
-  child->parent = parent;
-  child->prev_sibling = parent->last_child;
-  if (parent->last_child != nullptr) {
-    parent->last_child->next_sibling = child;
-  } else {
-    parent->first_child = child;
-  }
-  parent->last_child = child;
-}
-
-void Unlink(OwnerNode* node) {
-  OwnerNode* parent = node->parent;
-  (node->prev_sibling ? node->prev_sibling->next_sibling : parent->first_child) =
-      node->next_sibling;
-  (node->next_sibling ? node->next_sibling->prev_sibling : parent->last_child) =
-      node->prev_sibling;
-}
 
 OwnerStats StatsOf(const OwnerNode& node) {
   OwnerStats s;
@@ -213,24 +201,24 @@ class Ledger::Impl {
   ~Impl();
 
   OwnerId root() const { return root_->id; }
-  OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name);
-  std::vector<LeakReport> CloseOwner(OwnerId owner);
+  OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name) EXCLUDES(tree_mu_);
+  std::vector<LeakReport> CloseOwner(OwnerId owner) EXCLUDES(tree_mu_);
   void RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner,
-                        const void* caller);
-  OwnerId RecordFree(const void* ptr);
-  Status Recharge(const void* ptr, OwnerId owner);
+                        const void* caller) EXCLUDES(tree_mu_);
+  OwnerId RecordFree(const void* ptr) EXCLUDES(tree_mu_);
+  Status Recharge(const void* ptr, OwnerId owner) EXCLUDES(tree_mu_);
   Result<OwnerStats> Stats(OwnerId owner) const;
-  Result<int64_t> SubtreeLiveBytes(OwnerId owner) const;
-  std::string OwnerPath(OwnerId owner) const;
-  std::vector<OwnerSnapshot> Snapshot() const;
-  std::vector<LeakReport> Leaks() const;
+  Result<int64_t> SubtreeLiveBytes(OwnerId owner) const EXCLUDES(tree_mu_);
+  std::string OwnerPath(OwnerId owner) const EXCLUDES(tree_mu_);
+  std::vector<OwnerSnapshot> Snapshot() const EXCLUDES(tree_mu_);
+  std::vector<LeakReport> Leaks() const EXCLUDES(history_mu_);
 
   uint64_t leaked_bytes_total() const { return leaked_bytes_.load(std::memory_order_relaxed); }
   uint64_t leak_reports_total() const { return leak_reports_.load(std::memory_order_relaxed); }
   uint64_t unknown_frees() const { return unknown_frees_.load(std::memory_order_relaxed); }
   void set_trace(bool on);
   bool trace() const { return trace_.load(std::memory_order_relaxed); }
-  void SetLeakCallback(std::function<void(const LeakReport&)> callback);
+  void SetLeakCallback(std::function<void(const LeakReport&)> callback) EXCLUDES(callback_mu_);
 
  private:
   OwnerShard& OwnerShardFor(OwnerId id) const { return owner_shards_[id % kShards]; }
@@ -242,21 +230,26 @@ class Ledger::Impl {
   // Pins the owner that `id` resolves to and charges it; returns it. Takes the owner shard's
   // mutex, or tree_mu_ when that owner is closed or gone. `count` false: live bytes only, not
   // the totals (a recharge, not an allocation).
-  OwnerNode* PinAndCharge(OwnerId id, size_t size, int slot, bool count = true);
+  OwnerNode* PinAndCharge(OwnerId id, size_t size, int slot, bool count = true)
+      EXCLUDES(tree_mu_);
   // Undoes a record's charges; returns its owner's id. May take tree_mu_ (REQUIRES: no lock).
-  OwnerId Release(const Record& record);
+  OwnerId Release(const Record& record) EXCLUDES(tree_mu_);
   // Drops `id` if it is closed, empty and childless, then its ancestors likewise. Takes tree_mu_.
-  void DropIfDone(OwnerId id);
+  void DropIfDone(OwnerId id) EXCLUDES(tree_mu_);
 
-  // REQUIRES tree_mu_ held for the functions below.
-  OwnerNode* FindLocked(OwnerId id) const;  // nullptr when absent; takes the owner shard
-  void DropIfDoneLocked(OwnerNode* node);
-  std::string PathLocked(const OwnerNode* node) const;
+  // nullptr when absent; takes the owner shard.
+  OwnerNode* FindLocked(OwnerId id) const REQUIRES(tree_mu_);
+  void DropIfDoneLocked(OwnerNode* node) REQUIRES(tree_mu_);
+  std::string PathLocked(const OwnerNode* node) const REQUIRES(tree_mu_);
   // Fills each pending leak's largest allocations; takes each record shard in turn.
-  void CollectLeakedAllocationsLocked(std::vector<PendingLeak>& pending);
+  void CollectLeakedAllocationsLocked(std::vector<PendingLeak>& pending) REQUIRES(tree_mu_);
+  // Adds `child` as the last child of `parent`; takes `node` out of its parent's children.
+  void LinkLocked(OwnerNode* parent, OwnerNode* child) REQUIRES(tree_mu_);
+  void UnlinkLocked(OwnerNode* node) REQUIRES(tree_mu_);
 
   // With no lock held: files the reports, names their frames, runs the callback.
-  std::vector<LeakReport> File(std::vector<PendingLeak> pending);
+  std::vector<LeakReport> File(std::vector<PendingLeak> pending)
+      EXCLUDES(tree_mu_, history_mu_, callback_mu_);
   int64_t LiveBytesOf(OwnerId id) const;
 
   // Constant after construction.
@@ -269,15 +262,15 @@ class Ledger::Impl {
   std::atomic<uint64_t> unknown_frees_{0};
 
   // Serializes opens, closes and node deletion; guards the tree links of every node.
-  mutable std::mutex tree_mu_;
+  mutable Mutex tree_mu_;
   mutable std::array<OwnerShard, kShards> owner_shards_;
   std::array<RecordShard, kShards> record_shards_;
 
-  mutable std::mutex history_mu_;
-  std::deque<FiledLeak> history_;  // guarded by history_mu_; at most kMaxLeakHistory
+  mutable Mutex history_mu_;
+  std::deque<FiledLeak> history_ GUARDED_BY(history_mu_);  // at most kMaxLeakHistory
 
-  std::mutex callback_mu_;
-  std::function<void(const LeakReport&)> callback_;  // guarded by callback_mu_
+  Mutex callback_mu_;
+  std::function<void(const LeakReport&)> callback_ GUARDED_BY(callback_mu_);
 };
 
 Ledger::Impl::Impl(Options options)
@@ -301,20 +294,20 @@ void Ledger::Impl::set_trace(bool on) {
 }
 
 void Ledger::Impl::SetLeakCallback(std::function<void(const LeakReport&)> callback) {
-  std::lock_guard<std::mutex> lock(callback_mu_);
+  MutexLock lock(callback_mu_);
   callback_ = std::move(callback);
 }
 
 OwnerId Ledger::Impl::OpenOwner(OwnerId parent_id, OwnerKind kind, std::string name) {
   const OwnerId id = g_next_owner_id.fetch_add(1, std::memory_order_relaxed);
   auto* node = new OwnerNode(id, kind, std::move(name));
-  std::lock_guard<std::mutex> tree(tree_mu_);
+  MutexLock tree(tree_mu_);
   OwnerNode* parent = parent_id == kNoOwner ? root_ : FindLocked(parent_id);
   if (parent == nullptr) parent = root_;
   while (parent->closed()) parent = parent->parent;  // the root never closes
-  Link(parent, node);
+  LinkLocked(parent, node);
   OwnerShard& shard = OwnerShardFor(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   shard.owners.emplace(id, node);
   return id;
 }
@@ -322,7 +315,7 @@ OwnerId Ledger::Impl::OpenOwner(OwnerId parent_id, OwnerKind kind, std::string n
 std::vector<LeakReport> Ledger::Impl::CloseOwner(OwnerId id) {
   std::vector<PendingLeak> pending;
   {
-    std::lock_guard<std::mutex> tree(tree_mu_);
+    MutexLock tree(tree_mu_);
     OwnerNode* top = FindLocked(id);
     if (top == nullptr || top == root_ || top->closed()) return {};
 
@@ -349,7 +342,7 @@ std::vector<LeakReport> Ledger::Impl::CloseOwner(OwnerId id) {
       int64_t bytes;
       {
         OwnerShard& shard = OwnerShardFor(node->id);
-        std::lock_guard<std::mutex> lock(shard.mu);
+        MutexLock lock(shard.mu);
         before = node->state.fetch_or(1, std::memory_order_acq_rel);
         bytes = node->live_bytes.load(std::memory_order_relaxed);
       }
@@ -387,7 +380,7 @@ void Ledger::Impl::CollectLeakedAllocationsLocked(std::vector<PendingLeak>& pend
 
   // A scan of every live record: the cost of a leak, never of a clean close.
   for (RecordShard& shard : record_shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     for (const auto& [address, record] : shard.records) {
       auto it = which.find(record.owner);
       if (it == which.end()) continue;
@@ -421,7 +414,7 @@ void Ledger::Impl::CollectLeakedAllocationsLocked(std::vector<PendingLeak>& pend
 std::vector<LeakReport> Ledger::Impl::File(std::vector<PendingLeak> pending) {
   if (pending.empty()) return {};
   {
-    std::lock_guard<std::mutex> lock(history_mu_);
+    MutexLock lock(history_mu_);
     for (const PendingLeak& p : pending) {
       history_.push_back(p.leak);
       if (history_.size() > kMaxLeakHistory) history_.pop_front();
@@ -440,7 +433,7 @@ std::vector<LeakReport> Ledger::Impl::File(std::vector<PendingLeak> pending) {
   }
   std::function<void(const LeakReport&)> callback;
   {
-    std::lock_guard<std::mutex> lock(callback_mu_);
+    MutexLock lock(callback_mu_);
     callback = callback_;
   }
   if (callback) {
@@ -462,7 +455,7 @@ void Ledger::Impl::RecordAllocation(const void* ptr, size_t size, Device device,
   Record record{node, size, device, NowNanos(), std::move(trace)};
   std::optional<Record> replaced;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto [it, inserted] = shard.records.try_emplace(address, std::move(record));
     if (!inserted) {  // recorded twice without a free: the newer record wins
       replaced.emplace(std::move(it->second));
@@ -490,7 +483,7 @@ OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool co
   }
   {
     OwnerShard& shard = OwnerShardFor(id);
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.owners.find(id);
     if (it != shard.owners.end()) {
       OwnerNode* node = it->second;
@@ -504,7 +497,7 @@ OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool co
   }
   // Closed (or dropped): the nearest open ancestor pays. A dropped owner's parent is no longer
   // known, so the root does. Nothing closes while tree_mu_ is held.
-  std::lock_guard<std::mutex> tree(tree_mu_);
+  MutexLock tree(tree_mu_);
   OwnerNode* node = FindLocked(id);
   if (node == nullptr) node = root_;
   while (node->closed()) node = node->parent;
@@ -518,7 +511,7 @@ OwnerId Ledger::Impl::RecordFree(const void* ptr) {
   RecordShard& shard = RecordShardFor(address);
   decltype(shard.records)::node_type entry;  // destroyed after the mutex is released
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(address);
     if (it != shard.records.end()) entry = shard.records.extract(it);
   }
@@ -536,7 +529,7 @@ Status Ledger::Impl::Recharge(const void* ptr, OwnerId owner) {
   size_t size = 0;
   Device device;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(address);
     if (it == shard.records.end()) {
       return Status::NotFound(fmt::format("recharge of {}: not a live allocation", ptr));
@@ -550,7 +543,7 @@ Status Ledger::Impl::Recharge(const void* ptr, OwnerId owner) {
   Record old{node, size, device, 0, {}};
   bool moved = false;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(address);
     // Freed, or freed and made again at the same address, since the first look: charge nothing.
     if (it != shard.records.end() && it->second.size == size && it->second.device == device) {
@@ -575,7 +568,7 @@ OwnerId Ledger::Impl::Release(const Record& record) {
 }
 
 void Ledger::Impl::DropIfDone(OwnerId id) {
-  std::lock_guard<std::mutex> tree(tree_mu_);
+  MutexLock tree(tree_mu_);
   if (OwnerNode* node = FindLocked(id)) DropIfDoneLocked(node);
 }
 
@@ -583,10 +576,10 @@ void Ledger::Impl::DropIfDoneLocked(OwnerNode* node) {
   while (node != root_ && node->first_child == nullptr &&
          node->state.load(std::memory_order_acquire) == 1) {
     OwnerNode* parent = node->parent;
-    Unlink(node);
+    UnlinkLocked(node);
     {
       OwnerShard& shard = OwnerShardFor(node->id);
-      std::lock_guard<std::mutex> lock(shard.mu);
+      MutexLock lock(shard.mu);
       shard.owners.erase(node->id);
     }
     delete node;
@@ -594,9 +587,28 @@ void Ledger::Impl::DropIfDoneLocked(OwnerNode* node) {
   }
 }
 
+void Ledger::Impl::LinkLocked(OwnerNode* parent, OwnerNode* child) {
+  child->parent = parent;
+  child->prev_sibling = parent->last_child;
+  if (parent->last_child != nullptr) {
+    parent->last_child->next_sibling = child;
+  } else {
+    parent->first_child = child;
+  }
+  parent->last_child = child;
+}
+
+void Ledger::Impl::UnlinkLocked(OwnerNode* node) {
+  OwnerNode* parent = node->parent;
+  (node->prev_sibling ? node->prev_sibling->next_sibling : parent->first_child) =
+      node->next_sibling;
+  (node->next_sibling ? node->next_sibling->prev_sibling : parent->last_child) =
+      node->prev_sibling;
+}
+
 OwnerNode* Ledger::Impl::FindLocked(OwnerId id) const {
   OwnerShard& shard = OwnerShardFor(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.owners.find(id);
   return it == shard.owners.end() ? nullptr : it->second;
 }
@@ -616,21 +628,21 @@ std::string Ledger::Impl::PathLocked(const OwnerNode* node) const {
 
 int64_t Ledger::Impl::LiveBytesOf(OwnerId id) const {
   OwnerShard& shard = OwnerShardFor(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.owners.find(id);
   return it == shard.owners.end() ? 0 : it->second->live_bytes.load(std::memory_order_relaxed);
 }
 
 Result<OwnerStats> Ledger::Impl::Stats(OwnerId id) const {
   OwnerShard& shard = OwnerShardFor(id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.owners.find(id);
   if (it == shard.owners.end()) return Status::NotFound("no owner " + std::to_string(id));
   return StatsOf(*it->second);
 }
 
 Result<int64_t> Ledger::Impl::SubtreeLiveBytes(OwnerId id) const {
-  std::lock_guard<std::mutex> tree(tree_mu_);
+  MutexLock tree(tree_mu_);
   OwnerNode* top = FindLocked(id);
   if (top == nullptr) return Status::NotFound("no owner " + std::to_string(id));
   int64_t bytes = 0;
@@ -647,7 +659,7 @@ Result<int64_t> Ledger::Impl::SubtreeLiveBytes(OwnerId id) const {
 }
 
 std::string Ledger::Impl::OwnerPath(OwnerId id) const {
-  std::lock_guard<std::mutex> tree(tree_mu_);
+  MutexLock tree(tree_mu_);
   const OwnerNode* node = FindLocked(id);
   return node == nullptr ? std::string() : PathLocked(node);
 }
@@ -655,7 +667,7 @@ std::string Ledger::Impl::OwnerPath(OwnerId id) const {
 std::vector<OwnerSnapshot> Ledger::Impl::Snapshot() const {
   std::vector<OwnerSnapshot> out;
   std::vector<size_t> parent_index;  // parallel to out; SIZE_MAX for the root
-  std::lock_guard<std::mutex> tree(tree_mu_);
+  MutexLock tree(tree_mu_);
   std::vector<std::pair<const OwnerNode*, size_t>> stack{{root_, SIZE_MAX}};
   while (!stack.empty()) {  // pre-order: parents before children, children in opening order
     auto [node, parent] = stack.back();
@@ -689,7 +701,7 @@ std::vector<OwnerSnapshot> Ledger::Impl::Snapshot() const {
 std::vector<LeakReport> Ledger::Impl::Leaks() const {
   std::vector<FiledLeak> filed;
   {
-    std::lock_guard<std::mutex> lock(history_mu_);
+    MutexLock lock(history_mu_);
     filed.assign(history_.begin(), history_.end());
   }
   FrameSymbolizer symbolizer;

@@ -52,7 +52,7 @@ void InferenceStatistics::RecordExecution(uint64_t batch_size, uint64_t compute_
                                           uint64_t compute_output_ns) {
   execution_count_.fetch_add(1, std::memory_order_relaxed);
   inference_count_.fetch_add(batch_size, std::memory_order_relaxed);
-  std::lock_guard lock(batch_mu_);
+  MutexLock lock(batch_mu_);
   BatchStat& stat = batch_stats_[batch_size];
   stat.batch_size = batch_size;
   stat.compute_input.count += 1;
@@ -82,7 +82,7 @@ InferenceStatsSnapshot InferenceStatistics::Snapshot() const {
     s.fail_by_reason[i] = fail_by_reason_[i].load(std::memory_order_relaxed);
   }
   s.pending = pending_.load(std::memory_order_relaxed);
-  std::lock_guard lock(batch_mu_);
+  MutexLock lock(batch_mu_);
   s.batch_stats.reserve(batch_stats_.size());
   for (const auto& [size, stat] : batch_stats_) s.batch_stats.push_back(stat);
   return s;

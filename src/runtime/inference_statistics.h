@@ -19,9 +19,10 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace vramd::runtime {
 
@@ -65,10 +66,10 @@ class InferenceStatistics {
   void RecordFailure(uint64_t request_ns, FailureReason reason);
   // One execution of `batch_size` samples.
   void RecordExecution(uint64_t batch_size, uint64_t compute_input_ns, uint64_t compute_infer_ns,
-                       uint64_t compute_output_ns);
+                       uint64_t compute_output_ns) EXCLUDES(batch_mu_);
   void AddPending(int64_t delta);
 
-  InferenceStatsSnapshot Snapshot() const;
+  InferenceStatsSnapshot Snapshot() const EXCLUDES(batch_mu_);
 
  private:
   struct AtomicDuration {
@@ -89,8 +90,8 @@ class InferenceStatistics {
   AtomicDuration success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
   std::atomic<uint64_t> fail_by_reason_[4] = {};
   std::atomic<int64_t> pending_{0};
-  mutable std::mutex batch_mu_;
-  std::map<uint64_t, BatchStat> batch_stats_;  // guarded by batch_mu_
+  mutable Mutex batch_mu_;
+  std::map<uint64_t, BatchStat> batch_stats_ GUARDED_BY(batch_mu_);
 };
 
 }  // namespace vramd::runtime

@@ -18,8 +18,9 @@ Scheduler::Scheduler(Options options, RunBatch run, InferenceStatistics* stats)
     : options_(std::move(options)),
       run_(std::move(run)),
       stats_(stats),
+      busy_(std::max<size_t>(1, options_.instance_count)),
       queue_(options_.batching ? RequestQueue(options_.queue_policy) : RequestQueue()) {
-  const size_t count = std::max<size_t>(1, options_.instance_count);
+  const size_t count = busy_.size();
   workers_.reserve(count);
   for (size_t i = 0; i < count; ++i) workers_.push_back(std::make_unique<Worker>());
   for (size_t i = 0; i < count; ++i) {
@@ -41,36 +42,34 @@ std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request,
                                                       bool allow_inline) {
   const auto now = SchedulerClock::now();
   request.enqueued = now;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_) return request;
   if (allow_inline && options_.inline_execution && !options_.batching && queue_.empty() &&
       ShortEnoughToRunInline(now)) {
     for (size_t i = 0; i < workers_.size(); ++i) {
-      Worker& worker = *workers_[i];
-      if (worker.busy) continue;
+      if (busy_[i].busy) continue;
       // Fast path: run it here, on the caller's thread, with instance i.
-      worker.busy = true;
-      worker.busy_since = now;
+      busy_[i] = {true, now};
       ++inline_running_;
-      lock.unlock();
+      lock.Unlock();
       std::vector<QueuedRequest> batch;
       batch.push_back(std::move(request));
       run_(i, std::move(batch));
       const auto end = SchedulerClock::now();
-      lock.lock();
+      lock.Lock();
       RecordExecution(end - now);
-      worker.busy = false;
+      busy_[i].busy = false;
       --inline_running_;
       // Its thread takes what came meanwhile, or, once stopping, sees that it may exit: it was
       // told to stop while this call held the instance, and nothing else wakes it again.
-      if (!queue_.empty() || stopping_) worker.wake.notify_one();
+      if (!queue_.empty() || stopping_) workers_[i]->wake.notify_one();
       if (inline_running_ == 0) inline_done_.notify_all();
       return std::nullopt;
     }
   }
   if (queue_.Full()) {
     const size_t queued = queue_.size();
-    lock.unlock();
+    lock.Unlock();
     std::vector<QueuedRequest> one;
     one.push_back(std::move(request));
     Reject(std::move(one),
@@ -88,19 +87,19 @@ std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request,
 }
 
 void Scheduler::WakeIdleWorker() {
-  for (auto& worker : workers_) {
-    if (!worker->busy) {
-      worker->wake.notify_one();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!busy_[i].busy) {
+      workers_[i]->wake.notify_one();
       return;
     }
   }
 }
 
 bool Scheduler::ShortEnoughToRunInline(SchedulerClock::time_point now) {
-  for (const auto& worker : workers_) {
-    if (!worker->busy) continue;
+  for (const Busy& instance : busy_) {
+    if (!instance.busy) continue;
     // A lower bound on that execution's length, not a sample: it may only raise the estimate.
-    const auto running = now - worker->busy_since;
+    const auto running = now - instance.since;
     if (running >= options_.inline_budget &&
         (!execution_estimate_ || running > *execution_estimate_)) {
       execution_estimate_ = running;
@@ -119,23 +118,23 @@ void Scheduler::RecordExecution(SchedulerClock::duration length) {
 
 void Scheduler::WorkerLoop(size_t index) {
   Worker& self = *workers_[index];
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
-    if (queue_.empty() || self.busy) {  // busy: an inline caller holds this instance
+    if (queue_.empty() || busy_[index].busy) {  // busy: an inline caller holds this instance
       if (stopping_ && queue_.empty()) break;
-      self.wake.wait(lock);
+      lock.Wait(self.wake);
       continue;
     }
     const auto now = SchedulerClock::now();
     std::vector<QueuedRequest> expired = queue_.TakeExpired(now);
     if (!expired.empty()) {
       stats_->AddPending(-static_cast<int64_t>(expired.size()));
-      lock.unlock();
+      lock.Unlock();
       Reject(std::move(expired),
              Status::Unavailable(fmt::format(
                  "Request timeout expired: it waited in the queue of {} past its timeout",
                  options_.name)));
-      lock.lock();
+      lock.Lock();
       continue;
     }
     size_t count = 1;
@@ -143,9 +142,9 @@ void Scheduler::WorkerLoop(size_t index) {
       const BatchChoice choice = ChooseBatch(queue_, *options_.batching, now, stopping_);
       if (choice.count == 0) {
         if (choice.wake_at == SchedulerClock::time_point::max()) {
-          self.wake.wait(lock);
+          lock.Wait(self.wake);
         } else {
-          self.wake.wait_until(lock, choice.wake_at);
+          lock.WaitUntil(self.wake, choice.wake_at);
         }
         continue;
       }
@@ -153,15 +152,14 @@ void Scheduler::WorkerLoop(size_t index) {
     }
     std::vector<QueuedRequest> batch = queue_.PopFront(count);
     stats_->AddPending(-static_cast<int64_t>(count));
-    self.busy = true;
-    self.busy_since = SchedulerClock::now();
+    busy_[index] = {true, SchedulerClock::now()};
     if (!queue_.empty()) WakeIdleWorker();
-    lock.unlock();
+    lock.Unlock();
     run_(index, std::move(batch));
     const auto end = SchedulerClock::now();
-    lock.lock();
-    RecordExecution(end - self.busy_since);
-    self.busy = false;
+    lock.Lock();
+    RecordExecution(end - busy_[index].since);
+    busy_[index].busy = false;
   }
 }
 
@@ -181,22 +179,22 @@ bool Scheduler::OnWorkerThread() const {
 }
 
 std::optional<SchedulerClock::duration> Scheduler::ExecutionEstimate() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return execution_estimate_;
 }
 
 void Scheduler::Shutdown() {
-  std::lock_guard shutdown(shutdown_mu_);
+  MutexLock shutdown(shutdown_mu_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     for (auto& worker : workers_) worker->wake.notify_all();
   }
   for (auto& worker : workers_) {
     if (worker->thread.joinable()) worker->thread.join();
   }
-  std::unique_lock lock(mu_);
-  inline_done_.wait(lock, [this] { return inline_running_ == 0; });
+  MutexLock lock(mu_);
+  lock.Wait(inline_done_, [this]() REQUIRES(mu_) { return inline_running_ == 0; });
 }
 
 }  // namespace vramd::runtime

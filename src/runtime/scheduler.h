@@ -54,12 +54,12 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "runtime/dynamic_batcher.h"
 #include "runtime/inference_statistics.h"
@@ -99,44 +99,48 @@ class Scheduler {
 
   // Takes `request` (its `enqueued` time is set here): runs it now on an idle instance (fast
   // path), queues it, or answers it with one of the errors above.
-  void Submit(QueuedRequest request);
+  void Submit(QueuedRequest request) EXCLUDES(mu_);
 
   // Submit, except that a request arriving after Shutdown began is handed back untouched
   // (nothing answered or counted), so the caller can take it to the version that replaced this
   // one.
   // `allow_inline` false: never the fast path (the caller's thread must not run executions).
-  std::optional<QueuedRequest> SubmitOrReturn(QueuedRequest request, bool allow_inline = true);
+  std::optional<QueuedRequest> SubmitOrReturn(QueuedRequest request, bool allow_inline = true)
+      EXCLUDES(mu_);
 
   // Whether the calling thread is one of this scheduler's instance threads.
   bool OnWorkerThread() const;
 
   // The execution estimate that decides the fast path (see the top of this file); unset
   // until the first execution has ended.
-  std::optional<SchedulerClock::duration> ExecutionEstimate() const;
+  std::optional<SchedulerClock::duration> ExecutionEstimate() const EXCLUDES(mu_);
 
   // Stops accepting, runs what is queued, waits for executions in flight, joins the threads.
   // Idempotent. REQUIRES: not called from RunBatch or a request's callback.
-  void Shutdown();
+  void Shutdown() EXCLUDES(shutdown_mu_, mu_);
 
  private:
   struct Worker {
-    std::condition_variable wake;
-    bool busy = false;  // running an execution, on its thread or inline; guarded by mu_
-    SchedulerClock::time_point busy_since;  // when that execution began; guarded by mu_
+    std::condition_variable wake;  // waited on with mu_
     std::thread thread;
   };
+  // An instance's state, beside its Worker so that mu_ can guard it.
+  struct Busy {
+    bool busy = false;  // running an execution, on its thread or inline
+    SchedulerClock::time_point since;  // when that execution began
+  };
 
-  void WorkerLoop(size_t index);
-  // Notifies one worker that is not busy, if any. REQUIRES: mu_ held.
-  void WakeIdleWorker();
+  void WorkerLoop(size_t index) EXCLUDES(mu_);
+  // Notifies one worker that is not busy, if any.
+  void WakeIdleWorker() REQUIRES(mu_);
   // Whether a request submitted at `now` may run on the caller's thread: the estimate is
   // known and below the budget, and no execution in flight has run past it (which raises the
-  // estimate). REQUIRES: mu_ held.
-  bool ShortEnoughToRunInline(SchedulerClock::time_point now);
-  // Folds an execution of `length` into the estimate. REQUIRES: mu_ held.
-  void RecordExecution(SchedulerClock::duration length);
-  // Answers each of `requests` with `status`, counting them as rejected. REQUIRES: mu_ not held.
-  void Reject(std::vector<QueuedRequest> requests, const Status& status);
+  // estimate).
+  bool ShortEnoughToRunInline(SchedulerClock::time_point now) REQUIRES(mu_);
+  // Folds an execution of `length` into the estimate.
+  void RecordExecution(SchedulerClock::duration length) REQUIRES(mu_);
+  // Answers each of `requests` with `status`, counting them as rejected.
+  void Reject(std::vector<QueuedRequest> requests, const Status& status) EXCLUDES(mu_);
 
   // Constant after construction.
   const Options options_;
@@ -144,16 +148,17 @@ class Scheduler {
   InferenceStatistics* const stats_;
   std::vector<std::unique_ptr<Worker>> workers_;
 
-  std::mutex shutdown_mu_;  // serializes Shutdown
+  Mutex shutdown_mu_ ACQUIRED_BEFORE(mu_);  // serializes Shutdown
 
-  mutable std::mutex mu_;
-  RequestQueue queue_;         // guarded by mu_
-  bool stopping_ = false;      // guarded by mu_
-  size_t inline_running_ = 0;  // fast-path executions in flight; guarded by mu_
+  mutable Mutex mu_;
+  std::vector<Busy> busy_ GUARDED_BY(mu_);  // by instance, as workers_
+  RequestQueue queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  size_t inline_running_ GUARDED_BY(mu_) = 0;  // fast-path executions in flight
   // Decaying maximum of execution lengths (see the top of this file); unset until the first
-  // execution ends. Guarded by mu_.
-  std::optional<SchedulerClock::duration> execution_estimate_;
-  std::condition_variable inline_done_;
+  // execution ends.
+  std::optional<SchedulerClock::duration> execution_estimate_ GUARDED_BY(mu_);
+  std::condition_variable inline_done_;  // waited on with mu_
 };
 
 }  // namespace vramd::runtime

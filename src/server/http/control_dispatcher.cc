@@ -10,7 +10,7 @@ ControlDispatcher::ControlDispatcher(int threads) {
 
 ControlDispatcher::~ControlDispatcher() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -19,22 +19,22 @@ ControlDispatcher::~ControlDispatcher() {
 
 void ControlDispatcher::Post(std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     tasks_.push_back(std::move(task));
   }
   wake_.notify_one();
 }
 
 void ControlDispatcher::Run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+    lock.Wait(wake_, [this]() REQUIRES(mu_) { return stopping_ || !tasks_.empty(); });
     if (tasks_.empty()) return;  // stopping, and nothing left to answer
     auto task = std::move(tasks_.front());
     tasks_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     task();
-    lock.lock();
+    lock.Lock();
   }
 }
 

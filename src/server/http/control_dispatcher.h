@@ -10,9 +10,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace vramd::http {
 
@@ -23,15 +24,15 @@ class ControlDispatcher {
   ControlDispatcher(const ControlDispatcher&) = delete;
   ControlDispatcher& operator=(const ControlDispatcher&) = delete;
 
-  void Post(std::function<void()> task);
+  void Post(std::function<void()> task) EXCLUDES(mu_);
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;         // last: joined before the rest goes
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "core/mutex.h"
 #include "server/http/infer_codec.h"
 
 namespace vramd::http {
@@ -310,7 +311,7 @@ void Connection::Dispatch() {
   // alive meanwhile through its watchdog.
   auto gate = server_->response_gate();
   Responder respond = [weak = weak_from_this(), gate, id](HttpResponse response) {
-    std::shared_lock lock(gate->mu);
+    ReaderLock lock(gate->mu);
     if (!gate->open) return;
     auto self = weak.lock();
     if (!self) return;  // closed meanwhile: nobody to answer

@@ -39,14 +39,14 @@ void HttpServer::Impl::RequestFinished() {
   // Shutdown waits on changed_ only after it set stopping_; both atomics are sequentially
   // consistent, so either this sees stopping_ or Shutdown sees the decrement.
   if (stopping_.load()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     changed_.notify_all();
   }
 }
 
 std::shared_ptr<Connection> HttpServer::Impl::Register(tcp::socket socket) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (connections_.size() < options_.max_connections) {
       auto c = std::make_shared<Connection>(std::move(socket), this);
       connections_.emplace(c.get(), c);
@@ -71,7 +71,7 @@ void HttpServer::Impl::Refuse(tcp::socket socket) {
 }
 
 void HttpServer::Impl::Unregister(Connection* c) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   connections_.erase(c);
   if (stopping_.load()) changed_.notify_all();
 }
@@ -181,14 +181,14 @@ void HttpServer::Impl::Shutdown() {
   // which it is before the wait below counts the requests in flight.
   std::vector<std::shared_ptr<Connection>> live;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [p, w] : connections_)
       if (auto c = w.lock()) live.push_back(std::move(c));
     undecided_ = live.size();
   }
   for (auto& c : live) {
     c->CloseIfIdle([this] {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       --undecided_;
       changed_.notify_all();
     });
@@ -196,22 +196,22 @@ void HttpServer::Impl::Shutdown() {
   live.clear();
 
   const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
-  std::unique_lock lock(mu_);
-  if (!changed_.wait_until(lock, deadline,
-                           [this] { return undecided_ == 0 && busy_.load() == 0; })) {
+  MutexLock lock(mu_);
+  if (!lock.WaitUntil(changed_, deadline,
+                      [this]() REQUIRES(mu_) { return undecided_ == 0 && busy_.load() == 0; })) {
     spdlog::warn("HTTP: {} request(s) still unanswered after the drain timeout "
                  "(--exit-timeout-secs); stopping anyway",
                  busy_.load());
   }
-  changed_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + kCloseGrace),
-                      [this] { return connections_.empty(); });
-  lock.unlock();
+  lock.WaitUntil(changed_, std::min(deadline, std::chrono::steady_clock::now() + kCloseGrace),
+                 [this]() REQUIRES(mu_) { return connections_.empty(); });
+  lock.Unlock();
 
   work_.reset();
   ioc_.stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
-  std::unique_lock gate(gate_->mu);
+  WriterLock gate(gate_->mu);
   gate_->open = false;
 }
 

@@ -9,13 +9,12 @@
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "server/http/body_memory_budget.h"
 #include "server/http/http_server.h"
 #include "server/http/log_throttle.h"
@@ -27,8 +26,8 @@ class Connection;
 // Whether the server still takes responses. A Responder may be called after Shutdown (a
 // request answered past the drain timeout); it must not touch an io_context being destroyed.
 struct ResponseGate {
-  std::shared_mutex mu;
-  bool open = true;  // guarded by mu
+  SharedMutex mu;
+  bool open GUARDED_BY(mu) = true;
 };
 
 class HttpServer::Impl {
@@ -37,7 +36,7 @@ class HttpServer::Impl {
 
   Status Listen();
   void Run();
-  void Shutdown();
+  void Shutdown() EXCLUDES(mu_);
   uint16_t port() const { return port_; }
 
   // For connections.
@@ -49,15 +48,15 @@ class HttpServer::Impl {
   bool stopping() const { return stopping_.load(); }
   // A request's first byte has arrived / its answer is written (or the connection is gone).
   void RequestStarted() { busy_.fetch_add(1); }
-  void RequestFinished();
-  void Unregister(Connection* c);
+  void RequestFinished() EXCLUDES(mu_);
+  void Unregister(Connection* c) EXCLUDES(mu_);
 
  private:
   void Accept();
   void OnAcceptError(const boost::system::error_code& ec);
   // A registered connection on `socket`, or nullptr (the socket refused) when the server
   // already has max_connections.
-  std::shared_ptr<Connection> Register(boost::asio::ip::tcp::socket socket);
+  std::shared_ptr<Connection> Register(boost::asio::ip::tcp::socket socket) EXCLUDES(mu_);
   void Refuse(boost::asio::ip::tcp::socket socket);
   void RunThread();
 
@@ -70,10 +69,11 @@ class HttpServer::Impl {
 
   // Declared before ioc_: destroying ioc_ destroys pending handlers, whose connections
   // unregister and release their budget.
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable changed_;  // a connection left, or a request finished while stopping
-  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_;  // guarded by mu_
-  size_t undecided_ = 0;  // connections Shutdown asked to close if idle that have not said; mu_
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_ GUARDED_BY(mu_);
+  // Connections Shutdown asked to close if idle that have not said whether they did.
+  size_t undecided_ GUARDED_BY(mu_) = 0;
   std::atomic<size_t> busy_{0};  // requests between their first byte and their answer
   std::atomic<bool> stopping_{false};
 

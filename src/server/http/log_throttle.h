@@ -7,8 +7,9 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
+
+#include "core/mutex.h"
 
 namespace vramd::http {
 
@@ -17,9 +18,9 @@ class LogThrottle {
   explicit LogThrottle(std::chrono::steady_clock::duration period) : period_(period) {}
 
   // Whether to log now; if so, how many messages were held back since the last one logged.
-  std::optional<uint64_t> Allow() {
+  std::optional<uint64_t> Allow() EXCLUDES(mu_) {
     const auto now = std::chrono::steady_clock::now();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (now < next_) {
       ++suppressed_;
       return std::nullopt;
@@ -32,9 +33,9 @@ class LogThrottle {
 
  private:
   const std::chrono::steady_clock::duration period_;
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point next_{};  // guarded by mu_
-  uint64_t suppressed_ = 0;                       // guarded by mu_
+  Mutex mu_;
+  std::chrono::steady_clock::time_point next_ GUARDED_BY(mu_) = {};
+  uint64_t suppressed_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vramd::http
