@@ -13,8 +13,8 @@ VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh
 rm -rf device-dist
 mkdir -p device-dist/bin device-dist/lib
 binaries=(build-device/src/cli/vramd build-device/src/cli/vramctl)
-# GPU tests, plus the unit tests that have a GPU part (they skip it without one).
-for f in build-device/tests/gpu_*_test build-device/tests/{caching_pool,nvml}_test \
+# GPU tests, plus the unit tests (run.sh runs those with a GPU part; they skip it without one).
+for f in build-device/tests/gpu_*_test build-device/tests/vramd_unit_tests \
          build-device/bench/*_bench; do
   [ -x "$f" ] && binaries+=("$f")
 done
@@ -24,6 +24,8 @@ for tool in infer_load inprocess_infer pool_replay; do
   binaries+=(build-device/bench/$tool)
 done
 cp "${binaries[@]}" device-dist/bin/
+# The unit tests' line tables (tests/CMakeLists.txt) would take room the carry limit needs.
+[ -f device-dist/bin/vramd_unit_tests ] && strip --strip-debug device-dist/bin/vramd_unit_tests
 # Headers the pytorch backend needs when it is built on the device (scripts/device/build_torch.sh).
 mkdir -p device-dist/include
 cp -r /usr/include/rapidjson device-dist/include/

@@ -46,6 +46,17 @@ for t in "$BIN"/*_test; do
   if "$t" --gtest_color=no > "$OUT/tmp.log" 2>&1; then say "PASS $name"; else say "FAIL $name"; status=1; fi
   cat "$OUT/tmp.log" >> "$OUT/gpu_tests.log"; rm -f "$OUT/tmp.log"
 done
+# The unit tests with a GPU part (CUDA segments, the pool on a device, NVML); the others need the
+# source tree's test backends and run in CI.
+if has_step tests && [ -x "$BIN/vramd_unit_tests" ]; then
+  if "$BIN/vramd_unit_tests" --gtest_color=no \
+       --gtest_filter='CachingPool*:CudaSegmentSource*:HostSegmentSource*:Nvml*' > "$OUT/tmp.log" 2>&1; then
+    say "PASS vramd_unit_tests (GPU parts)"
+  else
+    say "FAIL vramd_unit_tests (GPU parts)"; status=1
+  fi
+  cat "$OUT/tmp.log" >> "$OUT/gpu_tests.log"; rm -f "$OUT/tmp.log"
+fi
 grep -h '^FIGURE ' "$OUT/gpu_tests.log" 2>/dev/null | tee -a "$summary"
 
 # 2. Benchmarks (Google Benchmark), one JSON file each, with a short table in the summary.

@@ -8,6 +8,8 @@
 
 #include "backends/backend.h"
 #include "runtime/model_manager.h"
+#include "support/config_text.h"
+#include "support/manager_fixture.h"
 
 namespace vramd {
 namespace {
@@ -82,53 +84,34 @@ LeakyBackend* TheBackend() {
   return &backend;
 }
 
-class ModelMemoryTest : public ::testing::Test {
+class ModelMemoryTest : public testing::ManagerTest {
  protected:
   void SetUp() override {
     TheBackend();
-    root_ = fs::temp_directory_path() / ("vramd-mem-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
     AddModel("leaky", 2, false);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   void AddModel(const std::string& name, int instances, bool fail_load) {
-    fs::create_directories(root_ / name / "1");
-    std::ofstream(root_ / name / "config.pbtxt")
-        << "backend: \"leaky_test\"\n"
-        << "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
-        << "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
-        << "instance_group [ { kind: KIND_CPU count: " << instances << " } ]\n"
-        << (fail_load ? "parameters { key: \"fail_load\" value { string_value: \"1\" } }\n" : "");
+    WriteModel(name, testing::Int32ModelConfig(
+                         "leaky_test", instances,
+                         fail_load ? "parameters { key: \"fail_load\" value { string_value: \"1\" } }\n"
+                                   : ""));
   }
 
   std::unique_ptr<runtime::ModelManager> Start(memory::GrowthDetector* growth = nullptr) {
-    runtime::ModelManager::Options o;
-    o.repositories = {root_};
-    o.memory = {&ledger_, &allocator_, growth};
-    auto manager = runtime::ModelManager::Create(o);
-    EXPECT_TRUE(manager.ok()) << manager.status().ToString();
-    return std::move(manager).value();
+    auto o = ManagerOptions();
+    o.memory.growth = growth;
+    return StartManager(o);
   }
 
-  static InferRequest Request(std::string id) {
-    InferRequest r;
-    r.id = std::move(id);
-    int32_t v[2] = {1, 2};
-    r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {2}, HostBuffer::CopyOf(v, sizeof v)});
-    return r;
-  }
+  static InferRequest Request(std::string id) { return testing::Int32Request(std::move(id)); }
 
   std::map<std::string, memory::OwnerSnapshot> OwnersByPath() const {
     std::map<std::string, memory::OwnerSnapshot> out;
-    for (auto& o : ledger_.Snapshot()) out[ledger_.OwnerPath(o.id)] = o;
+    for (auto& o : ledger().Snapshot()) out[ledger().OwnerPath(o.id)] = o;
     return out;
   }
 
-  fs::path root_;
-  memory::Ledger ledger_;
-  memory::Allocator allocator_{&ledger_};
 };
 
 TEST_F(ModelMemoryTest, OwnersFollowModelVersionInstance) {
@@ -149,14 +132,14 @@ TEST_F(ModelMemoryTest, CleanRequestLeavesNoOwnerAndNoLeak) {
   auto manager = Start();
   auto model = manager->Find("leaky", 0);
   ASSERT_TRUE(model.ok());
-  size_t owners_before = ledger_.Snapshot().size();
+  size_t owners_before = ledger().Snapshot().size();
   for (int i = 0; i < 100; ++i) {
     auto outcome = (*model)->Infer(Request("clean-" + std::to_string(i)));
     ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
   }
-  EXPECT_EQ(ledger_.Snapshot().size(), owners_before);
-  EXPECT_TRUE(ledger_.Leaks().empty());
-  EXPECT_EQ(ledger_.leaked_bytes_total(), 0u);
+  EXPECT_EQ(ledger().Snapshot().size(), owners_before);
+  EXPECT_TRUE(ledger().Leaks().empty());
+  EXPECT_EQ(ledger().leaked_bytes_total(), 0u);
 }
 
 TEST_F(ModelMemoryTest, LeakIsReportedWithTheRequestId) {
@@ -164,27 +147,27 @@ TEST_F(ModelMemoryTest, LeakIsReportedWithTheRequestId) {
   auto model = manager->Find("leaky", 0);
   ASSERT_TRUE(model.ok());
   { auto outcome = (*model)->Infer(Request("leak-42")); ASSERT_TRUE(outcome.ok()); }
-  auto leaks = ledger_.Leaks();
+  auto leaks = ledger().Leaks();
   ASSERT_EQ(leaks.size(), 1u);
   EXPECT_NE(leaks[0].owner_path.find("request:leak-42"), std::string::npos) << leaks[0].owner_path;
   EXPECT_NE(leaks[0].owner_path.find("model:leaky/version:1/instance:"), std::string::npos);
   EXPECT_EQ(leaks[0].bytes, kLeakPerRequest);
   EXPECT_EQ(leaks[0].count, 1u);
-  EXPECT_EQ(ledger_.leaked_bytes_total(), kLeakPerRequest);
+  EXPECT_EQ(ledger().leaked_bytes_total(), kLeakPerRequest);
 
   // Unloading frees the instance's history: the leak's memory is no longer live, and nothing of
   // the model remains in the ledger.
   model = Status::NotFound("dropped");
   manager.reset();
-  EXPECT_EQ(ledger_.Leaks()[0].still_live_bytes, 0u);
-  EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()), 0);
-  EXPECT_EQ(ledger_.Snapshot().size(), 1u);  // the root alone
+  EXPECT_EQ(ledger().Leaks()[0].still_live_bytes, 0u);
+  EXPECT_EQ(*ledger().SubtreeLiveBytes(ledger().root()), 0);
+  EXPECT_EQ(ledger().Snapshot().size(), 1u);  // the root alone
 }
 
 TEST_F(ModelMemoryTest, GrowthDetectorFlagsTheStaircase) {
   memory::GrowthDetector growth(5);
   // One instance, so every request lands on the same one.
-  fs::remove_all(root_);
+  fs::remove_all(root());
   AddModel("leaky", 1, false);
   auto manager = Start(&growth);
   auto model = manager->Find("leaky", 0);
@@ -196,7 +179,7 @@ TEST_F(ModelMemoryTest, GrowthDetectorFlagsTheStaircase) {
   // runtime fed nothing, it would be the detector's first sight of the instance.
   for (int i = 0; i < 10; ++i) ASSERT_TRUE((*model)->Infer(Request("ok")).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE((*model)->Infer(Request("leak")).ok());
-  int64_t live = *ledger_.SubtreeLiveBytes(instance);
+  int64_t live = *ledger().SubtreeLiveBytes(instance);
   EXPECT_EQ(live, int64_t(kWorkspace + 4 * kLeakPerRequest));
   auto flagged = growth.Observe(instance, live + 1);
   ASSERT_TRUE(flagged.has_value());
@@ -219,10 +202,10 @@ TEST_F(ModelMemoryTest, FailedLoadLeavesNothing) {
   for (auto& [path, o] : OwnersByPath()) {
     EXPECT_EQ(path.find("broken_load/version"), std::string::npos) << path << " survived";
   }
-  EXPECT_TRUE(ledger_.Leaks().empty());
+  EXPECT_TRUE(ledger().Leaks().empty());
   // The failed load's weights went back to the pool, and the pool was trimmed after loading:
   // no segment is left that holds nothing.
-  auto pool = allocator_.Pool(Device::Cpu());
+  auto pool = memory_.allocator.Pool(Device::Cpu());
   ASSERT_TRUE(pool.ok());
   for (const auto& segment : (*pool)->Snapshot()) {
     bool used = false;

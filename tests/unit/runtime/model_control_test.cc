@@ -12,6 +12,8 @@
 #include "backends/backend.h"
 #include "runtime/infer_router.h"
 #include "runtime/model_manager.h"
+#include "support/config_text.h"
+#include "support/manager_fixture.h"
 
 namespace vramd {
 namespace {
@@ -69,57 +71,29 @@ void RegisterAllocBackend() {
 }
 
 std::string Config(const std::string& backend, int instances, int delay_us = 0) {
-  std::string c = "backend: \"" + backend + "\"\n" +
-                  "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
-                  "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
-                  "instance_group [ { kind: KIND_CPU count: " +
-                  std::to_string(instances) + " } ]\n";
-  if (delay_us > 0) {
-    c += "parameters { key: \"execute_delay_us\" value { string_value: \"" +
-         std::to_string(delay_us) + "\" } }\n";
-  }
-  return c;
+  return testing::Int32ModelConfig(
+      backend, instances,
+      delay_us > 0 ? "parameters { key: \"execute_delay_us\" value { string_value: \"" +
+                         std::to_string(delay_us) + "\" } }\n"
+                   : "");
 }
 
-class ModelControlTest : public ::testing::Test {
+class ModelControlTest : public testing::ManagerTest {
  protected:
-  void SetUp() override {
-    RegisterAllocBackend();
-    root_ = fs::temp_directory_path() /
-            ("vramd-control-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  void WriteModel(const std::string& name, const std::string& config) {
-    fs::create_directories(root_ / name / "1");
-    std::ofstream(root_ / name / "config.pbtxt") << config;
-  }
+  void SetUp() override { RegisterAllocBackend(); }
 
   std::unique_ptr<runtime::ModelManager> Start(runtime::ModelControlMode mode,
                                                std::vector<std::string> startup = {}) {
-    runtime::ModelManager::Options o;
-    o.repositories = {root_};
-    o.memory = {&ledger_, &allocator_, nullptr};
+    auto o = ManagerOptions();
     o.model_control_mode = mode;
     o.startup_models = std::move(startup);
-    auto manager = runtime::ModelManager::Create(o);
-    EXPECT_TRUE(manager.ok()) << manager.status().ToString();
-    return std::move(manager).value();
+    return StartManager(o);
   }
 
-  static InferRequest Request(std::string id) {
-    InferRequest r;
-    r.id = std::move(id);
-    int32_t v[2] = {1, 2};
-    r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {2}, HostBuffer::CopyOf(v, sizeof v)});
-    return r;
-  }
+  static InferRequest Request(std::string id) { return testing::Int32Request(std::move(id)); }
 
   bool LedgerHasOwnerNamed(const std::string& name) const {
-    for (const auto& o : ledger_.Snapshot()) {
+    for (const auto& o : ledger().Snapshot()) {
       if (o.name == name) return true;
     }
     return false;
@@ -133,9 +107,6 @@ class ModelControlTest : public ::testing::Test {
     return nullptr;
   }
 
-  fs::path root_;
-  memory::Ledger ledger_;
-  memory::Allocator allocator_{&ledger_};
 };
 
 TEST_F(ModelControlTest, NoneModeLoadsEverythingAndRefusesControl) {
@@ -275,8 +246,8 @@ TEST_F(ModelControlTest, UnloadDrainsInFlightRequests) {
 
   EXPECT_EQ(manager->Find("slow", 0).status().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(LedgerHasOwnerNamed("slow"));
-  EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()), 0);
-  EXPECT_TRUE(ledger_.Leaks().empty());
+  EXPECT_EQ(*ledger().SubtreeLiveBytes(ledger().root()), 0);
+  EXPECT_TRUE(ledger().Leaks().empty());
 }
 
 TEST_F(ModelControlTest, BrokenReloadKeepsTheServingVersion) {
@@ -287,7 +258,7 @@ TEST_F(ModelControlTest, BrokenReloadKeepsTheServingVersion) {
   const runtime::LoadedModel* serving = before->get();
   before = Status::NotFound("dropped");
 
-  std::ofstream(root_ / "m" / "config.pbtxt") << "backend: \"identity\"\ninput [ { name: \"X\" dims: [ 1 }\n";
+  std::ofstream(root() / "m" / "config.pbtxt") << "backend: \"identity\"\ninput [ { name: \"X\" dims: [ 1 }\n";
   Status load = manager->Load("m");
   ASSERT_FALSE(load.ok());
   EXPECT_NE(load.message().find("config.pbtxt:"), std::string::npos) << load.message();
@@ -304,7 +275,7 @@ TEST_F(ModelControlTest, BrokenReloadKeepsTheServingVersion) {
   // A good config again: the reload replaces the version (released first, so that the old
   // version's owner closes before Load returns).
   after = Status::NotFound("dropped");
-  std::ofstream(root_ / "m" / "config.pbtxt") << Config("identity", 2);
+  std::ofstream(root() / "m" / "config.pbtxt") << Config("identity", 2);
   ASSERT_TRUE(manager->Load("m").ok());
   after = manager->Find("m", 0);
   ASSERT_TRUE(after.ok());
@@ -312,22 +283,22 @@ TEST_F(ModelControlTest, BrokenReloadKeepsTheServingVersion) {
   EXPECT_TRUE(Row(manager->Index(), "m")->reason.empty());
   after = Status::NotFound("dropped");
   int models = 0;
-  for (const auto& o : ledger_.Snapshot()) models += o.name == "m";
+  for (const auto& o : ledger().Snapshot()) models += o.name == "m";
   EXPECT_EQ(models, 1);  // the replaced version's model owner closed
-  EXPECT_TRUE(ledger_.Leaks().empty());
+  EXPECT_TRUE(ledger().Leaks().empty());
 }
 
 TEST_F(ModelControlTest, CyclesLeaveTheLedgerAtBaseline) {
   WriteModel("alloc", Config("control_alloc_test", 2));
   auto manager = Start(runtime::ModelControlMode::kExplicit, {});
-  const int64_t baseline = *ledger_.SubtreeLiveBytes(ledger_.root());
-  const size_t owners = ledger_.Snapshot().size();
+  const int64_t baseline = *ledger().SubtreeLiveBytes(ledger().root());
+  const size_t owners = ledger().Snapshot().size();
   for (int i = 0; i < 50; ++i) {
     ASSERT_TRUE(manager->Load("alloc").ok()) << i;
     if (i % 2 == 0) {
       ASSERT_TRUE(manager->Load("alloc").ok()) << i;  // a reload too
     }
-    EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()),
+    EXPECT_EQ(*ledger().SubtreeLiveBytes(ledger().root()),
               baseline + int64_t(kWeights + 2 * kWorkspace));
     {
       auto model = manager->Find("alloc", 0);
@@ -335,11 +306,11 @@ TEST_F(ModelControlTest, CyclesLeaveTheLedgerAtBaseline) {
       ASSERT_TRUE((*model)->Infer(Request("c" + std::to_string(i))).ok());
     }
     ASSERT_TRUE(manager->Unload("alloc").ok()) << i;
-    EXPECT_EQ(*ledger_.SubtreeLiveBytes(ledger_.root()), baseline) << i;
+    EXPECT_EQ(*ledger().SubtreeLiveBytes(ledger().root()), baseline) << i;
   }
-  EXPECT_EQ(ledger_.Snapshot().size(), owners);
-  EXPECT_TRUE(ledger_.Leaks().empty());
-  EXPECT_EQ(ledger_.leaked_bytes_total(), 0u);
+  EXPECT_EQ(ledger().Snapshot().size(), owners);
+  EXPECT_TRUE(ledger().Leaks().empty());
+  EXPECT_EQ(ledger().leaked_bytes_total(), 0u);
 }
 
 // A slow resource-preserving reload: every load runs a warmup execution of 300 ms, and
