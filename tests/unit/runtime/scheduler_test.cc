@@ -289,6 +289,10 @@ TEST(SchedulerOptionsTest, InlineExecutionDecidesWhereAnIdleInstanceRuns) {
     options.name = "model 'm' version 1";
     options.instance_count = 2;
     options.inline_execution = inline_execution;
+    // What is tested here is the switch, not the budget (InlineBudgetTest): an execution this
+    // short measures well under 1 ms, except on a loaded machine that preempts the instance
+    // thread mid-execution, which made the second request go to an instance thread.
+    options.inline_budget = std::chrono::seconds(1);
     scheduler = std::make_unique<Scheduler>(
         options,
         [&](size_t, std::vector<QueuedRequest> batch) {
@@ -488,22 +492,30 @@ TEST_F(SchedulerTest, BackendThatExecutesOnInstanceThreadsSkipsTheFastPath) {
 TEST_F(SchedulerTest, BusyInstancesQueueRequestsForTheirThreads) {
   auto model = Load(Config(0, 1, 0, ""));
   ASSERT_NE(model, nullptr);
-  ASSERT_TRUE(WarmUntilInline(*model));
-  Collector c;
-  InferCallback first_done = c.Callback(0);
-  InferCallback second_done = c.Callback(1);
-  // The first request's callback runs inline while its instance is still busy: a request
-  // submitted there must wait in the queue for the instance's thread.
-  model->InferAsync(Request(1, 1, 2, false), [&](Result<InferOutcome> outcome) {
-    model->InferAsync(Request(1, 2, 2, false), second_done);
-    first_done(std::move(outcome));
-  });
-  ASSERT_TRUE(c.WaitFor(2));
-  EXPECT_TRUE(c.Get(0).status.ok());
-  EXPECT_EQ(c.Get(0).thread, std::this_thread::get_id());
-  EXPECT_TRUE(c.Get(1).status.ok());
-  EXPECT_EQ(c.Get(1).values, (std::vector<int32_t>{2, 2}));
-  EXPECT_NE(c.Get(1).thread, std::this_thread::get_id()) << "run by the instance's thread";
+  // What is tested needs the first request on the fast path. A loaded machine can preempt an
+  // execution past the 1 ms budget, which sends the next request to the instance thread and is
+  // not what this test is about: then warm up and try again.
+  bool tried = false;
+  for (int attempt = 0; attempt < 20 && !tried; ++attempt) {
+    ASSERT_TRUE(WarmUntilInline(*model));
+    Collector c;
+    InferCallback first_done = c.Callback(0);
+    InferCallback second_done = c.Callback(1);
+    // The first request's callback runs inline while its instance is still busy: a request
+    // submitted there must wait in the queue for the instance's thread.
+    model->InferAsync(Request(1, 1, 2, false), [&](Result<InferOutcome> outcome) {
+      model->InferAsync(Request(1, 2, 2, false), second_done);
+      first_done(std::move(outcome));
+    });
+    ASSERT_TRUE(c.WaitFor(2));
+    EXPECT_TRUE(c.Get(0).status.ok());
+    if (c.Get(0).thread != std::this_thread::get_id()) continue;
+    tried = true;
+    EXPECT_TRUE(c.Get(1).status.ok());
+    EXPECT_EQ(c.Get(1).values, (std::vector<int32_t>{2, 2}));
+    EXPECT_NE(c.Get(1).thread, std::this_thread::get_id()) << "run by the instance's thread";
+  }
+  EXPECT_TRUE(tried) << "no first request ran on the fast path in 20 attempts";
 }
 
 TEST_F(SchedulerTest, DynamicBatchingFormsThePreferredSizeUnderLoad) {
