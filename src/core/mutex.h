@@ -18,11 +18,11 @@
 //     ...
 //   }
 //
-// Condition variables: MutexLock waits on a std::condition_variable. The mutex is released
-// while the thread blocks and held again when the wait returns, as the analysis assumes
-// throughout, so what it checks before and after the wait is right. A predicate is a lambda
-// analyzed on its own (holding nothing), so one that reads guarded members says REQUIRES(mu_)
-// as above; the wait calls it only with the mutex held.
+// Condition variables: MutexLock waits on a std::condition_variable (or, with a stop_token, a
+// std::condition_variable_any). The mutex is released while the thread blocks and held again
+// when the wait returns, as the analysis assumes throughout, so what it checks before and after
+// the wait is right. A predicate is a lambda analyzed on its own (holding nothing), so one that
+// reads guarded members says REQUIRES(mu_) as above; the wait calls it only with the mutex held.
 //
 // Thread safety: as the std:: types they wrap. A MutexLock, ReaderLock or WriterLock is used by
 // the thread that made it.
@@ -32,6 +32,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
+#include <stop_token>
 
 #include "core/thread_annotations.h"
 
@@ -86,6 +87,20 @@ class SCOPED_CAPABILITY MutexLock {
                  const std::chrono::time_point<Clock, Duration>& deadline,
                  Predicate ready) NO_THREAD_SAFETY_ANALYSIS {
     return cv.wait_until(lock_, deadline, std::move(ready));
+  }
+  // The same on a std::condition_variable_any that a stop request on `stop` also ends (C++20's
+  // interruptible waits, for a std::jthread's loop): whether `ready` held when the wait ended
+  // (false: stopped, or the deadline passed, first).
+  template <typename Predicate>
+  bool Wait(std::condition_variable_any& cv, std::stop_token stop,
+            Predicate ready) NO_THREAD_SAFETY_ANALYSIS {
+    return cv.wait(lock_, std::move(stop), std::move(ready));
+  }
+  template <typename Clock, typename Duration, typename Predicate>
+  bool WaitUntil(std::condition_variable_any& cv, std::stop_token stop,
+                 const std::chrono::time_point<Clock, Duration>& deadline,
+                 Predicate ready) NO_THREAD_SAFETY_ANALYSIS {
+    return cv.wait_until(lock_, std::move(stop), deadline, std::move(ready));
   }
 
  private:

@@ -51,6 +51,8 @@
 // std::function), one submit. Only parking and resubmitting allocate a callback.
 //
 // Thread safety: InferAsync may be called from any number of threads, instance threads included.
+// The router has no lock of its own; the manager's lookups it calls take the manager's and say
+// so (EXCLUDES in model_manager.h).
 #pragma once
 
 #include <cstdint>

@@ -83,22 +83,22 @@ VersionReaper::~VersionReaper() {
 
 void VersionReaper::Destroy(std::unique_ptr<LoadedModel> doomed) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     doomed_.push_back(std::move(doomed));
   }
   wake_.notify_one();
 }
 
 void VersionReaper::Run(std::stop_token stop) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    wake_.wait(lock, stop, [this] { return !doomed_.empty(); });
+    lock.Wait(wake_, stop, [this]() REQUIRES(mu_) { return !doomed_.empty(); });
     if (doomed_.empty()) return;  // stopped, and nothing is left to destroy
     std::vector<std::unique_ptr<LoadedModel>> batch;
     batch.swap(doomed_);
-    lock.unlock();
+    lock.Unlock();
     batch.clear();  // a destruction waits for the version's instance threads: not under mu_
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -31,7 +31,6 @@
 #include <filesystem>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -42,6 +41,7 @@
 #include "config/model_config.pb.h"
 #include "core/infer_request.h"
 #include "core/load_timing.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "memory/ledger.h"
 #include "runtime/batch_executor.h"
@@ -66,14 +66,14 @@ class VersionReaper {
   VersionReaper(const VersionReaper&) = delete;
   VersionReaper& operator=(const VersionReaper&) = delete;
 
-  void Destroy(std::unique_ptr<LoadedModel> doomed);
+  void Destroy(std::unique_ptr<LoadedModel> doomed) EXCLUDES(mu_);
 
  private:
-  void Run(std::stop_token stop);
+  void Run(std::stop_token stop) EXCLUDES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable_any wake_;
-  std::vector<std::unique_ptr<LoadedModel>> doomed_;  // guarded by mu_
+  Mutex mu_;  // a leaf: nothing is acquired, and no version destroyed, while it is held
+  std::condition_variable_any wake_;  // waited on with mu_ (and the thread's stop token)
+  std::vector<std::unique_ptr<LoadedModel>> doomed_ GUARDED_BY(mu_);
   std::jthread thread_;  // last: starts once the rest is initialized
 };
 

@@ -7,11 +7,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
-#include <mutex>
 #include <set>
 #include <thread>
 
 #include "config/model_config_parser.h"
+#include "core/mutex.h"
 #include "memory/cuda_devices.h"
 #include "repository/model_repository.h"
 #include "repository/repository_watcher.h"
@@ -100,21 +100,24 @@ Status CheckModelName(std::string_view name) {
 
 }  // namespace
 
-class ModelManager::ActionGuard {
+// For the analysis, it holds manager.action_ (model_manager.h says why). A constructor and a
+// destructor are not analyzed, so taking actions_mu_ and the slot's mutex here is unchecked.
+class SCOPED_CAPABILITY ModelManager::ActionGuard {
  public:
-  ActionGuard(ModelManager& manager, std::string_view name) : manager_(manager) {
+  ActionGuard(ModelManager& manager, std::string_view name) ACQUIRE(manager.action_)
+      : manager_(manager) {
     {
-      std::lock_guard lock(manager_.actions_mu_);
+      MutexLock lock(manager_.actions_mu_);
       slot_ = manager_.actions_.try_emplace(std::string(name)).first;
       ++slot_->second.users;
     }
     // Outside actions_mu_: waiting here must not hold up other models' actions. The slot
     // stays put meanwhile: a map node lives until erased, and users > 0 keeps it.
-    slot_->second.mu.lock();
+    slot_->second.mu.Lock();
   }
-  ~ActionGuard() {
-    slot_->second.mu.unlock();
-    std::lock_guard lock(manager_.actions_mu_);
+  ~ActionGuard() RELEASE() {
+    slot_->second.mu.Unlock();
+    MutexLock lock(manager_.actions_mu_);
     if (--slot_->second.users == 0) manager_.actions_.erase(slot_);
   }
   ActionGuard(const ActionGuard&) = delete;
@@ -149,6 +152,7 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
   if (options.model_control_mode == ModelControlMode::kPoll) {
     // The baseline comes before the start-up scan, so a change made while loading is seen.
     manager->watcher_ = std::make_unique<repository::RepositoryWatcher>(options.repositories);
+    MutexLock poll(manager->poll_mu_);  // no other thread has the manager yet: never waits
     VRAMD_RETURN_IF_ERROR(manager->watcher_->Baseline());
   }
   VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(options.repositories));
@@ -190,11 +194,11 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
 
 void ModelManager::PollUntilStopped(std::stop_token stop) {
   // The period is waited for on a condition no one notifies: only a stop ends it early.
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable_any wake;
-  std::unique_lock lock(mu);
+  MutexLock lock(mu);
   while (!stop.stop_requested()) {
-    wake.wait_for(lock, stop, poll_interval_, [] { return false; });
+    lock.WaitUntil(wake, stop, Clock::now() + poll_interval_, [] { return false; });
     if (stop.stop_requested()) break;
     Status polled = PollOnce();
     if (!polled.ok()) spdlog::error("repository poll: {}", polled.message());
@@ -206,7 +210,7 @@ ModelManager::~ModelManager() {
   releaser_ = std::jthread();  // answers the requests still parked in a gap
   std::vector<std::pair<std::string, Versions>> serving;
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(mu_);
     for (auto& [name, entry] : models_) serving.emplace_back(name, std::move(entry.serving));
     models_.clear();
   }
@@ -220,7 +224,7 @@ ModelManager::~ModelManager() {
   }
   std::vector<Retired> left;
   {
-    std::lock_guard lock(retired_mu_);
+    MutexLock lock(retired_mu_);
     left.swap(retired_);
   }
   left.clear();  // closes the owners (filing leak reports for what they still hold), unlocked
@@ -237,10 +241,10 @@ Status ModelManager::CheckMode(std::string_view action) const {
 size_t ModelManager::TEST_TrackedNames() const {
   size_t names = 0;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     names += models_.size();
   }
-  std::lock_guard lock(actions_mu_);
+  MutexLock lock(actions_mu_);
   return names + actions_.size();
 }
 
@@ -252,11 +256,11 @@ void ModelManager::EndGap(ModelEntry& entry) {
 
 void ModelManager::Update(const std::string& name, const std::function<void(ModelEntry&)>& change) {
   {
-    std::unique_lock lock(mu_);
+    WriterLock lock(mu_);
     change(models_[name]);
   }
   {
-    std::lock_guard parked(parked_mu_);
+    MutexLock parked(parked_mu_);
     parked_dirty_ = true;
   }
   parked_cv_.notify_all();
@@ -305,7 +309,7 @@ void ModelManager::Retire(const std::string& model, Versions versions) {
   versions.ready.clear();  // the last reference, unless a request still holds one
   retired.versions = std::move(versions);
   {
-    std::lock_guard lock(retired_mu_);
+    MutexLock lock(retired_mu_);
     retired_.push_back(std::move(retired));
   }
   SweepRetired();
@@ -322,7 +326,7 @@ bool IsReady(const std::shared_future<void>& destroyed) {
 void ModelManager::SweepRetired() {
   std::vector<Retired> done;
   {
-    std::lock_guard lock(retired_mu_);
+    MutexLock lock(retired_mu_);
     for (auto it = retired_.begin(); it != retired_.end();) {
       bool gone = true;
       for (const auto& d : it->destroyed) gone = gone && IsReady(d);
@@ -343,7 +347,7 @@ size_t ModelManager::AwaitRetired(std::optional<std::string_view> model,
   // (or the destructor, which is alone) retire its versions.
   std::vector<std::shared_future<void>> pending;
   {
-    std::lock_guard lock(retired_mu_);
+    MutexLock lock(retired_mu_);
     for (const auto& r : retired_) {
       if (model && r.model != *model) continue;
       pending.insert(pending.end(), r.destroyed.begin(), r.destroyed.end());
@@ -405,13 +409,19 @@ class ModelManager::LoadRun {
   LoadRun(const LoadRun&) = delete;
   LoadRun& operator=(const LoadRun&) = delete;
 
+  // The steps below that wait for retired versions or open a gap REQUIRE the model's action
+  // lock through manager_, which the analysis cannot tell from the LoadLocked caller's `this`:
+  // LoadLocked, which REQUIRES(action_) itself, says so with this (it checks nothing).
+  void ActionHeld() const ASSERT_CAPABILITY(manager_.action_) {}
+
   // Prepare: notes what serves now, reads the config (or takes the override), selects the
   // versions and the reload settings, and waits until what an earlier action retired is
   // destroyed (so the model's unload and load hooks never overlap). A failure is recorded
   // (Reject) and returned for the caller.
-  Status Prepare(std::shared_ptr<const config::ModelConfig> config_override) {
+  Status Prepare(std::shared_ptr<const config::ModelConfig> config_override)
+      REQUIRES(manager_.action_) {
     {
-      std::shared_lock lock(manager_.mu_);
+      ReaderLock lock(manager_.mu_);
       if (auto it = manager_.models_.find(name_); it != manager_.models_.end()) {
         serving_ = !it->second.serving.ready.empty();
         measured_ = it->second.measured;
@@ -449,7 +459,7 @@ class ModelManager::LoadRun {
   // Drain (resource-preserving): the serving versions leave the map, drain and unload, and
   // their memory is returned before the new ones load; requests arriving meanwhile wait in
   // the gap (Find) up to the model's unavailable wait.
-  void Drain() {
+  void Drain() REQUIRES(manager_.action_) {
     manager_.LetGapWaitersLook(name_);
     const auto drain_start = Clock::now();
     Versions old;
@@ -486,17 +496,17 @@ class ModelManager::LoadRun {
 
   // Switch: publishes the attempt (new requests go to it from here on); the versions it
   // replaces drain and are destroyed before the load returns.
-  Status Switch(Versions attempt) {
+  Status Switch(Versions attempt) REQUIRES(manager_.action_) {
     std::vector<memory::OwnerId> owners;
     for (const auto& [v, model] : attempt.ready) owners.push_back(model->owner());
     report_.measured = MeasureFootprint(*manager_.memory_.ledger, owners);
     const auto switch_start = Clock::now();
     Versions old;
-    manager_.Update(name_, [&](ModelEntry& entry) {
+    manager_.Update(name_, [&](ModelEntry& entry) REQUIRES(manager_.mu_) {
       old = std::move(entry.serving);
       entry.serving = std::move(attempt);
       entry.loading.clear();
-      EndGap(entry);
+      manager_.EndGap(entry);
       entry.measured = report_.measured;
       entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kReady, "");
     });
@@ -527,13 +537,13 @@ class ModelManager::LoadRun {
 
   // Fail: the attempt goes; the serving versions stay where there are any (the model stays
   // ready, the failure its reason), else what loaded serves and the failures show.
-  Status Fail(Versions attempt) {
+  Status Fail(Versions attempt) REQUIRES(manager_.action_) {
     const std::string error = attempt.failed.rbegin()->second;
     spdlog::error("failed to load model '{}': {}", name_, error);
     Versions discard;
-    manager_.Update(name_, [&](ModelEntry& entry) {
+    manager_.Update(name_, [&](ModelEntry& entry) REQUIRES(manager_.mu_) {
       entry.loading.clear();
-      EndGap(entry);
+      manager_.EndGap(entry);
       if (!entry.serving.ready.empty()) {
         entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kReady,
                                         "serving; last load failed: " + error);
@@ -569,7 +579,7 @@ class ModelManager::LoadRun {
     report_.finished = std::chrono::system_clock::now();
     bool known = false;
     {
-      std::shared_lock lock(manager_.mu_);
+      ReaderLock lock(manager_.mu_);
       known = manager_.models_.count(name_) > 0;
     }
     if (!known && error.code() == StatusCode::kNotFound) return Status::NotFound(message);
@@ -615,6 +625,7 @@ class ModelManager::LoadRun {
 Status ModelManager::LoadLocked(const std::string& name,
                                 std::shared_ptr<const config::ModelConfig> config_override) {
   LoadRun load(*this, name);
+  load.ActionHeld();  // load.manager_ is *this
   VRAMD_RETURN_IF_ERROR(load.Prepare(std::move(config_override)));
   load.ChoosePolicy();
   if (load.DrainsFirst()) load.Drain();
@@ -629,15 +640,16 @@ void ModelManager::LetGapWaitersLook(const std::string& name) {
   // must not stall the reload.
   const std::atomic<int>* waiters = nullptr;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     auto it = models_.find(name);
     if (it == models_.end() || it->second.gap_waiters.load() == 0) return;
     // Stays valid unlocked: a map node lives until erased, and an entry is erased only under
     // its model's action lock (held here) or by the destructor.
     waiters = &it->second.gap_waiters;
   }
-  std::unique_lock parked(parked_mu_);
-  gap_answered_.wait_for(parked, kGapWaitersGrace, [waiters] { return waiters->load() == 0; });
+  MutexLock parked(parked_mu_);
+  parked.WaitUntil(gap_answered_, Clock::now() + kGapWaitersGrace,
+                   [waiters] { return waiters->load() == 0; });
 }
 
 Status ModelManager::DrainAndUnload(const std::string& name, Versions old, std::string reason) {
@@ -678,7 +690,7 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
   });
   {
     // An Unload of a name never seen leaves no entry behind.
-    std::unique_lock lock(mu_);
+    WriterLock lock(mu_);
     if (auto it = models_.find(name); it != models_.end() && !known && on_request) {
       if (it->second.lifecycle.history().empty()) models_.erase(it);
     }
@@ -700,7 +712,7 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
 
 Status ModelManager::PollOnce() {
   if (watcher_ == nullptr) return Status::InvalidArgument("the model control mode is not poll");
-  std::lock_guard poll(poll_mu_);
+  MutexLock poll(poll_mu_);
   VRAMD_ASSIGN_OR_RETURN(auto changes, watcher_->Poll());
   ParallelFor(changes.size(), load_thread_count_, [&](size_t i) {
     const auto& change = changes[i];
@@ -781,7 +793,7 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::Find(std::string_view name,
 
 std::optional<Result<std::shared_ptr<LoadedModel>>> ModelManager::TryFind(std::string_view name,
                                                                           int64_t version) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = models_.find(name);
   if (it != models_.end() && it->second.gap) return std::nullopt;
   return FindLocked(name, version);
@@ -790,11 +802,11 @@ std::optional<Result<std::shared_ptr<LoadedModel>>> ModelManager::TryFind(std::s
 void ModelManager::FindAsync(std::string_view name, int64_t version, FindCallback done) const {
   Result<std::shared_ptr<LoadedModel>> found = Status::Internal("unset");
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     auto it = models_.find(name);
     if (it != models_.end() && it->second.gap) {
       ++it->second.gap_waiters;  // the next gap waits until this request has been answered
-      std::lock_guard parked(parked_mu_);
+      MutexLock parked(parked_mu_);
       parked_.push_back({std::string(name), version, it->second.gap_generation,
                          Clock::now() + it->second.gap_wait, it->second.gap_wait,
                          std::move(done)});
@@ -811,10 +823,11 @@ void ModelManager::ReleaseParked(std::stop_token stop) {
   while (!stop.stop_requested()) {
     std::vector<Parked> waiting;
     {
-      std::unique_lock parked(parked_mu_);
+      MutexLock parked(parked_mu_);
       auto earliest = Clock::time_point::max();
       for (const auto& p : parked_) earliest = std::min(earliest, p.deadline);
-      parked_cv_.wait_until(parked, stop, earliest, [this] { return parked_dirty_; });
+      parked.WaitUntil(parked_cv_, stop, earliest,
+                       [this]() REQUIRES(parked_mu_) { return parked_dirty_; });
       parked_dirty_ = false;
       waiting.swap(parked_);  // looked at below without parked_mu_ (FindAsync takes it under mu_)
     }
@@ -822,7 +835,7 @@ void ModelManager::ReleaseParked(std::stop_token stop) {
     std::vector<std::pair<Parked, Result<std::shared_ptr<LoadedModel>>>> ready;
     std::vector<Parked> still;
     {
-      std::shared_lock lock(mu_);
+      ReaderLock lock(mu_);
       const auto now = Clock::now();
       for (auto& p : waiting) {
         auto it = models_.find(p.name);
@@ -842,7 +855,7 @@ void ModelManager::ReleaseParked(std::stop_token stop) {
     {
       // Taken even with nothing to put back: a reload waiting in LetGapWaitersLook checks
       // gap_waiters under parked_mu_, so the fall above is seen or this notification is.
-      std::lock_guard parked(parked_mu_);
+      MutexLock parked(parked_mu_);
       for (auto& p : still) parked_.push_back(std::move(p));
     }
     if (!ready.empty()) gap_answered_.notify_all();
@@ -851,7 +864,7 @@ void ModelManager::ReleaseParked(std::stop_token stop) {
   // Stopping: whoever is still parked gets an answer.
   std::vector<Parked> left;
   {
-    std::lock_guard parked(parked_mu_);
+    MutexLock parked(parked_mu_);
     left.swap(parked_);
   }
   for (auto& p : left) p.done(ShuttingDown(), true);
@@ -859,7 +872,7 @@ void ModelManager::ReleaseParked(std::stop_token stop) {
 
 Result<std::shared_ptr<const config::ModelConfig>> ModelManager::FindConfig(
     std::string_view name) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = models_.find(name);
   if (it == models_.end()) {
     return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
@@ -872,7 +885,7 @@ Result<std::shared_ptr<const config::ModelConfig>> ModelManager::FindConfig(
 }
 
 Result<std::vector<int64_t>> ModelManager::ReadyVersions(std::string_view name) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = models_.find(name);
   if (it == models_.end()) {
     return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
@@ -883,7 +896,7 @@ Result<std::vector<int64_t>> ModelManager::ReadyVersions(std::string_view name) 
 }
 
 std::vector<std::shared_ptr<LoadedModel>> ModelManager::LoadedVersions() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   std::vector<std::shared_ptr<LoadedModel>> loaded;
   for (const auto& [name, entry] : models_) {  // models_ and ready are ordered maps
     for (const auto& [v, model] : entry.serving.ready) loaded.push_back(model);
@@ -898,7 +911,7 @@ std::vector<ModelIndexEntry> ModelManager::Index() const {
   if (auto dirs = repository::ScanRepositories(repositories_); dirs.ok()) {
     for (const auto& dir : *dirs) on_disk.insert(dir.name);
   }
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   std::vector<ModelIndexEntry> index;
   for (const auto& name : on_disk) {
     auto it = models_.find(name);
@@ -939,36 +952,36 @@ std::vector<ModelIndexEntry> ModelManager::Index() const {
 }
 
 std::optional<ModelLifecycleView> ModelManager::Lifecycle(std::string_view name) const {
-  std::shared_lock lock(mu_);
-  auto it = models_.find(name);
-  if (it == models_.end()) {
-    lock.unlock();
-    // A model of the repositories that was never loaded (explicit mode): unloaded, as the
-    // index lists it.
-    auto dirs = repository::ScanRepositories(repositories_);
-    if (!dirs.ok()) return std::nullopt;
-    for (const auto& dir : *dirs) {
-      if (dir.name != name) continue;
+  {
+    ReaderLock lock(mu_);
+    if (auto it = models_.find(name); it != models_.end()) {
+      const ModelEntry& entry = it->second;
       ModelLifecycleView view;
       view.name = std::string(name);
-      view.reason = "not loaded";
+      view.state = entry.lifecycle.state();
+      view.reason = entry.lifecycle.reason();
+      for (const auto& [v, m] : entry.serving.ready) view.serving.push_back(v);
+      view.history.assign(entry.lifecycle.history().begin(), entry.lifecycle.history().end());
+      view.last_load = entry.last_load;
       return view;
     }
-    return std::nullopt;
   }
-  const ModelEntry& entry = it->second;
-  ModelLifecycleView view;
-  view.name = std::string(name);
-  view.state = entry.lifecycle.state();
-  view.reason = entry.lifecycle.reason();
-  for (const auto& [v, m] : entry.serving.ready) view.serving.push_back(v);
-  view.history.assign(entry.lifecycle.history().begin(), entry.lifecycle.history().end());
-  view.last_load = entry.last_load;
-  return view;
+  // A model of the repositories that was never loaded (explicit mode): unloaded, as the index
+  // lists it. Scanned without the lock.
+  auto dirs = repository::ScanRepositories(repositories_);
+  if (!dirs.ok()) return std::nullopt;
+  for (const auto& dir : *dirs) {
+    if (dir.name != name) continue;
+    ModelLifecycleView view;
+    view.name = std::string(name);
+    view.reason = "not loaded";
+    return view;
+  }
+  return std::nullopt;
 }
 
 bool ModelManager::AllModelsReady() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   for (const auto& [name, entry] : models_) {
     if (entry.unloaded_on_request) continue;
     if (entry.lifecycle.state() == LifecycleState::kUnloaded &&

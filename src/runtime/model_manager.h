@@ -32,6 +32,12 @@
 // action lock (and poll_mu_, polling), nothing else. Beyond an action lock and poll_mu_, no
 // lock of the manager is held while a backend loads, a version shuts down or is destroyed, a
 // FindAsync callback runs, or a thread waits for retired versions to be destroyed.
+// The members below say this order with ACQUIRED_BEFORE (core/thread_annotations.h), but clang
+// checks it only under -Wthread-safety-beta, which the build does not turn on (there, parked_mu_
+// taken before mu_ fails: "mutex 'mu_' must be acquired before 'parked_mu_'"); the ordinary
+// -Wthread-safety build checks GUARDED_BY, REQUIRES and EXCLUDES. An action lock is a mutex per model, which no annotation can name, so
+// action_ stands for "one action lock held" (ActionGuard takes both): REQUIRES(action_) checks
+// that a method runs inside an ActionGuard, not that the guard is for the same model.
 #pragma once
 
 #include <atomic>
@@ -43,10 +49,8 @@
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <semaphore>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -54,7 +58,9 @@
 
 #include "config/model_config.pb.h"
 #include "core/load_timing.h"
+#include "core/mutex.h"
 #include "core/status.h"
+#include "core/thread_annotations.h"
 #include "runtime/loaded_model.h"
 #include "runtime/memory_context.h"
 #include "runtime/model_lifecycle.h"
@@ -146,13 +152,14 @@ class ModelManager {
   // no repository holds the model; InvalidArgument in the other modes and for a name longer
   // than kMaxModelNameBytes. A name no repository holds leaves nothing behind in the manager.
   Status Load(std::string_view name,
-              std::shared_ptr<const config::ModelConfig> config_override = nullptr);
+              std::shared_ptr<const config::ModelConfig> config_override = nullptr)
+      EXCLUDES(action_, mu_);
 
   // Explicit mode: stops serving `name`: its versions leave the map, drain what they hold,
   // and unload; the model's ledger owners close and the pools are trimmed. A model that is not
   // loaded (or unknown) is a success, as in Triton, and leaves nothing behind. InvalidArgument
   // in the other modes and for a name longer than kMaxModelNameBytes.
-  Status Unload(std::string_view name);
+  Status Unload(std::string_view name) EXCLUDES(action_, mu_);
 
   ModelControlMode model_control_mode() const { return mode_; }
 
@@ -162,7 +169,8 @@ class ModelManager {
   // one that is not ready. For metadata and statistics: requests go through InferRouter
   // (infer_router.h), which never blocks its caller. REQUIRES: not called on the releasing
   // thread (an InferRouter callback or build step), which it may wait for.
-  Result<std::shared_ptr<LoadedModel>> Find(std::string_view name, int64_t version) const;
+  Result<std::shared_ptr<LoadedModel>> Find(std::string_view name, int64_t version) const
+      EXCLUDES(mu_, parked_mu_);
 
   // For tests: what destruction does first, done now: stops the releasing thread, which
   // answers every request parked in a resource-preserving gap (Unavailable), so that a test
@@ -178,7 +186,8 @@ class ModelManager {
   // Find's answer when it needs no waiting; nullopt during a resource-preserving gap (then
   // FindAsync parks the caller's work, Find blocks). The request path's cheap first try.
   std::optional<Result<std::shared_ptr<LoadedModel>>> TryFind(std::string_view name,
-                                                              int64_t version) const;
+                                                              int64_t version) const
+      EXCLUDES(mu_);
   // Find without blocking the caller: `done` gets Find's answer exactly once: at once, on this
   // thread (waited = false), or, during a resource-preserving gap, once the gap ends or the
   // model's unavailable wait runs out, or when the manager stops, on the manager's releasing
@@ -186,36 +195,38 @@ class ModelManager {
   // requests.
   using FindCallback =
       std::function<void(Result<std::shared_ptr<LoadedModel>> found, bool waited)>;
-  void FindAsync(std::string_view name, int64_t version, FindCallback done) const;
+  void FindAsync(std::string_view name, int64_t version, FindCallback done) const
+      EXCLUDES(mu_, parked_mu_);
 
  public:
   // The model's config (the one its serving versions were loaded with); NotFound if unknown,
   // Unavailable if the model has no usable config.
-  Result<std::shared_ptr<const config::ModelConfig>> FindConfig(std::string_view name) const;
+  Result<std::shared_ptr<const config::ModelConfig>> FindConfig(std::string_view name) const
+      EXCLUDES(mu_);
 
   // Ready versions of `name`, ascending; NotFound for an unknown model.
-  Result<std::vector<int64_t>> ReadyVersions(std::string_view name) const;
+  Result<std::vector<int64_t>> ReadyVersions(std::string_view name) const EXCLUDES(mu_);
 
   // Every ready version of every model, sorted by model name, then version. The pointers keep
   // their versions alive while the caller holds them (for statistics and metrics).
-  std::vector<std::shared_ptr<LoadedModel>> LoadedVersions() const;
+  std::vector<std::shared_ptr<LoadedModel>> LoadedVersions() const EXCLUDES(mu_);
 
-  std::vector<ModelIndexEntry> Index() const;
+  std::vector<ModelIndexEntry> Index() const EXCLUDES(mu_);
 
   // The lifecycle of `name` (state, history, last load); unloaded with reason "not loaded" for
   // a model of the repositories never loaded; nullopt for a name no repository holds.
-  std::optional<ModelLifecycleView> Lifecycle(std::string_view name) const;
+  std::optional<ModelLifecycleView> Lifecycle(std::string_view name) const EXCLUDES(mu_);
 
   // True when every model found in the repositories (and not unloaded on request) has at least
   // one ready version and none failed (Triton's strict readiness).
-  bool AllModelsReady() const;
+  bool AllModelsReady() const EXCLUDES(mu_);
 
   // Poll mode: one scan and the actions it calls for, now (the polling thread calls it too).
-  Status PollOnce();
+  Status PollOnce() EXCLUDES(poll_mu_, action_);
 
   // For tests: how many names the manager keeps state for (model entries plus action locks).
   // Bounded by the models the repositories have held, plus the names with an action running.
-  size_t TEST_TrackedNames() const;
+  size_t TEST_TrackedNames() const EXCLUDES(mu_, actions_mu_);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -229,7 +240,8 @@ class ModelManager {
   };
 
   // A model: all of it guarded by mu_, changed (gap_waiters aside) with mu_ held exclusively
-  // and, the destructor aside, under the model's action lock.
+  // and, the destructor aside, under the model's action lock. Not checked field by field (a
+  // field cannot name the manager's mu_); models_, which holds the entries, is GUARDED_BY(mu_).
   struct ModelEntry {
     ModelLifecycle lifecycle;
     Versions serving;
@@ -264,11 +276,16 @@ class ModelManager {
   };
 
   struct ActionSlot {
-    std::mutex mu;  // the action lock proper: held for a whole action on the model
-    int users = 0;  // guards holding or waiting for `mu`; guarded by actions_mu_
+    Mutex mu;  // the action lock proper: held for a whole action on the model
+    // Guards holding or waiting for `mu`; changed under actions_mu_ (not checked: a field
+    // cannot name the manager's actions_mu_; actions_ itself is GUARDED_BY it).
+    int users = 0;
   };
-  // A model's action lock, held for the guard's life. The lock exists only while a guard holds
-  // or waits for it, so a name that never becomes a model leaves nothing behind.
+  // Not a mutex: what the analysis knows of the action locks (see the top of this file).
+  struct CAPABILITY("action lock") ActionCapability {};
+  // A model's action lock, held for the guard's life (for the analysis: action_). The lock
+  // exists only while a guard holds or waits for it, so a name that never becomes a model
+  // leaves nothing behind.
   class ActionGuard;
   // One (re)load of a model in named steps (model_manager.cc): prepare, drain (resource-
   // preserving), attempt, then switch or fail. Lives for one LoadLocked call.
@@ -279,41 +296,51 @@ class ModelManager {
   // The methods below that act on one model REQUIRE its action lock (an ActionGuard).
   // The load proper, under the model's action lock and a load slot: LoadRun's steps in order.
   Status LoadLocked(const std::string& name,
-                    std::shared_ptr<const config::ModelConfig> config_override);
-  Status UnloadLocked(const std::string& name, bool on_request);
-  // Loads `versions` with `config` into a fresh Versions; warms each ready one up. No lock.
+                    std::shared_ptr<const config::ModelConfig> config_override)
+      REQUIRES(action_);
+  Status UnloadLocked(const std::string& name, bool on_request) REQUIRES(action_);
+  // Loads `versions` with `config` into a fresh Versions; warms each ready one up.
   Versions LoadVersions(const std::string& name, std::shared_ptr<const config::ModelConfig> config,
                         const std::filesystem::path& model_dir,
-                        const std::vector<int64_t>& versions, LoadTiming* timing) const;
+                        const std::vector<int64_t>& versions, LoadTiming* timing) const
+      EXCLUDES(mu_, parked_mu_, retired_mu_);
   // The unload half of Unload and of a resource-preserving reload, for versions already taken
   // out of the map with the model draining: retires `old`, moves the model to unloading with
   // `reason`, and waits for the versions' destruction (WaitRetired, whose error it returns).
-  Status DrainAndUnload(const std::string& name, Versions old, std::string reason);
+  Status DrainAndUnload(const std::string& name, Versions old, std::string reason)
+      REQUIRES(action_);
   // Shuts `versions` down (queued requests run) and hands them to the retired list, whose
   // owner closes once no request holds them.
-  void Retire(const std::string& model, Versions versions);
+  void Retire(const std::string& model, Versions versions)
+      EXCLUDES(mu_, parked_mu_, retired_mu_);
   // Closes the owners of retired versions that are destroyed.
-  void SweepRetired();
+  void SweepRetired() EXCLUDES(retired_mu_);
   // Waits until nothing retired of `model` is alive, up to retire_timeout; Unavailable, with
   // how many are left, after that.
-  Status WaitRetired(const std::string& model);
+  Status WaitRetired(const std::string& model) REQUIRES(action_);
   // Waits until every retired version (of `model`, or of all models when nullopt) is destroyed
-  // or `deadline` passes, then sweeps; how many are still alive.
-  size_t AwaitRetired(std::optional<std::string_view> model, Clock::time_point deadline);
+  // or `deadline` passes, then sweeps; how many are still alive. With `model`, under its
+  // action lock (so nothing of it joins the list meanwhile); without, alone (the destructor).
+  size_t AwaitRetired(std::optional<std::string_view> model, Clock::time_point deadline)
+      EXCLUDES(mu_, parked_mu_, retired_mu_);
   // Before a new gap opens: lets the requests parked in the model's previous gap get their
   // answer first, for at most kGapWaitersGrace (model_manager.cc).
-  void LetGapWaitersLook(const std::string& name);
-  // Ends a resource-preserving gap (if one is open). REQUIRES: mu_ held exclusively.
-  static void EndGap(ModelEntry& entry);
+  void LetGapWaitersLook(const std::string& name) REQUIRES(action_) EXCLUDES(mu_, parked_mu_);
+  // Ends a resource-preserving gap (if one is open).
+  void EndGap(ModelEntry& entry) REQUIRES(mu_);
   // Applies `change` to the model's entry with mu_ held exclusively and wakes the releasing
-  // thread. `change` must not block, log aside (it runs under the map lock).
-  void Update(const std::string& name, const std::function<void(ModelEntry&)>& change);
-  // Find's answer without waiting. REQUIRES: mu_ held (shared is enough).
-  Result<std::shared_ptr<LoadedModel>> FindLocked(std::string_view name, int64_t version) const;
+  // thread. `change` must not block, log aside (it runs under the map lock). A std::function
+  // hides that from the analysis: a `change` that calls a REQUIRES(mu_) helper says
+  // REQUIRES(mu_) itself, as a wait's predicate does (core/mutex.h).
+  void Update(const std::string& name, const std::function<void(ModelEntry&)>& change)
+      EXCLUDES(mu_, parked_mu_);
+  // Find's answer without waiting.
+  Result<std::shared_ptr<LoadedModel>> FindLocked(std::string_view name, int64_t version) const
+      REQUIRES_SHARED(mu_);
   // The releasing thread: answers parked FindAsync calls when their gap ends or times out.
-  void ReleaseParked(std::stop_token stop);
+  void ReleaseParked(std::stop_token stop) EXCLUDES(mu_, parked_mu_);
   // The polling thread: PollOnce every poll_interval until stopped.
-  void PollUntilStopped(std::stop_token stop);
+  void PollUntilStopped(std::stop_token stop) EXCLUDES(poll_mu_, action_);
   Status CheckMode(std::string_view action) const;
 
   // Constant after construction.
@@ -329,29 +356,33 @@ class ModelManager {
   // Synchronized by itself: taken and given back under an action lock.
   std::counting_semaphore<> load_slots_;
 
-  // Guarded by actions_mu_ (a leaf).
-  mutable std::mutex actions_mu_;
-  std::map<std::string, ActionSlot, std::less<>> actions_;  // guarded by actions_mu_
+  // The lock order at the top of this file, as far as annotations say it (checked only under
+  // -Wthread-safety-beta; actions_mu_ and retired_mu_ are leaves, which no annotation says).
+  // A leaf.
+  mutable Mutex actions_mu_;
+  std::map<std::string, ActionSlot, std::less<>> actions_ GUARDED_BY(actions_mu_);
 
-  // Guarded by mu_.
-  mutable std::shared_mutex mu_;
-  std::map<std::string, ModelEntry, std::less<>> models_;  // guarded by mu_
+  // One model's action lock held (ActionGuard); see ActionCapability.
+  ActionCapability action_ ACQUIRED_BEFORE(mu_, retired_mu_);
 
-  // Guarded by retired_mu_ (a leaf).
-  std::mutex retired_mu_;
-  std::vector<Retired> retired_;  // guarded by retired_mu_
+  mutable SharedMutex mu_ ACQUIRED_BEFORE(parked_mu_);
+  std::map<std::string, ModelEntry, std::less<>> models_ GUARDED_BY(mu_);
 
-  // Guarded by parked_mu_ (taken under mu_ by FindAsync, never the other way round).
-  mutable std::mutex parked_mu_;
+  // A leaf.
+  Mutex retired_mu_;
+  std::vector<Retired> retired_ GUARDED_BY(retired_mu_);
+
+  // Taken under mu_ by FindAsync, never the other way round.
+  mutable Mutex parked_mu_;
   mutable std::condition_variable_any parked_cv_;  // wakes the releasing thread; parked_mu_
   std::condition_variable gap_answered_;  // a ModelEntry::gap_waiters fell; with parked_mu_
-  mutable std::vector<Parked> parked_;  // guarded by parked_mu_
-  mutable bool parked_dirty_ = false;   // an entry changed; guarded by parked_mu_
+  mutable std::vector<Parked> parked_ GUARDED_BY(parked_mu_);
+  mutable bool parked_dirty_ GUARDED_BY(parked_mu_) = false;  // an entry changed
 
-  // Guarded by poll_mu_ (the first lock of the order).
-  std::mutex poll_mu_;  // serializes PollOnce
-  // Poll mode only; set by Create before the polling thread starts, polled under poll_mu_.
-  std::unique_ptr<repository::RepositoryWatcher> watcher_;
+  // The first lock of the order; serializes PollOnce.
+  Mutex poll_mu_ ACQUIRED_BEFORE(action_, actions_mu_);
+  // Poll mode only; set by Create before the polling thread starts, used under poll_mu_.
+  std::unique_ptr<repository::RepositoryWatcher> watcher_ PT_GUARDED_BY(poll_mu_);
 
   // Threads, last: stopped (and joined) first.
   // Destroys a version whose last reference drops on one of its own instance threads
