@@ -8,10 +8,17 @@ cd "$(dirname "$0")/.."
 # binutils; CI links some fifty binaries in each of its two builds.
 link_flags=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=gold -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=gold
             -DCMAKE_MODULE_LINKER_FLAGS=-fuse-ld=gold)
-bash scripts/build.sh "${link_flags[@]}"
+# The unit tests are built and run once: in the sanitizer job below, which checks strictly more
+# (every unit test under ASan+UBSan). This build (gcc, release flags, CUDA where present) runs the
+# end-to-end tests against the release binary and the ledger under ThreadSanitizer. Without the
+# sanitizer job (VRAMD_TEST_SANITIZERS=0) the unit tests run here.
+sanitizers="${VRAMD_TEST_SANITIZERS:-1}"
+unit_here=ON
+[ "$sanitizers" = 0 ] || unit_here=OFF
+bash scripts/build.sh "${link_flags[@]}" -DVRAMD_BUILD_UNIT_TESTS="$unit_here"
 ctest --test-dir "${VRAMD_BUILD_DIR:-build}" --output-on-failure --parallel "$(nproc)"
 
-[ "${VRAMD_TEST_SANITIZERS:-1}" = 0 ] && exit 0
+[ "$sanitizers" = 0 ] && exit 0
 
 # The sanitizer job: one clang build in build-asan with AddressSanitizer and
 # UndefinedBehaviorSanitizer (every report fatal) and the fuzz targets' coverage, holding vramd,
@@ -31,7 +38,8 @@ asan_dir=build-asan
 cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=Sanitize -DVRAMD_SANITIZE=address,undefined -DVRAMD_FUZZ=ON \
   -DVRAMD_THREAD_SAFETY_ANALYSIS=ON \
-  -DVRAMD_BUILD_BENCH=OFF -DVRAMD_BUILD_PYTORCH_BACKEND=OFF "${link_flags[@]}"
+  -DVRAMD_BUILD_BENCH=OFF -DVRAMD_BUILD_PYTORCH_BACKEND=OFF -DVRAMD_BUILD_UNIT_TESTS=ON \
+  "${link_flags[@]}"
 cmake --build "$asan_dir" --parallel "$(nproc)"
 # That build ran clang's thread-safety analysis over all it compiled (cmake/thread_safety.cmake);
 # what it leaves out (the benchmarks, the pytorch backend, CUDA-only files) the analysis reads
