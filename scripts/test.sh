@@ -30,7 +30,7 @@ ctest --test-dir "${VRAMD_BUILD_DIR:-build}" --output-on-failure --parallel "$(n
 # about as fast as the ordinary gcc -O2 -g build, and one tree serves the tests and the fuzz
 # targets, so the job costs one more build of the same size (less the pytorch backend and the
 # benchmarks, which it leaves out), a suite that runs ~2x slower, and a minute of fuzzing.
-# Measured: see docs/benchmarks.md#fuzzing (CI time). Left out: the pytorch backend (LibTorch
+# Measured: docs/benchmarks.md, "CI time". Left out: the pytorch backend (LibTorch
 # itself is not instrumented, and the backend is the slowest file to compile) and CUDA (no GPU
 # in CI; nvcc takes no sanitizer flags).
 # ThreadSanitizer stays in the ordinary build (ledger_tsan_test): it cannot be combined with ASan.
