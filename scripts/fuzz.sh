@@ -10,6 +10,7 @@
 #   scripts/fuzz.sh merge TARGET           add to tests/fuzz/corpus/TARGET the inputs of the grown
 #                                          corpus that reach coverage the seeds do not (-merge=1)
 #   scripts/fuzz.sh list                   the targets
+#   scripts/fuzz.sh max-len TARGET         the -max_len its campaigns use (0: libFuzzer's default)
 #
 # Each run prints one line: executions, exec/s, coverage (libFuzzer's cov: and ft:), and fails
 # (exit 1) on a crash, a leak, a timeout or a failed check, leaving the input in
@@ -149,6 +150,7 @@ main() {
     long) [ $# -ge 2 ] || { echo "usage: $0 long TARGET [libFuzzer args]" >&2; exit 2; }; shift; long "$@" ;;
     merge) [ $# -eq 2 ] || { echo "usage: $0 merge TARGET" >&2; exit 2; }; merge "$2" ;;
     list) targets ;;
+    max-len) [ $# -eq 2 ] || { echo "usage: $0 max-len TARGET" >&2; exit 2; }; max_len "$2" ;;
     _run) shift; local t=$1 log=$2; shift 2; run "$t" "$log" "$@" ;;  # long's niced child
     *) sed -n '2,20p' "$0" >&2; exit 2 ;;
   esac

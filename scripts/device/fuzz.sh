@@ -39,8 +39,8 @@ for t in $targets; do
   opts+=(-max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 -print_final_stats=1
          -artifact_prefix="$OUT/$t-")
   [ -f "tests/fuzz/dict/$t.dict" ] && opts+=(-dict="$PWD/tests/fuzz/dict/$t.dict")
-  # As scripts/fuzz.sh's max_len: the targets whose interesting inputs pass 64 KiB.
-  case "$t" in http_request | repository_api | config_json) opts+=(-max_len=140000) ;; esac
+  len=$(bash scripts/fuzz.sh max-len "$t")
+  [ "$len" != 0 ] && opts+=(-max_len="$len")
   work=$(mktemp -d)
   mkdir -p "$work/corpus"
   seeds=("$PWD/tests/fuzz/corpus/$t")
