@@ -34,6 +34,13 @@
  * vramd reads it only when the table's struct_size covers it) asks vramd to run every execute
  * on the instance's own thread, for frameworks that keep state per thread.
  *
+ * Request lists (appended within version 1): a table whose execute_requests is set receives the
+ * scheduler's requests unjoined and answers each through VramdServerApi::respond, once or, for
+ * a decoupled model (model_transaction_policy { decoupled: true }), several times, also after
+ * the call returned. VramdRequest then also carries the request's parameters, requested output
+ * names, flags and correlation id; VramdServerApi adds copies between memory kinds, calls into
+ * other models (infer_async), model control and custom metrics.
+ *
  * vramd's own backends (identity, add_sub, mlp) are linked into the server but implement this
  * same ABI and are reached through the same table; only how the table is found differs.
  *
@@ -70,7 +77,13 @@ typedef enum VramdCode {
   VRAMD_UNAVAILABLE = 3,       /* a device or resource not available now */
   VRAMD_UNSUPPORTED = 4,       /* a feature this backend does not have */
   VRAMD_RESOURCE_EXHAUSTED = 5,/* out of memory */
-  VRAMD_INTERNAL = 6           /* anything else, including a caught exception */
+  VRAMD_INTERNAL = 6,          /* anything else, including a caught exception */
+  /* Appended within version 1 (an older server names them as unknown codes): Triton's
+   * TRITONSERVER_Error codes that had no VramdCode, for backends that relay a model's own
+   * error code (the python backend's TritonError). */
+  VRAMD_ALREADY_EXISTS = 7,
+  VRAMD_CANCELLED = 8,
+  VRAMD_UNKNOWN = 9
 } VramdCode;
 
 /* Where an entry point explains a failure: a NUL-terminated message, truncated to fit. */
@@ -114,6 +127,27 @@ typedef enum VramdLogLevel {
 /* A ledger owner: who is charged for an allocation. */
 typedef uint64_t VramdOwner;
 
+/* Request flags (VramdRequest::flags), Triton's TRITONSERVER_RequestFlag values. */
+#define VRAMD_REQUEST_FLAG_SEQUENCE_START 1u
+#define VRAMD_REQUEST_FLAG_SEQUENCE_END 2u
+
+/* Response flags (VramdServerApi::respond), Triton's TRITONSERVER_ResponseCompleteFlag. */
+#define VRAMD_RESPONSE_FLAG_FINAL 1u
+
+/* Opaque handles of the request-list interface (execute_requests, below):
+ *   VramdResponder  how one request is answered; valid from execute_requests until the
+ *                   respond call that carries VRAMD_RESPONSE_FLAG_FINAL returns;
+ *   VramdResponse   one response being built; owned by the backend until respond takes it
+ *                   (or response_delete drops it);
+ *   VramdInferResult one response of a call into another model (infer_async), owned by the
+ *                   backend until infer_result_release. */
+typedef struct VramdResponder VramdResponder;
+typedef struct VramdResponse VramdResponse;
+typedef struct VramdInferResult VramdInferResult;
+struct VramdTensor;
+struct VramdInferCall;
+typedef struct VramdMemory VramdMemory;
+
 /* What vramd offers a backend. Valid from model_create until model_destroy returns. */
 typedef struct VramdServerApi {
   size_t struct_size;
@@ -144,6 +178,104 @@ typedef struct VramdServerApi {
    * one instance executed, which would otherwise be reported as that instance's leak when it
    * goes. VRAMD_NOT_FOUND when `ptr` is not a live allocation. */
   VramdCode (*recharge)(void* server, void* ptr, VramdOwner owner, VramdError* error);
+
+  /* ---- Appended within version 1: the request-list interface (present when struct_size
+   * covers `respond` and what follows; a backend that sets execute_requests must check, and
+   * fail model_create naming the server as too old otherwise). ---- */
+
+  /* Starts an empty response to the request `responder` answers. */
+  VramdCode (*response_create)(void* server, VramdResponder* responder, VramdResponse** response,
+                               VramdError* error);
+  /* Adds output `name` to `response`: `byte_size` bytes of `kind` memory (device `device_id`
+   * for a GPU) that the backend fills before it sends the response; *data receives them. A
+   * fixed-size datatype's byte_size must equal its shape's; a name may be added once. */
+  VramdCode (*response_add_output)(void* server, VramdResponse* response, const char* name,
+                                   VramdDataType datatype, const int64_t* shape, size_t rank,
+                                   size_t byte_size, VramdDeviceKind kind, int32_t device_id,
+                                   void** data, VramdError* error);
+  /* The response's parameters: a JSON object whose values are bool, integer, double or string
+   * (Triton's response parameters); replaces any set before. */
+  VramdCode (*response_set_parameters)(void* server, VramdResponse* response, const char* json,
+                                       size_t json_size, VramdError* error);
+  /* Drops a response that will not be sent. */
+  void (*response_delete)(void* server, VramdResponse* response);
+  /* Answers the request: with `response` (taken in every case; NULL: no response, only flags)
+   * when `code` is VRAMD_OK, else with an error response of `code` and `message` (`response`,
+   * if any, is dropped). With VRAMD_RESPONSE_FLAG_FINAL in `flags` the request is complete and
+   * `responder` is gone when respond returns. Triton's rules, whose violations respond refuses
+   * (VRAMD_INVALID_ARGUMENT, naming the rule; nothing is sent):
+   *   - nothing after the final flag (the responder is gone: a use is the backend's bug);
+   *   - a model that is not decoupled sends exactly one response, data or error, with or
+   *     before the final flag; a final flag alone before any response is refused, as is a
+   *     second response;
+   *   - a decoupled model sends any number of responses, then the final flag (alone or with
+   *     the last response); an error response does not end the request by itself.
+   * Outputs the request did not ask for are dropped by vramd. Safe from any thread, also after
+   * execute_requests returned (responses sent later). */
+  VramdCode (*respond)(void* server, VramdResponder* responder, VramdResponse* response,
+                       VramdCode code, const char* message, uint32_t flags, VramdError* error);
+  /* Non-zero once the client gave up on the request (it disconnected, or cancelled it). */
+  int32_t (*is_cancelled)(void* server, VramdResponder* responder);
+
+  /* Copies `size` bytes between any two kinds of memory (host, pinned host, a GPU), ordered on
+   * `stream` (a cudaStream_t, or NULL) and complete when it returns: so that a backend need not
+   * link CUDA to move a framework's device tensor into a response. */
+  VramdCode (*copy)(void* server, VramdDeviceKind dst_kind, int32_t dst_device, void* dst,
+                    VramdDeviceKind src_kind, int32_t src_device, const void* src, size_t size,
+                    void* stream, VramdError* error);
+
+  /* Runs a request on another model this server serves (Triton's BLS), through the same
+   * request path as a client's: the call's inputs are read before infer_async returns, and
+   * `on_result` then receives each response (one for a model that is not decoupled; any number
+   * for a decoupled one), the last with `final` non-zero, on a server thread, possibly before
+   * infer_async returns. `result` carries the response's outputs, or its error; the backend
+   * owns it until infer_result_release (it may keep it after on_result returns). A request
+   * that cannot start (unknown model, invalid inputs) is answered through on_result, once,
+   * final, with its error: infer_async itself fails only for a malformed call. */
+  VramdCode (*infer_async)(void* server, const struct VramdInferCall* call,
+                           void (*on_result)(void* context, VramdInferResult* result,
+                                             int32_t final),
+                           void* context, VramdError* error);
+  /* A result's error: VRAMD_OK when it carries outputs; else its code, and *message (owned by
+   * the result) the error's text. */
+  VramdCode (*infer_result_error)(void* server, const VramdInferResult* result,
+                                  const char** message);
+  /* The result's outputs: count, and output `index` (memory owned by the result). */
+  size_t (*infer_result_output_count)(void* server, const VramdInferResult* result);
+  VramdCode (*infer_result_output)(void* server, const VramdInferResult* result, size_t index,
+                                   struct VramdTensor* tensor, VramdMemory* memory,
+                                   VramdError* error);
+  /* The result's parameters as a JSON object ("{}" when none), owned by the result. */
+  const char* (*infer_result_parameters)(void* server, const VramdInferResult* result);
+  void (*infer_result_release)(void* server, VramdInferResult* result);
+
+  /* Model control (Triton's explicit mode): load (with an optional config JSON override;
+   * "" none) and unload a model of this server's repository, and ask whether a version is
+   * ready (version 0: any). Blocking; not to be called from an execute that the loaded or
+   * unloaded model itself may need. VRAMD_UNSUPPORTED when the server is not in explicit
+   * mode, as Triton refuses. */
+  VramdCode (*load_model)(void* server, const char* model, const char* config_json,
+                          VramdError* error);
+  VramdCode (*unload_model)(void* server, const char* model, int32_t unload_dependents,
+                            VramdError* error);
+  int32_t (*is_model_ready)(void* server, const char* model, int64_t version);
+
+  /* A model's own metrics (Triton's custom metrics), exported on the metrics endpoint beside
+   * vramd's. `kind`: 0 counter, 1 gauge, 2 histogram. A family is made once per name (the same
+   * name again with the same kind and description returns the same family). `labels_json` is
+   * a JSON object of string values; `buckets` (histograms only) ascending upper bounds. */
+  VramdCode (*metric_family_create)(void* server, const char* name, const char* description,
+                                    int32_t kind, void** family, VramdError* error);
+  void (*metric_family_release)(void* server, void* family);
+  VramdCode (*metric_create)(void* server, void* family, const char* labels_json,
+                             const double* buckets, size_t bucket_count, void** metric,
+                             VramdError* error);
+  void (*metric_release)(void* server, void* metric);
+  /* op: 0 increment (counter: value >= 0), 1 set (gauge), 2 observe (histogram). */
+  VramdCode (*metric_update)(void* server, void* metric, int32_t op, double value,
+                             VramdError* error);
+  /* A counter's or gauge's value. */
+  VramdCode (*metric_value)(void* server, void* metric, double* value, VramdError* error);
 } VramdServerApi;
 
 typedef struct VramdModelInfo {
@@ -173,9 +305,16 @@ typedef struct VramdTensor {
   VramdDataType datatype;
   const int64_t* shape;
   size_t rank;
-  const void* data;  /* host memory */
+  const void* data;  /* host memory, unless the request's input_memory says otherwise */
   size_t byte_size;
 } VramdTensor;
+
+/* Where a tensor's bytes are (VramdRequest::input_memory, VramdInferCall::input_memory): kept
+ * beside VramdTensor, which has no struct_size to grow. */
+struct VramdMemory {
+  VramdDeviceKind kind;
+  int32_t device_id; /* the CUDA ordinal for VRAMD_DEVICE_GPU; -1 otherwise */
+};
 
 typedef struct VramdRequest {
   size_t struct_size;
@@ -183,7 +322,49 @@ typedef struct VramdRequest {
   const VramdTensor* inputs;  /* validated against the config: names, types and shapes */
   size_t input_count;
   VramdOwner owner;           /* the request's ledger owner, for scratch memory */
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdRequest,
+   * parameters_json) (a backend must check). */
+  const char* parameters_json; /* the request's parameters, a JSON object ("{}" when none) */
+  size_t parameters_json_size;
+  /* The outputs the client asked for, by name; 0: every output of the model. */
+  const char* const* requested_outputs;
+  size_t requested_output_count;
+  uint32_t flags;                     /* VRAMD_REQUEST_FLAG_* */
+  uint64_t correlation_id;            /* the sequence id; 0: none (or a string id) */
+  const char* correlation_id_string;  /* a string sequence id; NULL when it is an integer */
+  uint64_t timeout_us;                /* the request's own timeout; 0: none */
+  /* Per input, where its bytes are; NULL: every input in host memory. */
+  const VramdMemory* input_memory;
+  /* How this request is answered (VramdServerApi::respond); set for execute_requests only. */
+  VramdResponder* responder;
 } VramdRequest;
+
+/* A request a backend makes on another model (VramdServerApi::infer_async). */
+typedef struct VramdInferCall {
+  size_t struct_size;
+  const char* model;
+  int64_t version;           /* 0: the highest ready version */
+  const char* id;            /* may be NULL */
+  const VramdTensor* inputs;
+  const VramdMemory* input_memory; /* NULL: host */
+  size_t input_count;
+  const char* const* requested_outputs; /* 0: every output */
+  size_t requested_output_count;
+  const char* parameters_json;  /* NULL or a JSON object */
+  uint32_t flags;
+  uint64_t correlation_id;
+  const char* correlation_id_string;
+  uint64_t timeout_us;
+  /* Where the outputs should land: VRAMD_DEVICE_CPU (host) or a GPU. */
+  VramdMemory preferred_output_memory;
+  /* Non-zero: the caller takes several responses (a decoupled model); zero: calling a
+   * decoupled model is an error, as Triton's exec() without decoupled=True. */
+  int32_t decoupled;
+  /* The request's ledger owner when it is run on behalf of a request of the caller: what the
+   * called model charges to its request is a child of it. 0: none. */
+  VramdOwner parent_owner;
+} VramdInferCall;
 
 /* Where execute puts its outputs: for each output the backend asks vramd for a host buffer of
  * `byte_size` bytes and fills it before execute returns. Every output of the model should be
@@ -219,6 +400,19 @@ typedef struct VramdBackendApi {
    * instance may run a request on the receiving thread (in the default scheduling mode; dynamic
    * batching always uses the instance threads). */
   int32_t execute_on_instance_threads;
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdBackendApi,
+   * execute_requests) (older libraries end before it; vramd then reads it as NULL).
+   * Non-NULL: vramd calls it instead of execute, with the requests the scheduler formed as
+   * they came (dynamic batching hands several, each with its own tensors: they are not joined
+   * along dimension 0), as Triton's backends receive them. Each request's `responder` answers
+   * it (VramdServerApi::respond), during the call or later from any thread, and every request
+   * gets exactly one respond with VRAMD_RESPONSE_FLAG_FINAL. Returning an error instead hands
+   * back every request not yet answered with its final flag: vramd answers them with that
+   * error, and the backend must not use their responders again. The requests and their
+   * tensors are valid until the call returns; a responder until its final respond. */
+  VramdCode (*execute_requests)(void* instance, VramdRequest* const* requests, size_t count,
+                                VramdError* error);
 } VramdBackendApi;
 
 /* The entry point: `server_abi_version` is vramd's VRAMD_BACKEND_ABI_VERSION. Returns the table

@@ -17,6 +17,8 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +31,8 @@
 #include "memory/ledger.h"
 
 namespace vramd::backends {
+
+class ServerServices;  // server_services.h
 
 struct ModelContext {
   std::string name;
@@ -43,6 +47,10 @@ struct ModelContext {
   memory::OwnerId owner = memory::kNoOwner;
   // Where the backend records the phases of its load (load_timing.h); may be null.
   LoadTiming* timing = nullptr;
+  // What a model may ask of the server beyond memory: calls into other models, model control,
+  // custom metrics (server_services.h). Outlives the BackendModel; null where the runtime has
+  // none (unit tests), and a backend then refuses those calls.
+  ServerServices* services = nullptr;
 };
 
 enum class DeviceKind { kCpu, kGpu };
@@ -59,13 +67,54 @@ struct InstanceContext {
   LoadTiming* timing = nullptr;
 };
 
+// One response of a request in a request list (BackendInstance::ExecuteRequests).
+struct BackendResponse {
+  std::vector<Tensor> outputs;  // every output the model made; the runtime drops the others
+  std::vector<InferParameter> parameters;
+};
+
+// How one request of a request list is answered, now or later, from any thread, under the rules
+// of include/vramd/backend.h's VramdServerApi::respond (one response for a model that is not
+// decoupled; any number, then the final flag, for a decoupled one). A Responder dropped without
+// its final flag answers its request with an Internal error saying so: a request is never left
+// unanswered.
+class Responder {
+ public:
+  virtual ~Responder() = default;
+  // Sends `response` (an answer or an error; nullopt: none, only the flag) and, with `final`,
+  // completes the request. InvalidArgument naming the rule when the rules refuse it (nothing is
+  // sent then).
+  virtual Status Respond(std::optional<Result<BackendResponse>> response, bool final) = 0;
+  // Whether the client gave up on the request (InferRequest::cancel).
+  virtual bool IsCancelled() const = 0;
+  // Whether the request takes several responses: the model is decoupled.
+  virtual bool decoupled() const = 0;
+};
+
+// A request of a request list.
+struct ListedRequest {
+  const InferRequest* request = nullptr;  // valid until ExecuteRequests returns
+  std::shared_ptr<Responder> responder;   // the backend may keep it until its final flag
+  // The request's own ledger owner (a child of the instance's): what the backend allocates for
+  // this request alone is charged to it. Opened on first use; valid while `responder` lives.
+  memory::OwnerId (*open_owner)(void* context) = nullptr;
+  void* owner_context = nullptr;
+  memory::OwnerId OpenOwner() const { return open_owner ? open_owner(owner_context) : 0; }
+};
+
 class BackendInstance {
  public:
   virtual ~BackendInstance() = default;
   // Runs `request` (inputs validated; with max_batch_size > 0 the first dimension is the
   // batch) and appends every output of the model to `outputs`. The runtime drops the outputs
-  // the client did not ask for.
+  // the client did not ask for. Not called for a backend that TakesRequestLists().
   virtual Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) = 0;
+  // For a backend that TakesRequestLists(): the scheduler's requests as they came (not joined
+  // along dimension 0), each answered through its responder. An error return hands back every
+  // request not yet answered with its final flag: the runtime answers them with it.
+  virtual Status ExecuteRequests(std::span<const ListedRequest> requests) {
+    return Status::Unsupported("this backend does not take request lists");
+  }
 };
 
 class BackendModel {
@@ -86,6 +135,10 @@ class Backend {
   // small models; a framework that keeps state per thread (LibTorch's cuBLAS/cuDNN handles and
   // caches) would otherwise pay for it on every request thread, and run slower there.
   virtual bool ExecutesOnInstanceThreads() const { return false; }
+  // Whether instances take the scheduler's requests unjoined, answering each through a
+  // Responder (BackendInstance::ExecuteRequests), as Triton's backends do; a decoupled model
+  // (model_transaction_policy.decoupled) needs a backend that does.
+  virtual bool TakesRequestLists() const { return false; }
   // Loads a version; a config the backend cannot serve is an InvalidArgument naming the field.
   virtual Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) = 0;
 };

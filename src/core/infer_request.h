@@ -2,10 +2,15 @@
 // independent of the protocol (HTTP JSON, binary, gRPC) they came in.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "core/status.h"
 #include "core/tensor.h"
 
 namespace vramd {
@@ -18,6 +23,36 @@ struct RequestedOutput {
   // (runtime/classification.h); 0: the tensor itself.
   uint32_t classification = 0;
 };
+
+// A request or response parameter as KServe's and Triton's protocols carry them (HTTP JSON
+// values; gRPC's InferParameter oneof).
+struct InferParameter {
+  std::string name;
+  std::variant<bool, int64_t, uint64_t, double, std::string> value;
+};
+
+// The request flags, Triton's TRITONSERVER_RequestFlag values.
+inline constexpr uint32_t kRequestFlagSequenceStart = 1;
+inline constexpr uint32_t kRequestFlagSequenceEnd = 2;
+
+// Set by a front end when its client gave up on a request (it disconnected or cancelled it),
+// read by a backend that can stop early (the python backend's is_cancelled()). Shared between
+// the two; setting it changes nothing else: the request is still answered exactly once.
+class CancelFlag {
+ public:
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct InferResponse;
+
+// Where a decoupled model's responses go as it sends them (runtime/request_responder.h): each
+// response or error response, in order; the request's InferCallback still runs once, after the
+// last (its final flag).
+using ResponseStream = std::function<void(Result<InferResponse>)>;
 
 struct InferRequest {
   std::string id;  // echoed in the response; may be empty
@@ -32,6 +67,19 @@ struct InferRequest {
   // 0: none. Honoured only where the model's queue policy allows overriding
   // (runtime/request_queue.h).
   uint64_t timeout_us = 0;
+  // The client's request parameters, less those vramd consumes itself (binary_data_output,
+  // timeout, sequence_id, sequence_start, sequence_end, priority), in the order sent.
+  std::vector<InferParameter> parameters;
+  uint32_t flags = 0;  // kRequestFlag*
+  // The sequence (correlation) id: an integer, or a string when correlation_id_string is set.
+  uint64_t correlation_id = 0;
+  std::string correlation_id_string;
+  // Set by a front end that can take several responses (generate_stream, gRPC streams, a BLS
+  // call with decoupled=True); null: the request takes one response, and a decoupled model's
+  // first response is its answer (a second one fails the request).
+  ResponseStream stream;
+  // Null when the front end cannot tell that its client left.
+  std::shared_ptr<CancelFlag> cancel;
 
   const Tensor* FindInput(std::string_view name) const {
     for (const auto& t : inputs)
@@ -45,6 +93,14 @@ struct InferResponse {
   std::string model_name;
   int64_t model_version = 0;
   std::vector<Tensor> outputs;
+  std::vector<InferParameter> parameters;  // a backend's response parameters
 };
+
+// `parameters` as a JSON object text ("{}" when empty); a later duplicate name wins.
+std::string ParametersToJson(const std::vector<InferParameter>& parameters);
+// The inverse: a JSON object whose values are bool, integer, double or string. InvalidArgument
+// naming `what` and the member for anything else (a nested object or array, null).
+Result<std::vector<InferParameter>> ParametersFromJson(std::string_view json,
+                                                       std::string_view what);
 
 }  // namespace vramd

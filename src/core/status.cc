@@ -13,6 +13,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kResourceExhausted: return "ResourceExhausted";
     case StatusCode::kCancelled: return "Cancelled";
+    case StatusCode::kUnknown: return "Unknown";
   }
   return "Unknown";
 }

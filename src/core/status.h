@@ -26,6 +26,7 @@ enum class StatusCode {
   kInternal,         // a bug or a backend failure: 500
   kResourceExhausted,  // a limit was hit (body size, queue): 400 unless a front end says else
   kCancelled,
+  kUnknown,  // Triton's TRITONSERVER_ERROR_UNKNOWN, relayed from a model (python's TritonError)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -46,6 +47,7 @@ class [[nodiscard]] Status {
     return {StatusCode::kResourceExhausted, std::move(m)};
   }
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+  static Status Unknown(std::string m) { return {StatusCode::kUnknown, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

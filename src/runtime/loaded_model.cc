@@ -126,7 +126,7 @@ LoadedModel::~LoadedModel() {
 Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     std::shared_ptr<const config::ModelConfig> config, const std::filesystem::path& model_dir,
     int64_t version, const MemoryContext& memory, memory::OwnerId model_owner,
-    LoadTiming* timing) {
+    LoadTiming* timing, backends::ServerServices* services) {
   const std::string where = fmt::format("model '{}' version {}", config->name(), version);
   // On any failure below, destroying `model` releases what was created and closes its owners,
   // so a failed load leaves its owner at zero or files a leak naming it.
@@ -160,6 +160,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   ctx.allocator = memory.allocator;
   ctx.owner = model->owner_.id();
   ctx.timing = timing;
+  ctx.services = services;
   {
     memory::OwnerScope scope(ctx.owner);
     auto backend_model = (*backend)->LoadModel(ctx);

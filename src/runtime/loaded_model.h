@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/server_services.h"
 #include "config/model_config.pb.h"
 #include "core/infer_request.h"
 #include "core/load_timing.h"
@@ -85,11 +86,14 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // unless the model's backend itself is missing).
   // What `memory` points to must outlive the LoadedModel; `model_owner` is the model's owner.
   // The backend and the instances' creation record their phases in `timing` (may be null).
+  // `services` (may be null; must outlive the LoadedModel) is what the backend's models may ask
+  // of the server (backends/server_services.h).
   static Result<std::shared_ptr<LoadedModel>> Load(std::shared_ptr<const config::ModelConfig> config,
                                                    const std::filesystem::path& model_dir,
                                                    int64_t version, const MemoryContext& memory,
                                                    memory::OwnerId model_owner,
-                                                   LoadTiming* timing = nullptr);
+                                                   LoadTiming* timing = nullptr,
+                                                   backends::ServerServices* services = nullptr);
 
   ~LoadedModel();
   LoadedModel(const LoadedModel&) = delete;

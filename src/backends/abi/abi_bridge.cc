@@ -17,6 +17,9 @@ VramdCode ToVramdCode(StatusCode code) {
     case StatusCode::kUnavailable: return VRAMD_UNAVAILABLE;
     case StatusCode::kUnsupported: return VRAMD_UNSUPPORTED;
     case StatusCode::kResourceExhausted: return VRAMD_RESOURCE_EXHAUSTED;
+    case StatusCode::kAlreadyExists: return VRAMD_ALREADY_EXISTS;
+    case StatusCode::kCancelled: return VRAMD_CANCELLED;
+    case StatusCode::kUnknown: return VRAMD_UNKNOWN;
     default: return VRAMD_INTERNAL;
   }
 }
@@ -37,6 +40,9 @@ Status FromVramd(VramdCode code, const VramdError& error, std::string_view conte
     case VRAMD_UNSUPPORTED: return Status::Unsupported(message(text));
     case VRAMD_RESOURCE_EXHAUSTED: return Status::ResourceExhausted(message(text));
     case VRAMD_INTERNAL: return Status::Internal(message(text));
+    case VRAMD_ALREADY_EXISTS: return Status::AlreadyExists(message(text));
+    case VRAMD_CANCELLED: return Status::Cancelled(message(text));
+    case VRAMD_UNKNOWN: return Status::Unknown(message(text));
   }
   return Status::Internal(
       message(fmt::format("returned unknown code {}: {}", static_cast<int>(code), text)));
