@@ -266,7 +266,7 @@ Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& 
     handle->backend = name_;
     handle->error_context = error_context_;
     handle->linked = linked();
-    handle->server = std::make_unique<abi::ServerApi>(name_, ctx.allocator);
+    handle->server = std::make_unique<abi::ServerApi>(name_, ctx.allocator, ctx.services);
     handle->name = ctx.name;
     handle->model_dir = ctx.model_dir.string();
     handle->version_dir = ctx.version_dir.string();

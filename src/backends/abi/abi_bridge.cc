@@ -68,8 +68,9 @@ Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id) {
   return Status::InvalidArgument(fmt::format("unknown device kind {}", static_cast<int>(kind)));
 }
 
-ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator)
-    : backend_name_(std::move(backend_name)), allocator_(allocator) {
+ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator,
+                     ServerServices* services)
+    : backend_name_(std::move(backend_name)), allocator_(allocator), services_(services) {
   table_.struct_size = sizeof(VramdServerApi);
   table_.abi_version = VRAMD_BACKEND_ABI_VERSION;
   table_.server = this;
@@ -78,6 +79,7 @@ ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator)
   table_.free = &ServerApi::Free;
   table_.record_load_phase = &ServerApi::RecordLoadPhase;
   table_.recharge = &ServerApi::Recharge;
+  FillServicesTable(&table_);
 }
 
 void ServerApi::Log(void* server, VramdLogLevel level, const char* message) {

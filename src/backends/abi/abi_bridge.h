@@ -16,6 +16,10 @@
 #include "memory/device.h"
 #include "vramd/backend.h"
 
+namespace vramd::backends {
+class ServerServices;  // backends/server_services.h
+}
+
 namespace vramd::backends::abi {
 
 VramdCode ToVramdCode(StatusCode code);
@@ -34,14 +38,19 @@ Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id);
 // One VramdServerApi: allocate/free go to `allocator` (charged to the owner the backend names;
 // 0 means the calling thread's current owner), log goes to spdlog as "[backend <name>] ...",
 // record_load_phase to the LoadTiming set by set_load_timing (nowhere while it is null).
+// infer_async, load_model, unload_model, is_model_ready and metric_* go to `services`
+// (abi_services.cc; VRAMD_UNSUPPORTED when it is null), which must outlive the ServerApi.
 // Must outlive every use of table() by the backend: for a model, until model_destroy returns.
 class ServerApi {
  public:
-  ServerApi(std::string backend_name, memory::Allocator* allocator);
+  ServerApi(std::string backend_name, memory::Allocator* allocator,
+            ServerServices* services = nullptr);
   ServerApi(const ServerApi&) = delete;
   ServerApi& operator=(const ServerApi&) = delete;
 
   const VramdServerApi* table() const { return &table_; }
+  // What the model may ask of the server beyond memory; may be null.
+  ServerServices* services() const { return services_; }
 
   // The load in progress, or null between loads; set around model_create and instance_create,
   // which the runtime calls one at a time for a model.
@@ -58,8 +67,14 @@ class ServerApi {
 
   const std::string backend_name_;
   memory::Allocator* const allocator_;
+  ServerServices* const services_;
   std::atomic<LoadTiming*> timing_{nullptr};
   VramdServerApi table_{};
 };
+
+// Sets the table's entry points over ServerServices (abi_services.cc): infer_async and
+// infer_result_*, load_model, unload_model, is_model_ready, metric_family_* and metric_*. Each
+// takes its `server` argument as a ServerApi and reaches ServerApi::services().
+void FillServicesTable(VramdServerApi* table);
 
 }  // namespace vramd::backends::abi
