@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #if VRAMD_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -69,6 +71,27 @@ Status CudaInitContext(int ordinal) {
   return Status::Ok();
 }
 
+Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
+                 void* stream) {
+  if (size == 0) return Status::Ok();
+  if (!dst_device.is_cuda() && !src_device.is_cuda()) {
+    std::memcpy(dst, src, size);
+    return Status::Ok();
+  }
+  // cudaMemcpyDefault infers the direction from the pointers (unified addressing, which every
+  // GPU vramd supports has), so a pinned or pageable host pointer needs no special case.
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t err = cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Internal(fmt::format("copying {} bytes from {} to {}: {}", size,
+                                        src_device.ToString(), dst_device.ToString(),
+                                        cudaGetErrorString(err)));
+  }
+  return Status::Ok();
+}
+
 #else
 
 int CudaDeviceCount() { return 0; }
@@ -77,6 +100,18 @@ Result<std::string> CudaPciBusId(int ordinal) {
   return Status::Unavailable("built without CUDA");
 }
 Status CudaInitContext(int ordinal) { return Status::Unavailable("built without CUDA"); }
+
+Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
+                 void* stream) {
+  if (size == 0) return Status::Ok();
+  if (dst_device.is_cuda() || src_device.is_cuda()) {
+    return Status::Unavailable(fmt::format("copying to or from {}: built without CUDA",
+                                           dst_device.is_cuda() ? dst_device.ToString()
+                                                                : src_device.ToString()));
+  }
+  std::memcpy(dst, src, size);
+  return Status::Ok();
+}
 
 #endif
 

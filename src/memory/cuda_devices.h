@@ -6,6 +6,8 @@
 
 #include "core/status.h"
 
+#include "memory/device.h"
+
 namespace vramd::memory {
 
 // Number of CUDA devices visible to this process; 0 without CUDA, driver or GPU.
@@ -23,5 +25,12 @@ Result<std::string> CudaPciBusId(int ordinal);
 // (hundreds of MiB on a large GPU) that no pool sees; see MeasureContextBaselines in
 // memory/nvml.h. Unavailable without CUDA or when the context cannot be made.
 Status CudaInitContext(int ordinal);
+
+// Copies `size` bytes from `src` (on device `src_device`) to `dst` (on `dst_device`): any pair
+// of host, pinned host and CUDA memory, ordered on `stream` (a cudaStream_t, or null) and
+// complete when it returns. Host to host is a memcpy; anything touching a GPU needs CUDA
+// (Unavailable without it), and a CUDA failure is Internal naming the error.
+Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
+                 void* stream);
 
 }  // namespace vramd::memory

@@ -6,6 +6,7 @@
 
 #include "runtime/batch_assembly.h"
 #include "runtime/request_owner.h"
+#include "runtime/request_responder.h"
 
 namespace vramd::runtime {
 namespace {
@@ -139,6 +140,62 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
                           infer_ns, output_ns);
     r.done(std::move(outcome));
   }
+}
+
+Result<std::vector<Tensor>> BatchExecutor::ShapeOutputs(const InferRequest& request,
+                                                        std::vector<Tensor> outputs) const {
+  Status reshaped = reshape_.FromBackend(&outputs);
+  if (!reshaped.ok()) return reshaped.WithContext(where_);
+  return Classified(request, SelectOutputs(request, std::move(outputs), where_));
+}
+
+void BatchExecutor::RunRequests(backends::BackendInstance& instance,
+                                memory::OwnerId instance_owner, bool decoupled,
+                                std::vector<QueuedRequest> batch) {
+  const auto start = SchedulerClock::now();
+  uint64_t samples = 0;
+  // The backend sees the config's shapes; only shapes change, so copies share the bytes.
+  std::vector<InferRequest> reshaped;
+  if (!reshape_.empty()) reshaped.reserve(batch.size());
+  std::vector<std::shared_ptr<RequestResponder>> responders;
+  responders.reserve(batch.size());
+  std::vector<backends::ListedRequest> list;
+  list.reserve(batch.size());
+  for (auto& r : batch) {
+    samples += r.batch_size;
+    const InferRequest* request = r.request.get();
+    if (!reshape_.empty()) {
+      reshaped.push_back(*request);
+      reshape_.ToBackend(&reshaped.back().inputs);
+      request = &reshaped.back();
+    }
+    const std::string& id = r.request->id;
+    RequestOwner owner(memory_, instance_owner,
+                       id.empty() ? fmt::format("#{}", ++request_sequence_) : id);
+    auto responder = std::make_shared<RequestResponder>(this, decoupled, std::move(r),
+                                                        std::move(owner), start);
+    backends::ListedRequest listed;
+    listed.request = request;
+    listed.responder = responder;
+    listed.open_owner = &RequestResponder::OpenOwner;
+    listed.owner_context = responder.get();
+    list.push_back(std::move(listed));
+    responders.push_back(std::move(responder));
+  }
+  Status status;
+  {
+    memory::OwnerScope scope(instance_owner);
+    status = instance.ExecuteRequests(list);
+  }
+  const auto end = SchedulerClock::now();
+  if (!status.ok()) {
+    const Status failed = status.WithContext(where_);
+    for (auto& responder : responders) responder->Fail(failed);
+    return;
+  }
+  stats_->RecordExecution(samples, 0, Ns(end - start), 0);
+  // What the backend kept (a decoupled model answering later) stays alive with it; the rest
+  // is answered by now, or answers its request with an error as it goes.
 }
 
 }  // namespace vramd::runtime

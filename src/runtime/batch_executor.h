@@ -18,7 +18,15 @@
 // counted (with the batch's sample count), then each request's success or failure, and then
 // its callback is called with its response and owner.
 //
-// Thread safety: Run may be called concurrently for different instances.
+// Request lists (RunRequests), for backends that take them (Backend::TakesRequestLists): the
+// batch's requests go to ExecuteRequests as they are, each with a RequestResponder
+// (request_responder.h) that answers it when the backend responds, during the call or later.
+// The execution is counted when ExecuteRequests succeeds; a failed one answers every request
+// not yet answered with its error. It runs under the instance's owner: a response may complete
+// its request during the call, so no request's owner can be the scope around it.
+//
+// Thread safety: Run and RunRequests may be called concurrently for different instances; the
+// accessors and ShapeOutputs from any thread.
 #pragma once
 
 #include <atomic>
@@ -48,6 +56,21 @@ class BatchExecutor {
   // `instance_owner`, and calls each request's callback exactly once.
   void Run(backends::BackendInstance& instance, memory::OwnerId instance_owner,
            std::vector<QueuedRequest> batch);
+
+  // As Run, for a backend that takes request lists; `decoupled`: the model's
+  // model_transaction_policy.decoupled.
+  void RunRequests(backends::BackendInstance& instance, memory::OwnerId instance_owner,
+                   bool decoupled, std::vector<QueuedRequest> batch);
+
+  // A backend's outputs for `request` as the client gets them: reshaped to the config's shapes,
+  // those it asked for in its order, as top classes where it asked.
+  Result<std::vector<Tensor>> ShapeOutputs(const InferRequest& request,
+                                           std::vector<Tensor> outputs) const;
+
+  const std::string& model_name() const { return model_name_; }
+  int64_t version() const { return version_; }
+  const std::string& where() const { return where_; }  // "model 'm' version 1"
+  InferenceStatistics* stats() const { return stats_; }
 
  private:
   void FailAll(std::vector<QueuedRequest>& batch, const Status& status);

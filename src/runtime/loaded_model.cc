@@ -150,6 +150,14 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   if (!backend.ok()) return backend.status();
   auto plan = PlanInstances(*config, **backend);
   if (!plan.ok()) return plan.status().WithContext(where);
+  model->request_lists_ = (*backend)->TakesRequestLists();
+  model->decoupled_ = config->model_transaction_policy().decoupled();
+  if (model->decoupled_ && !model->request_lists_) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: model_transaction_policy.decoupled is set, but backend '{}' sends one response "
+        "per request (only backends that take request lists, such as python, can be decoupled)",
+        where, (*backend)->name()));
+  }
 
   backends::ModelContext ctx;
   ctx.name = config->name();
@@ -247,7 +255,11 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
     hold.reset();  // else this instance thread may hold the last reference once they ran
   }
   Instance& instance = instances_[index];
-  executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));
+  if (request_lists_) {
+    executor_.RunRequests(*instance.backend, instance.owner.id(), decoupled_, std::move(batch));
+  } else {
+    executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));
+  }
 }
 
 std::optional<QueuedRequest> LoadedModel::Admit(std::shared_ptr<const InferRequest> request,

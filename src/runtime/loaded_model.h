@@ -188,6 +188,10 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   std::unique_ptr<backends::BackendModel> backend_model_;
   std::vector<Instance> instances_;
   std::unique_ptr<Scheduler> scheduler_;  // null until Load has created every instance
+  // Constant after Load: the backend takes request lists (backend.h), and the model is
+  // decoupled (only such backends may be).
+  bool request_lists_ = false;
+  bool decoupled_ = false;
   // Set by HoldVersionInOutcomes, constant once requests come: outcomes hold the version.
   VersionReaper* reaper_ = nullptr;
 };

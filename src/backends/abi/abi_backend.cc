@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/abi/abi_bridge.h"
+#include "backends/abi/abi_responses.h"
 #include "config/model_config_json.h"
 #include "core/data_type.h"
 
@@ -70,41 +71,13 @@ VramdCode AddOutput(void* sink_ptr, const char* name, VramdDataType datatype,
     }
     *data = nullptr;
     auto* sink = static_cast<OutputSink*>(sink_ptr);
-    if (name == nullptr || (shape == nullptr && rank > 0)) {
-      abi::SetError(error, "outputs->add: `name` is NULL, or `shape` is NULL with rank > 0");
-      return VRAMD_INVALID_ARGUMENT;
+    auto added = abi::AppendHostOutput(sink->outputs, sink->first, "outputs->add", name,
+                                       datatype, shape, rank, byte_size);
+    if (!added.ok()) {
+      abi::SetError(error, added.status().message());
+      return abi::ToVramdCode(added.status().code());
     }
-    const auto type = static_cast<DataType>(static_cast<int>(datatype));
-    if (datatype <= VRAMD_TYPE_INVALID || datatype > VRAMD_TYPE_BF16) {
-      abi::SetError(error, fmt::format("outputs->add '{}': unknown datatype {}", name,
-                                       static_cast<int>(datatype)));
-      return VRAMD_INVALID_ARGUMENT;
-    }
-    Shape dims(shape, shape + rank);
-    const int64_t elements = ElementCount(dims);
-    if (elements < 0) {
-      abi::SetError(error, fmt::format("outputs->add '{}': shape {} has a negative dimension",
-                                       name, ShapeToString(dims)));
-      return VRAMD_INVALID_ARGUMENT;
-    }
-    // A fixed-size type's byte size follows from its shape; a mismatch would send the client
-    // a tensor whose data and shape disagree.
-    const size_t element_size = DataTypeByteSize(type);
-    if (element_size > 0 && static_cast<size_t>(elements) * element_size != byte_size) {
-      abi::SetError(error, fmt::format("outputs->add '{}': {} {} needs {} bytes, not {}", name,
-                                       DataTypeWireName(type), ShapeToString(dims),
-                                       static_cast<size_t>(elements) * element_size, byte_size));
-      return VRAMD_INVALID_ARGUMENT;
-    }
-    for (size_t i = sink->first; i < sink->outputs->size(); ++i) {
-      if ((*sink->outputs)[i].name == name) {
-        abi::SetError(error, fmt::format("outputs->add '{}': added twice", name));
-        return VRAMD_INVALID_ARGUMENT;
-      }
-    }
-    HostBuffer buffer = HostBuffer::Allocate(byte_size);
-    *data = buffer.mutable_data();  // the bytes are owned by the buffer, not the vector slot
-    sink->outputs->push_back(Tensor{name, type, std::move(dims), std::move(buffer)});
+    *data = *added;
     return VRAMD_OK;
   } catch (const std::bad_alloc&) {
     abi::SetError(error, fmt::format("outputs->add: out of host memory for {} bytes", byte_size));
@@ -116,6 +89,44 @@ VramdCode AddOutput(void* sink_ptr, const char* name, VramdDataType datatype,
     abi::SetError(error, "outputs->add: unknown exception");
     return VRAMD_INTERNAL;
   }
+}
+
+// What one request of a request list shows the backend: its VramdRequest and everything the
+// request's pointers point into, alive for the execute_requests call.
+struct ListedRequestView {
+  std::vector<VramdTensor> inputs;
+  std::vector<VramdMemory> input_memory;
+  std::vector<const char*> requested_outputs;
+  std::string parameters_json;
+  VramdRequest request{};
+};
+
+void ViewRequest(const InferRequest& request, ListedRequestView* view) {
+  view->inputs.reserve(request.inputs.size());
+  for (const Tensor& t : request.inputs) {
+    view->inputs.push_back(VramdTensor{t.name.c_str(),
+                                       static_cast<VramdDataType>(static_cast<int>(t.datatype)),
+                                       t.shape.data(), t.shape.size(), t.data.data(),
+                                       t.data.size()});
+    view->input_memory.push_back(VramdMemory{VRAMD_DEVICE_CPU, -1});
+  }
+  for (const RequestedOutput& o : request.outputs) view->requested_outputs.push_back(o.name.c_str());
+  view->parameters_json = ParametersToJson(request.parameters);
+  VramdRequest& v = view->request;
+  v.struct_size = sizeof(VramdRequest);
+  v.id = request.id.c_str();
+  v.inputs = view->inputs.data();
+  v.input_count = view->inputs.size();
+  v.parameters_json = view->parameters_json.c_str();
+  v.parameters_json_size = view->parameters_json.size();
+  v.requested_outputs = view->requested_outputs.data();
+  v.requested_output_count = view->requested_outputs.size();
+  v.flags = request.flags;
+  v.correlation_id = request.correlation_id;
+  v.correlation_id_string =
+      request.correlation_id_string.empty() ? nullptr : request.correlation_id_string.c_str();
+  v.timeout_us = request.timeout_us;
+  v.input_memory = view->input_memory.data();
 }
 
 class AbiInstance final : public BackendInstance {
@@ -161,6 +172,39 @@ class AbiInstance final : public BackendInstance {
       return Status::Internal(fmt::format("backend '{}' instance '{}': {}", model_->backend,
                                           name_, e.what()));
     }
+  }
+
+  Status ExecuteRequests(std::span<const ListedRequest> requests) override {
+    std::vector<VramdResponder*> responders;
+    responders.reserve(requests.size());
+    Status status;
+    try {
+      std::vector<ListedRequestView> views(requests.size());  // no reallocation: pointers kept
+      std::vector<VramdRequest*> list;
+      list.reserve(requests.size());
+      for (size_t i = 0; i < requests.size(); ++i) {
+        ViewRequest(*requests[i].request, &views[i]);
+        views[i].request.owner = requests[i].OpenOwner();
+        responders.push_back(abi::NewResponder(requests[i].responder));
+        views[i].request.responder = responders.back();
+        list.push_back(&views[i].request);
+      }
+      VramdError error{};
+      const VramdCode code =
+          model_->api->execute_requests(instance_, list.data(), list.size(), &error);
+      if (code != VRAMD_OK) {
+        status = abi::FromVramd(code, error, model_->error_context);
+        if (!model_->linked) status = status.WithContext(fmt::format("instance '{}'", name_));
+      }
+    } catch (const std::exception& e) {
+      status = Status::Internal(fmt::format("backend '{}' instance '{}': {}", model_->backend,
+                                            name_, e.what()));
+    }
+    // A failed call hands back what the backend has not completed (include/vramd/backend.h);
+    // a made responder is released in every case.
+    for (VramdResponder* r : responders) abi::ReleaseAfterExecute(r, status.ok() ? nullptr : &status);
+    // The runtime answers a failed call's requests itself, but they are answered already.
+    return status;
   }
 
  private:
@@ -246,6 +290,12 @@ Result<std::unique_ptr<AbiBackend>> AbiBackend::Create(
                     api->name != nullptr ? api->name : "(NULL)", name));
   }
   return std::unique_ptr<AbiBackend>(new AbiBackend(api, std::move(name), std::move(library)));
+}
+
+bool AbiBackend::TakesRequestLists() const {
+  constexpr size_t kEnd =
+      offsetof(VramdBackendApi, execute_requests) + sizeof(VramdBackendApi::execute_requests);
+  return api_->struct_size >= kEnd && api_->execute_requests != nullptr;
 }
 
 bool AbiBackend::ExecutesOnInstanceThreads() const {

@@ -48,6 +48,8 @@ class AbiBackend final : public Backend {
   bool SupportsGpu() const override { return api_->supports_gpu != 0; }
   // The table's execute_on_instance_threads; false for a table that ends before it.
   bool ExecutesOnInstanceThreads() const override;
+  // Whether the table sets execute_requests (a table that ends before it does not).
+  bool TakesRequestLists() const override;
   Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
 
   // The table every call goes through.

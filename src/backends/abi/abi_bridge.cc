@@ -7,6 +7,8 @@
 #include <cstring>
 #include <exception>
 
+#include "backends/abi/abi_responses.h"
+
 namespace vramd::backends::abi {
 
 VramdCode ToVramdCode(StatusCode code) {
@@ -80,6 +82,7 @@ ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator,
   table_.record_load_phase = &ServerApi::RecordLoadPhase;
   table_.recharge = &ServerApi::Recharge;
   FillServicesTable(&table_);
+  FillResponseTable(&table_);
 }
 
 void ServerApi::Log(void* server, VramdLogLevel level, const char* message) {

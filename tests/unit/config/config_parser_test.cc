@@ -76,12 +76,8 @@ class TritonConfigsTest : public ::testing::Test {
 TEST_F(TritonConfigsTest, EveryConfigParsesValidatesAndListsItsUnsupportedFields) {
   const std::map<std::string, std::vector<std::string>> kUnsupported = {
       {"bert_base_trt_gpu", {"instance_group.profile (line 35)"}},
-      {"mock_llm", {"model_transaction_policy (line 30)"}},
-      {"repeat_int32", {"model_transaction_policy (line 30)"}},
       {"simple_dyna_sequence", {"sequence_batching (line 30)"}},
       {"simple_sequence", {"sequence_batching (line 30)"}},
-      {"square_int32", {"model_transaction_policy (line 30)"}},
-      {"tool_stream_py", {"model_transaction_policy (line 29)"}},
   };
   std::vector<fs::path> files = TritonConfigs();
   // SOURCES.md lists 27 configs; more may be added, none should disappear.
@@ -173,8 +169,9 @@ TEST_F(TritonConfigsTest, DynaSequenceSkipsSequenceBatchingAndReadsParameters) {
 
 TEST_F(TritonConfigsTest, DecoupledPythonModelReadsOptionalInputs) {
   ParsedModelConfig parsed = Load("tool_stream_py.pbtxt");
-  EXPECT_THAT(parsed.unsupported_fields, ElementsAre("model_transaction_policy (line 29)"));
+  EXPECT_THAT(parsed.unsupported_fields, IsEmpty());
   const ModelConfig& config = parsed.config;
+  EXPECT_TRUE(config.model_transaction_policy().decoupled());
   EXPECT_EQ(config.backend(), "python");
   ASSERT_EQ(config.input_size(), 13);
   EXPECT_FALSE(config.input(0).optional());
@@ -218,7 +215,7 @@ TEST(ConfigParserTest, UnsupportedFieldsAreListedWithPathAndLine) {
               ElementsAre("runtime (line 5)", "input.is_non_linear_format_io (line 12)",
                           "batch_input (line 22)", "instance_group.rate_limiter (line 35)",
                           "instance_group.host_policy (line 36)", "optimization (line 39)",
-                          "model_transaction_policy (line 49)", "response_cache (line 50)",
+                          "response_cache (line 50)",
                           "metric_tags (line 51)"));
   const ModelConfig& config = parsed.config;
   EXPECT_EQ(config.backend(), "onnxruntime");
