@@ -168,7 +168,7 @@ def vramd_explicit(a, meta, meter):
                 m["after_previous_unload"] = residue
             rows.append(m)
             log(f"vramd n={n}: pid {fmt(m['pid_bytes'])} device+{fmt(m['device_delta'])} "
-                f"(load {load_s:.1f}s, {res['rps']:.0f} req/s)")
+                f"(load {load_s:.1f}s, {m['rps']:.0f} req/s)")
     finally:
         code = server.stop()
         log(f"vramd exit code {code}")
@@ -354,6 +354,13 @@ def main():
                     if a.vramd_mode == "explicit":
                         raise
                     mode = "restart"
+                    # Loud: the figures that follow come from another mode than asked for.
+                    banner = ("!!! FALLBACK: the explicit-mode series (one server, reloaded per "
+                              "count) FAILED; the vramd figures below are RESTART mode (a fresh "
+                              f"server per count): {str(e)[:300]}")
+                    print(banner, flush=True)
+                    log(banner)
+                    result["vramd_mode_fallback"] = banner
             if rows is None:
                 rows = vramd_restart(a, meta, meter)
             series["vramd"] = summarize("vramd", a.counts, rows)
@@ -375,7 +382,9 @@ def main():
         save()
 
     # Report.
-    for name, s in series.items():
+    for key, s in series.items():
+        # A figure is named after the mode that produced it: vramd's series says which ran.
+        name = f"{key}_{s['mode']}" if key == "vramd" and "mode" in s else key
         for n, t in zip(a.counts, s["total_mib"]):
             figure(f"pytorch_mem_{name}_n{n}", float(t), "MiB")
         if "per_instance_fit_mib" in s:
