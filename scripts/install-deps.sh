@@ -13,6 +13,8 @@ packages=(
   libspdlog-dev libfmt-dev libcli11-dev libopenblas-dev
   # the pytorch backend (CPU LibTorch) and the TorchScript models its tests make at test time
   libtorch-dev python3-torch
+  # the python backend (embedded CPython)
+  python3-dev pybind11-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy
   # the sanitizer build and the fuzz targets (clang's ASan, UBSan and libFuzzer runtimes)

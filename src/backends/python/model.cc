@@ -1,0 +1,387 @@
+#include "model.h"
+
+#include <pybind11/stl.h>
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "common.h"
+#include "py_types.h"
+
+namespace vramd::python {
+namespace {
+
+py::module_ Host() { return py::module_::import("vramd_python_host"); }
+
+// Logs the whole traceback and returns it (the caller's error keeps its tail).
+std::string Traceback(const ModelShared& model, const std::string& what,
+                      const py::error_already_set& e) {
+  std::string text = what + ": " + TracebackText(e);
+  Log(model.server, VRAMD_LOG_ERROR, "python model '" + model.name + "': " + text);
+  return text;
+}
+
+// What the config says, read with Python's json (the backend links no JSON library).
+VramdCode ReadConfig(ModelShared* model, std::string* error) {
+  py::dict config = py::module_::import("json").attr("loads")(model->config_json);
+  auto get = [](const py::dict& d, const char* key) -> py::object {
+    return d.contains(key) ? py::object(d[key]) : py::object(py::none());
+  };
+  py::object policy = get(config, "model_transaction_policy");
+  if (py::isinstance<py::dict>(policy)) {
+    py::object decoupled = get(policy, "decoupled");
+    model->decoupled = !decoupled.is_none() && decoupled.cast<bool>();
+  }
+  py::object file = get(config, "default_model_filename");
+  std::string file_name = file.is_none() ? "" : file.cast<std::string>();
+  if (file_name.empty()) file_name = "model.py";
+  model->model_file = (std::filesystem::path(model->version_dir) / file_name).string();
+  py::object outputs = get(config, "output");
+  if (py::isinstance<py::list>(outputs)) {
+    for (py::handle output : outputs) {
+      model->output_names.push_back(py::cast<py::dict>(output)["name"].cast<std::string>());
+    }
+  }
+  py::object parameters = get(config, "parameters");
+  if (py::isinstance<py::dict>(parameters)) {
+    py::dict p = parameters;
+    auto value = [&](const char* key) -> std::optional<std::string> {
+      if (!p.contains(key)) return std::nullopt;
+      py::object entry = p[key];
+      if (!py::isinstance<py::dict>(entry) || !py::cast<py::dict>(entry).contains("string_value")) {
+        return std::string();
+      }
+      return py::cast<py::dict>(entry)["string_value"].cast<std::string>();
+    };
+    if (auto env = value("EXECUTION_ENV_PATH"); env && !env->empty()) {
+      *error = "python model '" + model->name +
+               "': EXECUTION_ENV_PATH is not supported by vramd's in-process python backend (a "
+               "model with its own environment needs a stub process, not available yet)";
+      return VRAMD_UNSUPPORTED;
+    }
+    if (auto force = value("FORCE_CPU_ONLY_INPUT_TENSORS")) {
+      if (*force == "no") {
+        model->force_cpu_inputs = false;
+      } else if (*force != "yes") {
+        *error = "python model '" + model->name + "': FORCE_CPU_ONLY_INPUT_TENSORS must be "
+                 "'yes' or 'no', not '" + *force + "'";
+        return VRAMD_UNSUPPORTED;
+      }
+    }
+  }
+  return VRAMD_OK;
+}
+
+}  // namespace
+
+VramdCode PythonModel::Create(const VramdModelInfo& info, std::unique_ptr<PythonModel>* out,
+                              std::string* error) {
+  auto shared = std::make_shared<ModelShared>();
+  shared->name = info.name ? info.name : "";
+  shared->version = info.version;
+  shared->model_dir = info.model_dir ? info.model_dir : "";
+  shared->version_dir = info.version_dir ? info.version_dir : "";
+  shared->config_json.assign(info.config_json ? info.config_json : "{}",
+                             info.config_json ? info.config_json_size : 2);
+  shared->server = info.server;
+  shared->owner = info.owner;
+
+  py::gil_scoped_acquire gil;
+  std::unique_ptr<PythonModel> model(new PythonModel());
+  try {
+    if (VramdCode rc = ReadConfig(shared.get(), error); rc != VRAMD_OK) return rc;
+  } catch (const py::error_already_set& e) {
+    *error = "python model '" + shared->name + "': cannot read its config: " + ErrorText(e);
+    return VRAMD_INVALID_ARGUMENT;
+  }
+  if (!std::filesystem::is_regular_file(shared->model_file)) {
+    *error = "python model '" + shared->name + "': '" + shared->model_file + "' not found";
+    return VRAMD_NOT_FOUND;
+  }
+  try {
+    shared->package = Host()
+                          .attr("create_package")(shared->name, shared->version,
+                                                  shared->version_dir, shared->model_dir)
+                          .cast<std::string>();
+    RegisterModel(shared);
+    model->shared_ = shared;
+    ContextScope scope(CallContext{shared, nullptr, Phase::kImport, info.owner});
+    py::object module = Host().attr("import_model")(
+        shared->package, std::filesystem::path(shared->model_file).filename().string());
+    py::object cls = module.attr("TritonPythonModel");
+    if (!py::hasattr(cls, "execute")) {
+      *error = "Python model " + shared->model_file + " does not implement `execute` method.";
+      return VRAMD_INVALID_ARGUMENT;  // ~PythonModel removes the package
+    }
+    model->class_ = std::make_unique<py::object>(std::move(cls));
+  } catch (const py::error_already_set& e) {
+    *error = Traceback(*shared, "failed to import " + shared->model_file, e);
+    return VRAMD_INTERNAL;
+  }
+  *out = std::move(model);
+  return VRAMD_OK;
+}
+
+PythonModel::~PythonModel() {
+  py::gil_scoped_acquire gil;
+  class_.reset();
+  if (!shared_) return;
+  shared_->alive.store(false);
+  UnregisterModel(shared_.get());
+  try {
+    if (!shared_->package.empty()) Host().attr("remove_package")(shared_->package);
+  } catch (const py::error_already_set& e) {
+    Log(shared_->server, VRAMD_LOG_WARNING,
+        "python model '" + shared_->name + "': removing its modules failed: " + ErrorText(e));
+  }
+}
+
+CallContext PythonInstance::Context(Phase phase, VramdOwner owner) const {
+  return CallContext{model_, status_, phase, owner};
+}
+
+py::object PythonInstance::Loop() {
+  if (!loop_) {
+    CallContext context = Context(Phase::kExecute, owner_);
+    py::cpp_function bind([context]() { BindThread(context); });
+    loop_ = std::make_unique<py::object>(Host().attr("InstanceLoop")(name_, bind));
+  }
+  return *loop_;
+}
+
+VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& info,
+                                 std::unique_ptr<PythonInstance>* out, std::string* error) {
+  std::unique_ptr<PythonInstance> instance(new PythonInstance());
+  instance->model_ = model->shared();
+  instance->name_ = info.name ? info.name : "";
+  instance->owner_ = info.owner;
+  const ModelShared& shared = *instance->model_;
+
+  py::gil_scoped_acquire gil;
+  ContextScope scope(instance->Context(Phase::kInitialize, info.owner));
+  try {
+    py::dict args;
+    args["model_config"] = shared.config_json;
+    args["model_instance_kind"] = info.kind == VRAMD_DEVICE_GPU ? "GPU" : "CPU";
+    args["model_instance_name"] = instance->name_;
+    args["model_instance_device_id"] = std::to_string(info.device_id < 0 ? 0 : info.device_id);
+    args["model_repository"] = shared.model_dir;
+    args["model_version"] = std::to_string(shared.version);
+    args["model_name"] = shared.name;
+    instance->object_ = std::make_unique<py::object>(model->model_class()());
+    if (py::hasattr(*instance->object_, "initialize")) {
+      py::object result = instance->object_->attr("initialize")(args);
+      if (Host().attr("is_coroutine")(result).cast<bool>()) instance->Loop().attr("run")(result);
+    }
+  } catch (const py::error_already_set& e) {
+    *error = Traceback(shared, "instance '" + instance->name_ + "' failed to initialize", e);
+    instance->status_->finalizing.store(true);  // no finalize(): it never initialized
+    return VRAMD_INTERNAL;
+  } catch (const std::exception& e) {
+    *error = "instance '" + instance->name_ + "' failed to initialize: " + e.what();
+    instance->status_->finalizing.store(true);
+    return VRAMD_INTERNAL;
+  }
+  instance->status_->initialized.store(true);
+  *out = std::move(instance);
+  return VRAMD_OK;
+}
+
+PythonInstance::~PythonInstance() {
+  const std::string destroyed = "instance '" + name_ + "' of python model '" + model_->name +
+                                "' destroyed before the model sent the final response";
+  {
+    py::gil_scoped_acquire gil;
+    const bool call_finalize = status_->initialized.load();
+    status_->finalizing.store(true);
+    ContextScope scope(Context(Phase::kFinalize, owner_));
+    if (loop_) {  // Triton stops the loop before finalize()
+      try {
+        loop_->attr("stop")();
+      } catch (const py::error_already_set& e) {
+        Log(model_->server, VRAMD_LOG_WARNING, "python model '" + model_->name +
+                                                   "': stopping the asyncio loop of instance '" +
+                                                   name_ + "' failed: " + ErrorText(e));
+      }
+    }
+    if (call_finalize && object_ && py::hasattr(*object_, "finalize")) {
+      try {
+        object_->attr("finalize")();
+      } catch (const py::error_already_set& e) {
+        Log(model_->server, VRAMD_LOG_ERROR,
+            "python model '" + model_->name + "': finalize of instance '" + name_ +
+                "' failed: " + TracebackText(e));
+      }
+    }
+    object_.reset();
+    loop_.reset();
+  }
+  for (const auto& state : outstanding_->TakeAll()) state->FailIfOpen(VRAMD_INTERNAL, destroyed);
+}
+
+std::shared_ptr<PyInferRequest> PythonInstance::MakeRequest(const VramdRequest& request) {
+  if (request.struct_size < offsetof(VramdRequest, responder) + sizeof(request.responder) ||
+      request.responder == nullptr) {
+    throw ModelException("the server passed a request without a responder");
+  }
+  auto r = std::make_shared<PyInferRequest>();
+  r->id = request.id ? request.id : "";
+  if (request.correlation_id_string != nullptr) {
+    r->correlation_is_string = true;
+    r->correlation_id_string = request.correlation_id_string;
+  } else {
+    r->correlation_id = request.correlation_id;
+  }
+  r->flags = request.flags;
+  r->timeout_us = request.timeout_us;
+  if (request.parameters_json != nullptr) {
+    r->parameters.assign(request.parameters_json, request.parameters_json_size);
+  }
+  if (request.requested_output_count == 0) {
+    r->requested_outputs = model_->output_names;
+  } else {
+    for (size_t i = 0; i < request.requested_output_count; ++i) {
+      r->requested_outputs.emplace_back(request.requested_outputs[i]);
+    }
+  }
+  const VramdServerApi* api = model_->server;
+  for (size_t i = 0; i < request.input_count; ++i) {
+    const VramdTensor& t = request.inputs[i];
+    VramdMemory memory = request.input_memory ? request.input_memory[i]
+                                              : VramdMemory{VRAMD_DEVICE_CPU, -1};
+    std::vector<int64_t> shape(t.shape, t.shape + t.rank);
+    const bool on_gpu = memory.kind == VRAMD_DEVICE_GPU;
+    if (model_->decoupled || (on_gpu && model_->force_cpu_inputs)) {
+      // A copy in host memory the tensor owns.
+      auto copy = std::make_shared<std::vector<unsigned char>>(t.byte_size);
+      if (t.byte_size > 0) {
+        if (on_gpu) {
+          VramdError e{};
+          if (api->copy(api->server, VRAMD_DEVICE_CPU, -1, copy->data(), memory.kind,
+                        memory.device_id, t.data, t.byte_size, nullptr, &e) != VRAMD_OK) {
+            throw ModelException(std::string("input '") + t.name + "': " + e.message);
+          }
+        } else {
+          std::memcpy(copy->data(), t.data, t.byte_size);
+        }
+      }
+      const void* data = copy->data();
+      r->inputs.push_back(PbTensor::FromBorrowed(t.name, t.datatype, std::move(shape), data,
+                                                 t.byte_size, VramdMemory{VRAMD_DEVICE_CPU, -1},
+                                                 std::move(copy)));
+    } else {
+      r->inputs.push_back(PbTensor::FromBorrowed(t.name, t.datatype, std::move(shape), t.data,
+                                                 t.byte_size, memory, nullptr));
+    }
+  }
+  r->state = std::make_shared<RequestState>(model_, request.responder, r->id);
+  return r;
+}
+
+void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestState>>& states,
+                                     const py::object& returned) {
+  if (returned.is_none()) return;
+  if (model_->decoupled) {
+    throw ModelException("Python model '" + name_ +
+                         "' is using the decoupled mode and the execute function must return "
+                         "None.");
+  }
+  if (!py::isinstance<py::list>(returned)) {
+    throw ModelException("Expected a list in the execute return, found type '" +
+                         py::str(returned.get_type()).cast<std::string>() + "'.");
+  }
+  py::list responses = returned;
+  if (py::len(responses) != states.size()) {
+    throw ModelException(
+        "Number of InferenceResponse objects do not match the number of InferenceRequest "
+        "objects. InferenceRequest(s) size is:" + std::to_string(states.size()) +
+        ", and InferenceResponse(s) size is:" + std::to_string(py::len(responses)) + "\n");
+  }
+  std::vector<std::shared_ptr<PyInferResponse>> typed(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    py::object item = responses[i];
+    if (item.is_none()) continue;  // answered through the response sender, or not at all
+    if (!py::isinstance<PyInferResponse>(item)) {
+      throw ModelException(
+          "Expected an 'InferenceResponse' object in the execute function return list, found "
+          "type '" + py::str(item.get_type()).cast<std::string>() + "'.");
+    }
+    typed[i] = item.cast<std::shared_ptr<PyInferResponse>>();
+    states[i]->CheckSend(true, VRAMD_RESPONSE_FLAG_FINAL);
+  }
+  py::gil_scoped_release release;
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (typed[i]) states[i]->Send(typed[i].get(), VRAMD_RESPONSE_FLAG_FINAL);
+  }
+}
+
+VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t count,
+                                          VramdError* error) {
+  std::vector<std::shared_ptr<RequestState>> states;
+  std::string failure;
+  {
+    py::gil_scoped_acquire gil;
+    ContextScope scope(Context(Phase::kExecute, count > 0 ? requests[0]->owner : owner_));
+    try {
+      py::list list;
+      for (size_t i = 0; i < count; ++i) {
+        auto request = MakeRequest(*requests[i]);
+        states.push_back(request->state);
+        list.append(py::cast(request));
+      }
+      py::object returned = object_->attr("execute")(list);
+      if (Host().attr("is_coroutine")(returned).cast<bool>()) {
+        if (model_->decoupled) {
+          // Triton runs a decoupled model's coroutine in the background: execute returns now.
+          auto pending = states;
+          std::shared_ptr<ModelShared> model = model_;
+          std::string name = name_;
+          py::cpp_function on_error([pending, model, name](std::string text) {
+            std::string message = "Failed to process the request(s) for model '" + name +
+                                  "', message: " + text;
+            Log(model->server, VRAMD_LOG_ERROR, message);
+            py::gil_scoped_release release;
+            for (const auto& state : pending) state->FailIfOpen(VRAMD_INTERNAL, message);
+          });
+          Loop().attr("submit")(returned, on_error);
+          returned = py::none();
+        } else {
+          returned = Loop().attr("run")(returned);
+        }
+      }
+      ProcessReturned(states, returned);
+    } catch (const py::error_already_set& e) {
+      failure = ErrorText(e);
+      Log(model_->server, VRAMD_LOG_VERBOSE,
+          "python model '" + model_->name + "': execute failed: " + TracebackText(e));
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  if (!failure.empty()) {
+    const std::string message =
+        "Failed to process the request(s) for model '" + name_ + "', message: " + failure;
+    Log(model_->server, VRAMD_LOG_ERROR, message);
+    // Requests MakeRequest did not reach are handed back to vramd through the error return.
+    for (const auto& state : states) state->FailIfOpen(VRAMD_INTERNAL, message);
+    if (states.size() < count) {
+      SetError(error, message);
+      return VRAMD_INTERNAL;
+    }
+    return VRAMD_OK;
+  }
+  if (!model_->decoupled) {
+    for (const auto& state : states) state->FinishNonDecoupled();
+    return VRAMD_OK;
+  }
+  for (const auto& state : states) {
+    state->set_outstanding(outstanding_);
+    outstanding_->Add(state);
+    if (state->closed()) outstanding_->Remove(state.get());
+  }
+  return VRAMD_OK;
+}
+
+}  // namespace vramd::python

@@ -1,0 +1,206 @@
+#include "request_state.h"
+
+#include <cstring>
+
+namespace vramd::python {
+namespace {
+
+constexpr uint32_t kFinal = VRAMD_RESPONSE_FLAG_FINAL;
+
+bool BuildResponse(const ModelShared& model, VramdResponder* responder,
+                   const PyInferResponse& source, VramdResponse** out, std::string* error) {
+  const VramdServerApi* api = model.server;
+  VramdError e{};
+  VramdResponse* response = nullptr;
+  if (api->response_create(api->server, responder, &response, &e) != VRAMD_OK) {
+    *error = e.message;
+    return false;
+  }
+  for (const auto& tensor : source.outputs) {
+    if (!tensor) continue;
+    const auto& shape = tensor->shape();
+    void* data = nullptr;
+    if (api->response_add_output(api->server, response, tensor->name().c_str(),
+                                 tensor->datatype(), shape.data(), shape.size(),
+                                 tensor->byte_size(), VRAMD_DEVICE_CPU, -1, &data,
+                                 &e) != VRAMD_OK) {
+      *error = e.message;
+      api->response_delete(api->server, response);
+      return false;
+    }
+    if (tensor->byte_size() == 0) continue;
+    if (tensor->is_cpu()) {
+      std::memcpy(data, tensor->data(), tensor->byte_size());
+    } else if (api->copy(api->server, VRAMD_DEVICE_CPU, -1, data, tensor->memory().kind,
+                         tensor->memory().device_id, tensor->data(), tensor->byte_size(),
+                         nullptr, &e) != VRAMD_OK) {
+      *error = "output '" + tensor->name() + "': " + e.message;
+      api->response_delete(api->server, response);
+      return false;
+    }
+  }
+  if (!source.parameters.empty() && source.parameters != "{}" &&
+      api->response_set_parameters(api->server, response, source.parameters.data(),
+                                   source.parameters.size(), &e) != VRAMD_OK) {
+    *error = e.message;
+    api->response_delete(api->server, response);
+    return false;
+  }
+  *out = response;
+  return true;
+}
+
+}  // namespace
+
+bool RespondWith(const ModelShared& model, VramdResponder* responder,
+                 const PyInferResponse* response, uint32_t flags, std::string* error) {
+  const VramdServerApi* api = model.server;
+  VramdError e{};
+  VramdCode rc;
+  if (response == nullptr) {
+    rc = api->respond(api->server, responder, nullptr, VRAMD_OK, nullptr, flags, &e);
+  } else if (response->error) {
+    rc = api->respond(api->server, responder, nullptr, CodeFromTriton(response->error->code),
+                      response->error->message.c_str(), flags, &e);
+  } else {
+    VramdResponse* built = nullptr;
+    if (!BuildResponse(model, responder, *response, &built, error)) return false;
+    rc = api->respond(api->server, responder, built, VRAMD_OK, nullptr, flags, &e);
+  }
+  if (rc != VRAMD_OK) {
+    *error = e.message;
+    return false;
+  }
+  return true;
+}
+
+RequestState::RequestState(std::shared_ptr<ModelShared> model, VramdResponder* responder,
+                           std::string id)
+    : model_(std::move(model)), id_(std::move(id)), responder_(responder) {}
+
+void RequestState::set_outstanding(std::weak_ptr<OutstandingRequests> outstanding) {
+  std::lock_guard<std::mutex> lock(mu_);
+  outstanding_ = std::move(outstanding);
+}
+
+void RequestState::CheckLocked(bool has_response, uint32_t flags) const {
+  if (flags != kFinal && flags != 0) {
+    throw ModelException("Unable to send response. Unsupported flag provided.");
+  }
+  if (flags == 0 && !has_response) {
+    throw ModelException(
+        "Inference Response object must be provided when the response flags is set to zero.");
+  }
+  if (!model_->decoupled) {
+    if (has_response && sent_ > 0) {
+      throw ModelException(
+          "Unable to send response. Non-decoupled model cannot send more than one response.");
+    }
+    if (!has_response && flags == kFinal && sent_ == 0) {
+      throw ModelException(
+          "Unable to send response. Non-decoupled model cannot send complete final before "
+          "sending a response.");
+    }
+  }
+  if (closed_) throw ModelException("Unable to send response. Response sender has been closed.");
+}
+
+void RequestState::CheckSend(bool has_response, uint32_t flags) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckLocked(has_response, flags);
+}
+
+void RequestState::CloseLocked() {
+  closed_ = true;
+  responder_ = nullptr;
+  if (auto outstanding = outstanding_.lock()) outstanding->Remove(this);
+}
+
+bool RequestState::RespondLocked(const PyInferResponse* response, uint32_t flags,
+                                 std::string* error) {
+  if (responder_ == nullptr || !model_->alive.load()) {
+    *error = "the request was already answered";
+    return false;
+  }
+  if (!RespondWith(*model_, responder_, response, flags, error)) return false;
+  if (response != nullptr) ++sent_;
+  if (flags & kFinal) CloseLocked();
+  return true;
+}
+
+void RequestState::Send(const PyInferResponse* response, uint32_t flags) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckLocked(response != nullptr, flags);
+  std::string error;
+  if (!RespondLocked(response, flags, &error)) throw ModelException(error);
+}
+
+void RequestState::FailIfOpen(VramdCode code, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || responder_ == nullptr || !model_->alive.load()) return;
+  PyInferResponse failed;
+  failed.error = std::make_shared<PyError>(PyError{message, TritonFromCode(code)});
+  std::string error;
+  if (!RespondLocked(&failed, kFinal, &error)) {
+    // An error response after a non-decoupled model's one response is refused: end the
+    // request with the final flag alone.
+    if (!RespondLocked(nullptr, kFinal, &error)) {
+      Log(model_->server, VRAMD_LOG_ERROR,
+          "python model '" + model_->name + "': cannot answer request '" + id_ + "': " + error);
+      CloseLocked();  // the responder is not used again
+    }
+  }
+}
+
+void RequestState::FinishNonDecoupled() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (sent_ > 0) {
+      std::string error;
+      if (RespondLocked(nullptr, kFinal, &error)) return;
+      Log(model_->server, VRAMD_LOG_ERROR,
+          "python model '" + model_->name + "': cannot complete request '" + id_ + "': " + error);
+      CloseLocked();
+      return;
+    }
+  }
+  FailIfOpen(VRAMD_INTERNAL, "python model '" + model_->name +
+                                 "' returned no response for request '" + id_ + "'");
+}
+
+bool RequestState::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+bool RequestState::IsCancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (responder_ == nullptr || !model_->alive.load()) return false;
+  return model_->server->is_cancelled(model_->server->server, responder_) != 0;
+}
+
+void OutstandingRequests::Add(const std::shared_ptr<RequestState>& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_[state.get()] = state;
+}
+
+void OutstandingRequests::Remove(const RequestState* state) {
+  std::shared_ptr<RequestState> dropped;  // destroyed after the lock is released
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(state);
+  if (it == open_.end()) return;
+  dropped = std::move(it->second);
+  open_.erase(it);
+}
+
+std::vector<std::shared_ptr<RequestState>> OutstandingRequests::TakeAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<RequestState>> all;
+  for (auto& [key, state] : open_) all.push_back(std::move(state));
+  open_.clear();
+  return all;
+}
+
+}  // namespace vramd::python
+
