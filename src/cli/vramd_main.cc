@@ -25,6 +25,7 @@
 #include "memory/ledger.h"
 #include "memory/memory_report.h"
 #include "memory/nvml.h"
+#include "runtime/custom_metrics.h"
 #include "runtime/model_manager.h"
 #include "server/http/http_server.h"
 #include "server/http/kserve_routes.h"
@@ -131,7 +132,10 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Backends that are not built in load from here; set before the manager loads any model.
   vramd::backends::SetBackendDirectory(options.backend_directory);
 
+  // Models' custom metrics: declared before the manager, so it outlives every model.
+  vramd::runtime::CustomMetricsRegistry custom_metrics;
   vramd::runtime::ModelManager::Options manager_options;
+  manager_options.custom_metrics = &custom_metrics;
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
   manager_options.exit_on_error = options.exit_on_error;
   manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr};

@@ -15,6 +15,7 @@
 #include "memory/cuda_devices.h"
 #include "repository/model_repository.h"
 #include "repository/repository_watcher.h"
+#include "runtime/model_services.h"
 #include "runtime/model_warmup.h"
 
 namespace vramd::runtime {
@@ -141,6 +142,8 @@ ModelManager::ModelManager(const Options& options)
       retire_timeout_(options.retire_timeout),
       poll_interval_(options.poll_interval),
       load_thread_count_(std::max(1, options.load_thread_count)),
+      custom_metrics_(options.custom_metrics),
+      services_(std::make_unique<ModelServices>(this, options.custom_metrics)),
       load_slots_(std::max(1, options.load_thread_count)),
       releaser_([this](std::stop_token stop) { ReleaseParked(stop); }) {}
 
@@ -274,7 +277,8 @@ ModelManager::Versions ModelManager::LoadVersions(
   loaded.owner = memory::ScopedOwner(memory_.ledger, memory_.ledger->root(),
                                      memory::OwnerKind::kModel, name);
   for (int64_t v : versions) {
-    auto model = LoadedModel::Load(config, model_dir, v, memory_, loaded.owner.id(), timing);
+    auto model = LoadedModel::Load(config, model_dir, v, memory_, loaded.owner.id(), timing,
+                                   services_.get());
     if (!model.ok()) {
       loaded.failed.emplace(v, model.status().message());
       continue;

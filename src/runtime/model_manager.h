@@ -72,6 +72,9 @@ class RepositoryWatcher;
 
 namespace vramd::runtime {
 
+class CustomMetricsRegistry;  // custom_metrics.h
+class ModelServices;          // model_services.h
+
 enum class ModelControlMode { kNone, kPoll, kExplicit };
 
 // One row of the repository index: a version, or the model alone (version 0) when it has no
@@ -134,6 +137,9 @@ class ModelManager {
     // How long an action waits for requests still holding versions it retired (so that the
     // model's next load does not overlap their unload) before it fails as Unavailable.
     std::chrono::milliseconds retire_timeout{30000};
+    // Where models' custom metrics are kept (ModelServices::MetricFamily); null: models get
+    // none. Must outlive the manager.
+    CustomMetricsRegistry* custom_metrics = nullptr;
   };
 
   // Scans the repositories and loads the start-up models (in parallel). A broken model is
@@ -162,6 +168,9 @@ class ModelManager {
   Status Unload(std::string_view name) EXCLUDES(action_, mu_);
 
   ModelControlMode model_control_mode() const { return mode_; }
+
+  // Options::custom_metrics, for the metrics page; may be null.
+  CustomMetricsRegistry* custom_metrics() const { return custom_metrics_; }
 
   // The version serving `name`: `version`, or the highest ready version when it is 0. During a
   // resource-preserving reload it waits for the new versions up to the model's unavailable
@@ -352,6 +361,11 @@ class ModelManager {
   const std::chrono::milliseconds retire_timeout_;
   const std::chrono::milliseconds poll_interval_;
   const int load_thread_count_;
+  CustomMetricsRegistry* const custom_metrics_;
+  // What the versions' backends may ask of the server, given to every LoadedModel::Load; made
+  // here because it needs `this`. Destroyed after the threads below and after the destructor
+  // unloaded every version, so after every model that holds it.
+  const std::unique_ptr<ModelServices> services_;
 
   // Synchronized by itself: taken and given back under an action lock.
   std::counting_semaphore<> load_slots_;

@@ -1,5 +1,7 @@
 #include "server/http/metrics_routes.h"
 
+#include "runtime/custom_metrics.h"
+
 #include "server/metrics/inference_metrics.h"
 #include "server/metrics/memory_metrics.h"
 #include "server/metrics/prometheus_text.h"
@@ -18,6 +20,10 @@ HttpResponse MetricsResponse(const memory::MemoryReportSource& memory,
   response.status = 200;
   response.content_type = metrics::kPrometheusContentType;
   response.body = out.Take();
+  // Models' own families (Triton's custom metrics) last, after every family of vramd's.
+  if (manager != nullptr && manager->custom_metrics() != nullptr) {
+    response.body += manager->custom_metrics()->PrometheusText();
+  }
   return response;
 }
 

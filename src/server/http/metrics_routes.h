@@ -4,7 +4,9 @@
 //     is given;
 //   - Triton's per-GPU families, nv_gpu_* (inference_metrics.h);
 //   - vramd's memory families, vramd_* (memory_metrics.h), among them the per-model device
-//     memory Triton does not have: vramd_memory_live_bytes{model,version,instance,device}.
+//     memory Triton does not have: vramd_memory_live_bytes{model,version,instance,device};
+//   - the models' own families (Triton's custom metrics, runtime/custom_metrics.h), when the
+//     manager has a registry.
 // Every family is listed in docs/metrics.md. The families are written by server/metrics/, which
 // knows nothing of HTTP; this route only serves them.
 //
