@@ -24,8 +24,9 @@ namespace vramd::backends {
 class CustomMetric {
  public:
   virtual ~CustomMetric() = default;
-  // Triton's rules: a counter only increments by >= 0; set is for gauges; observe for
-  // histograms; InvalidArgument naming the rule otherwise.
+  // Triton's rules and codes: a counter only increments by >= 0 (InvalidArgument otherwise);
+  // set is for gauges and observe for histograms, and a kind without the operation is
+  // Unsupported naming it (runtime/custom_metrics.h).
   virtual Status Increment(double value) = 0;
   virtual Status Set(double value) = 0;
   virtual Status Observe(double value) = 0;
