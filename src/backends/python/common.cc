@@ -52,6 +52,10 @@ void Log(const VramdServerApi* server, VramdLogLevel level, const std::string& t
   if (server != nullptr && server->log != nullptr) server->log(server->server, level, text.c_str());
 }
 
+std::string TypeName(py::handle object) {
+  return py::str(py::type::handle_of(object)).cast<std::string>();
+}
+
 std::string ErrorText(const py::error_already_set& error) {
   try {
     py::object lines = py::module_::import("traceback")

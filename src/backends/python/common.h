@@ -43,6 +43,9 @@ void SetError(VramdError* error, const std::string& message);
 
 void Log(const VramdServerApi* server, VramdLogLevel level, const std::string& text);
 
+// str() of an object's type, e.g. "<class 'list'>" (Triton's error texts). Needs the GIL.
+std::string TypeName(py::handle object);
+
 // "<Type>: <message>" of a Python error (Triton's error_already_set::what() without the
 // traceback). Needs the GIL.
 std::string ErrorText(const py::error_already_set& error);

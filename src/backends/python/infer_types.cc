@@ -12,18 +12,18 @@ namespace vramd::python {
 std::string ParametersToJson(const py::object& parameters) {
   if (parameters.is_none()) return "{}";
   if (!py::isinstance<py::dict>(parameters)) {
-    throw ModelException("Expect dict, got " + py::str(parameters.get_type()).cast<std::string>());
+    throw ModelException("Expect dict, got " + TypeName(parameters));
   }
   py::dict dict = parameters;
   for (const auto& item : dict) {
     if (!py::isinstance<py::str>(item.first)) {
       throw ModelException("Expect parameters keys to have type str, found type " +
-                           py::str(item.first.get_type()).cast<std::string>());
+                           TypeName(item.first));
     }
     if (!py::isinstance<py::bool_>(item.second) && !py::isinstance<py::int_>(item.second) &&
         !py::isinstance<py::str>(item.second)) {
       throw ModelException("Expect parameters values to have type bool/int/str, found type " +
-                           py::str(item.second.get_type()).cast<std::string>());
+                           TypeName(item.second));
     }
   }
   return py::module_::import("json").attr("dumps")(dict).cast<std::string>();

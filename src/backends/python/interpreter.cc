@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "common.h"
+#include "module.h"
 
 namespace vramd::python {
 namespace {
@@ -48,6 +49,10 @@ StartResult Start() {
   }
   if (Py_IsInitialized()) {
     result.error = "python backend: an interpreter is already running in this process";
+    return result;
+  }
+  if (PyImport_AppendInittab("c_python_backend_utils", &InitUtilsModule) != 0) {
+    result.error = "python backend: cannot register the module c_python_backend_utils";
     return result;
   }
   try {

@@ -290,7 +290,7 @@ void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestSt
   }
   if (!py::isinstance<py::list>(returned)) {
     throw ModelException("Expected a list in the execute return, found type '" +
-                         py::str(returned.get_type()).cast<std::string>() + "'.");
+                         TypeName(returned) + "'.");
   }
   py::list responses = returned;
   if (py::len(responses) != states.size()) {
@@ -306,7 +306,7 @@ void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestSt
     if (!py::isinstance<PyInferResponse>(item)) {
       throw ModelException(
           "Expected an 'InferenceResponse' object in the execute function return list, found "
-          "type '" + py::str(item.get_type()).cast<std::string>() + "'.");
+          "type '" + TypeName(item) + "'.");
     }
     typed[i] = item.cast<std::shared_ptr<PyInferResponse>>();
     states[i]->CheckSend(true, VRAMD_RESPONSE_FLAG_FINAL);

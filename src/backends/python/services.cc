@@ -103,7 +103,7 @@ class MetricFamily {
     std::string labels_json = "{}";
     if (!labels.is_none()) {
       if (!py::isinstance<py::dict>(labels)) {
-        throw ModelException("Expect dict, got " + py::str(labels.get_type()).cast<std::string>());
+        throw ModelException("Expect dict, got " + TypeName(labels));
       }
       for (const auto& item : py::dict(labels)) {
         if (!py::isinstance<py::str>(item.first) || !py::isinstance<py::str>(item.second)) {
