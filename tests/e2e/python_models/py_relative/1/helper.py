@@ -1,0 +1,5 @@
+TAG = "relative-helper"
+
+
+def twice(x):
+    return x * 2

@@ -1,0 +1,5 @@
+CONSTANT = "util-of-model-a"
+
+
+def describe():
+    return "a:" + __name__

@@ -1,0 +1,5 @@
+CONSTANT = "util-of-model-b"
+
+
+def describe():
+    return "b:" + __name__
