@@ -31,15 +31,18 @@ ctest --test-dir "${VRAMD_BUILD_DIR:-build}" --output-on-failure --parallel "$(n
 # targets, so the job costs one more build of the same size (less the pytorch backend and the
 # benchmarks, which it leaves out), a suite that runs ~2x slower, and a minute of fuzzing.
 # Measured: docs/benchmarks.md, "CI time". Left out: the pytorch backend (LibTorch
-# itself is not instrumented, and the backend is the slowest file to compile) and CUDA (no GPU
-# in CI; nvcc takes no sanitizer flags).
+# itself is not instrumented, and the backend is the slowest file to compile), the python
+# backend (libpython and numpy are not instrumented, and the embedded interpreter's
+# process-lifetime allocations would read as leaks; the ordinary build runs its tests, and the
+# runtime's request-list path it uses is unit-tested here) and CUDA (no GPU in CI; nvcc takes no
+# sanitizer flags).
 # ThreadSanitizer stays in the ordinary build (ledger_tsan_test): it cannot be combined with ASan.
 asan_dir=build-asan
 cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=Sanitize -DVRAMD_SANITIZE=address,undefined -DVRAMD_FUZZ=ON \
   -DVRAMD_THREAD_SAFETY_ANALYSIS=ON \
-  -DVRAMD_BUILD_BENCH=OFF -DVRAMD_BUILD_PYTORCH_BACKEND=OFF -DVRAMD_BUILD_UNIT_TESTS=ON \
-  "${link_flags[@]}"
+  -DVRAMD_BUILD_BENCH=OFF -DVRAMD_BUILD_PYTORCH_BACKEND=OFF -DVRAMD_BUILD_PYTHON_BACKEND=OFF \
+  -DVRAMD_BUILD_UNIT_TESTS=ON "${link_flags[@]}"
 cmake --build "$asan_dir" --parallel "$(nproc)"
 # That build ran clang's thread-safety analysis over all it compiled (cmake/thread_safety.cmake);
 # what it leaves out (the benchmarks, the pytorch backend, CUDA-only files) the analysis reads
