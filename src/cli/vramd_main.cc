@@ -138,7 +138,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   manager_options.custom_metrics = &custom_metrics;
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
   manager_options.exit_on_error = options.exit_on_error;
-  manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr};
+  manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr, nvml_ptr};
   manager_options.model_control_mode =
       options.model_control_mode == "explicit" ? vramd::runtime::ModelControlMode::kExplicit
       : options.model_control_mode == "poll"   ? vramd::runtime::ModelControlMode::kPoll

@@ -86,10 +86,13 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
   // 2. Execute.
   std::vector<Tensor> outputs;
   Status status;
+  std::optional<ExecuteMemoryLog::Figures> before;
+  if (memory_log_) before = memory_log_->Take(instance_owner);
   {
     memory::OwnerScope scope(owners.front().lazy_owner());
     status = instance.Execute(*run, &outputs);
   }
+  if (before) memory_log_->Log(instance_owner, batch.size(), *before, memory_log_->Take(instance_owner));
   if (status.ok()) status = reshape_.FromBackend(&outputs);
   const auto infer_end = SchedulerClock::now();
   merged = InferRequest();  // outputs that alias its inputs keep their bytes alive
@@ -183,10 +186,13 @@ void BatchExecutor::RunRequests(backends::BackendInstance& instance,
     responders.push_back(std::move(responder));
   }
   Status status;
+  std::optional<ExecuteMemoryLog::Figures> before;
+  if (memory_log_) before = memory_log_->Take(instance_owner);
   {
     memory::OwnerScope scope(instance_owner);
     status = instance.ExecuteRequests(list);
   }
+  if (before) memory_log_->Log(instance_owner, list.size(), *before, memory_log_->Take(instance_owner));
   const auto end = SchedulerClock::now();
   if (!status.ok()) {
     const Status failed = status.WithContext(where_);

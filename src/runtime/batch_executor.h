@@ -37,6 +37,7 @@
 #include "backends/backend.h"
 #include "memory/ledger.h"
 #include "runtime/classification.h"
+#include "runtime/execute_memory_log.h"
 #include "runtime/inference_statistics.h"
 #include "runtime/memory_context.h"
 #include "runtime/request_queue.h"
@@ -67,6 +68,9 @@ class BatchExecutor {
   Result<std::vector<Tensor>> ShapeOutputs(const InferRequest& request,
                                            std::vector<Tensor> outputs) const;
 
+  // Logs each execution's memory figures (execute_memory_log.h). REQUIRES: before any Run.
+  void set_memory_log(std::optional<ExecuteMemoryLog> log) { memory_log_ = std::move(log); }
+
   const std::string& model_name() const { return model_name_; }
   int64_t version() const { return version_; }
   const std::string& where() const { return where_; }  // "model 'm' version 1"
@@ -85,6 +89,7 @@ class BatchExecutor {
   InferenceStatistics* const stats_;
   const TensorReshape reshape_;
   const Classifier classifier_;
+  std::optional<ExecuteMemoryLog> memory_log_;  // constant once requests come
   std::atomic<uint64_t> request_sequence_{0};
 };
 

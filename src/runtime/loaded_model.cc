@@ -150,6 +150,9 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   if (!backend.ok()) return backend.status();
   auto plan = PlanInstances(*config, **backend);
   if (!plan.ok()) return plan.status().WithContext(where);
+  auto memory_log = ExecuteMemoryLog::From(*config, memory, where);
+  if (!memory_log.ok()) return memory_log.status().WithContext(where);
+  model->executor_.set_memory_log(std::move(memory_log).value());
   model->request_lists_ = (*backend)->TakesRequestLists();
   model->decoupled_ = config->model_transaction_policy().decoupled();
   if (model->decoupled_ && !model->request_lists_) {

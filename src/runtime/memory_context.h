@@ -6,6 +6,7 @@
 #include "memory/allocator.h"
 #include "memory/growth_detector.h"
 #include "memory/ledger.h"
+#include "memory/nvml.h"
 
 namespace vramd::runtime {
 
@@ -13,6 +14,9 @@ struct MemoryContext {
   memory::Ledger* ledger = nullptr;        // required
   memory::Allocator* allocator = nullptr;  // required
   memory::GrowthDetector* growth = nullptr;  // optional: no growth detection when null
+  // Optional: the per-execute memory log (execute_memory_log.h) shows NVML's process figure
+  // when set.
+  const memory::Nvml* nvml = nullptr;
 };
 
 }  // namespace vramd::runtime
