@@ -8,6 +8,15 @@
       (Triton Python-backend style: one process, one CUDA context per instance);
   (c) one python process with N threads sharing the module, each thread with its own CUDA stream.
 
+  (d) with --python-backend-dir: vramd serving the same module from a Triton model.py (the
+      python backend; the model torch.jit.load's model.pt onto its instance's device, a forward
+      per request), one series per hosting mode (parameter VRAMD_PYTHON_HOSTING): in_process
+      (one interpreter in the server), stub (one host process per model and device) and
+      process_per_instance (Triton's). A fresh server per N (restart mode, named so in the
+      figures); the memory is the server's and its descendants' (the stubs) by NVML. In-process,
+      the server's /v2/memory also gives how much of NVML's figure the ledger's pools plus the
+      context baseline cover (the "coverage", target >= 0.95).
+
 For each N (default 1 2 4 8 16) it prints the three totals, then the cost of one more instance
 (least-squares slope over N, and (mem[Nmax]-mem[Nmin])/(Nmax-Nmin)) for each, PASS when vramd's
 fitted slope is <= --threshold-mib (32), and the ratio of vramd's per-instance cost to one
@@ -188,6 +197,118 @@ def measure(a, server, model, meta, meter, n, load_s):
     return m
 
 
+PY_MODEL = '''import json
+
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        gpu = args["model_instance_kind"] == "GPU"
+        self.device = torch.device(f"cuda:{args['model_instance_device_id']}" if gpu else "cpu")
+        params = json.loads(args["model_config"])["parameters"]
+        self.module = torch.jit.load(params["torchscript"]["string_value"],
+                                     map_location=self.device).eval()
+
+    def execute(self, requests):
+        out = []
+        with torch.inference_mode():
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "INPUT__0").as_numpy()
+                y = self.module(torch.from_numpy(x).to(self.device)).to("cpu").numpy()
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT__0", y)]))
+        return out
+'''
+
+
+def descendants(pid):
+    """`pid` and every process below it (the python backend's stub processes)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def write_python_model(meta, work, hosting, n):
+    """A repository holding the module as a Triton model.py, `n` instances, `hosting` mode."""
+    repo = os.path.join(work, f"py_repo_{hosting}")
+    model_dir = os.path.join(repo, "torch_py")
+    os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)
+    config = (meta["config"].replace(f'name: "{meta["name"]}"', 'name: "torch_py"')
+              .replace('platform: "pytorch_libtorch"', 'backend: "python"'))
+    config += ('parameters { key: "torchscript" value { string_value: "%s" } }\n'
+               'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n'
+               % (meta["model_pt"], hosting))
+    with open(os.path.join(model_dir, "config.pbtxt"), "w") as f:
+        f.write(config)
+    set_count_pbtxt(os.path.join(model_dir, "config.pbtxt"), n)
+    with open(os.path.join(model_dir, "1", "model.py"), "w") as f:
+        f.write(PY_MODEL)
+    return repo
+
+
+def coverage(port):
+    """(pool reserved + context baseline) / NVML process figure on cuda:0, from /v2/memory."""
+    status, body, _ = call(port, "GET", "/v2/memory")
+    if status != 200:
+        return None
+    for d in json.loads(body).get("devices", []):
+        if d.get("device") != "cuda:0":
+            continue
+        used, base = d.get("process_used_bytes"), d.get("context_baseline_bytes")
+        if used and base is not None:
+            return {"coverage": (d.get("pool_reserved_bytes", 0) + base) / used,
+                    "process_used_bytes": used, "pool_reserved_bytes": d.get("pool_reserved_bytes", 0),
+                    "context_baseline_bytes": base, "unattributed_bytes": d.get("unattributed_bytes")}
+    return None
+
+
+def vramd_python_series(a, meta, meter, hosting):
+    """A fresh server per N serving the module as a model.py hosted `hosting`."""
+    rows = []
+    meta_py = dict(meta, name="torch_py")
+    for n in a.counts:
+        repo = write_python_model(meta, a.work, hosting, n)
+        meter.settle()
+        meter.rebase()
+        t0 = time.time()
+        server = Vramd(a.vramd, [repo], a.server_log, a.python_backend_dir,
+                       ["--exit-on-error"] + a.vramd_arg)
+        try:
+            server.ready("torch_py", timeout=300)
+            load_s = time.time() - t0
+            check_count(server.port, "torch_py", n)
+            res = exercise(a, server.port, "torch_py", meta_py, n)
+            time.sleep(0.5)
+            pids = descendants(server.pid)
+            m = meter.read(pids)
+            m.update({"n": n, "load_seconds": round(load_s, 3), "requests": res["requests"],
+                      "rps": res["rps"], "processes": len(pids)})
+            if hosting == "in_process":
+                m["ledger"] = coverage(server.port)
+            rows.append(m)
+            log(f"vramd python {hosting} n={n}: {len(pids)} process(es) {fmt(m['pid_bytes'])} "
+                f"device+{fmt(m['device_delta'])} (load {load_s:.1f}s, {res['rps']:.0f} req/s)"
+                + (f" coverage {m['ledger']['coverage']:.3f}" if m.get("ledger") else ""))
+        finally:
+            server.stop()
+    meter.settle()
+    return rows
+
+
 def vramd_restart(a, meta, meter):
     model = meta["name"]
     cfg_path = os.path.join(meta["repository"], model, "config.pbtxt")
@@ -311,11 +432,19 @@ def main():
     ap.add_argument("--load-seconds", type=float, default=2.0)
     ap.add_argument("--worker-timeout", type=float, default=240)
     ap.add_argument("--threshold-mib", type=float, default=32.0)
-    ap.add_argument("--skip", default="", help="comma list of series to skip: vramd,procs,threads")
+    ap.add_argument("--skip", default="", help="comma list of series to skip: vramd,procs,threads,"
+                    "py_in_process,py_stub,py_process_per_instance")
+    ap.add_argument("--python-backend-dir", default=None,
+                    help="a backend directory with python/libvramd_python.so: adds the python "
+                    "backend's series (d)")
+    ap.add_argument("--py-total-target-mib", type=float, default=1000.0,
+                    help="in-process python: total at N=8 at most this")
+    ap.add_argument("--py-per-instance-target-mib", type=float, default=40.0)
     a = ap.parse_args()
     a.counts = [int(c) for c in a.counts.split(",")]
     skip = set(filter(None, a.skip.split(",")))
     work = a.work or tempfile.mkdtemp(prefix="vramd-torch-mem-")
+    a.work = work
     os.makedirs(work, exist_ok=True)
     a.server_log = a.server_log or os.path.join(work, "server.log")
     a.worker_log = open(a.worker_log or os.path.join(work, "workers.log"), "ab")
@@ -381,10 +510,38 @@ def main():
             ok = False
         save()
 
+    if a.python_backend_dir:
+        for hosting in ("in_process", "stub", "process_per_instance"):
+            key = f"py_{hosting}"
+            if key in skip:
+                continue
+            try:
+                series[key] = summarize(key, a.counts, vramd_python_series(a, meta, meter, hosting))
+                series[key]["mode"] = "restart"
+            except Exception as e:  # noqa: BLE001
+                log(f"{key} series failed: {e}")
+                result[f"{key}_error"] = str(e)[:2000]
+                ok = False
+            save()
+        v = series.get("py_in_process", {})
+        if 8 in a.counts and v.get("total_mib"):
+            total8 = v["total_mib"][a.counts.index(8)]
+            ok &= verdict(total8 <= a.py_total_target_mib,
+                          f"python model.py in-process, 8 instances: {total8:.0f} MiB in total "
+                          f"(<= {a.py_total_target_mib:.0f})")
+        if "per_instance_fit_mib" in v:
+            ok &= verdict(v["per_instance_fit_mib"] <= a.py_per_instance_target_mib,
+                          f"python model.py in-process: {v['per_instance_fit_mib']:.1f} MiB per "
+                          f"extra instance (<= {a.py_per_instance_target_mib:.0f})")
+        covs = [r["ledger"]["coverage"] for r in v.get("rows", []) if r.get("ledger")]
+        if covs:
+            ok &= verdict(min(covs) >= 0.95, f"python in-process: ledger pools + context baseline "
+                          f"cover {min(covs):.3f} of NVML's process figure at worst (>= 0.95)")
+
     # Report.
     for key, s in series.items():
         # A figure is named after the mode that produced it: vramd's series says which ran.
-        name = f"{key}_{s['mode']}" if key == "vramd" and "mode" in s else key
+        name = f"{key}_{s['mode']}" if "mode" in s else key
         for n, t in zip(a.counts, s["total_mib"]):
             figure(f"pytorch_mem_{name}_n{n}", float(t), "MiB")
         if "per_instance_fit_mib" in s:
