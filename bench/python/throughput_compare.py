@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Issue 14's throughput targets: the python backend against vramd's own backends, one server,
+one run, each pair measured back to back.
+
+  throughput_compare.py --vramd BIN --infer-load BIN --backend-dir DIR
+                        [--work DIR] [--out F] [--server-log F] [--duration 3] [--warmup 1]
+                        [--identity-concurrency 1,16] [--identity-instances 2]
+                        [--torch] [--torch-concurrency 1,4,8,16,32] [--torch-instances 8]
+                        [--arch resnet --image 112 --width 64] [--kind gpu|cpu]
+                        [--identity-target 0.50] [--torch-target 0.80]
+
+1. identity: `identity_builtin` (backend "identity", linked into vramd) and `identity_python` (a
+   Triton model.py returning its input: pb_utils.Tensor("OUTPUT0", in.as_numpy())), both FP32
+   [-1], --identity-instances KIND_CPU instances each, no batching; infer_load with c keep-alive
+   connections (Triton's binary tensor extension both ways, 16 floats) at each c, the built-in
+   first then the python model. Ratio python / built-in at each c; PASS when every ratio is at
+   least --identity-target.
+2. --torch: bench/torch/make_model.py's TorchScript model (a ResNet-18-like net by default)
+   served twice: `torch_ts` by the pytorch backend, and `torch_py` by a model.py that
+   torch.jit.load's the same file onto its instance's device and runs forward under
+   torch.inference_mode (input via as_numpy -> torch.from_numpy -> .to(device); output .cpu()),
+   both --torch-instances instances of --kind. The ratio at saturation is max over c of
+   torch_py's req/s over max over c of torch_ts's; PASS when at least --torch-target. Needs the
+   pytorch backend in --backend-dir (build-torch-device/backends on the GPU machine) and the
+   python backend (build-python-device/backends or <build>/backends), so --backend-dir may be
+   given twice: the first that has a backend wins, per backend (vramd takes one directory, so
+   the script links both into one under --work).
+
+Every answer is checked once before load (identity: equal to the input; torch: both models
+against make_model.py's CPU reference). A series that fails is reported as failed, never
+replaced by another mode's figures.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "torch"))
+from common import Vramd, call, figure, infer_load, log, update_json, verdict  # noqa: E402
+
+IDENTITY_CONFIG = '''name: "{name}"
+backend: "{backend}"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: {count} }} ]
+'''
+
+IDENTITY_MODEL = '''import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+'''
+
+TORCH_MODEL = '''import json
+
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        kind = args["model_instance_kind"]
+        self.device = torch.device(
+            f"cuda:{args['model_instance_device_id']}" if kind == "GPU" else "cpu")
+        path = json.loads(args["model_config"])["parameters"]["torchscript"]["string_value"]
+        self.module = torch.jit.load(path, map_location=self.device).eval()
+
+    def execute(self, requests):
+        responses = []
+        with torch.inference_mode():
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "INPUT__0").as_numpy()
+                y = self.module(torch.from_numpy(x).to(self.device, non_blocking=False))
+                out = y.to("cpu").numpy()
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT__0", out)]))
+        return responses
+'''
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def merged_backend_dir(dirs, work):
+    """One backend directory holding each backend found in `dirs` (first wins)."""
+    out = os.path.join(work, "backends")
+    os.makedirs(out, exist_ok=True)
+    for d in dirs:
+        for name in sorted(os.listdir(d)):
+            src = os.path.abspath(os.path.join(d, name))
+            dst = os.path.join(out, name)
+            if os.path.isdir(src) and not os.path.exists(dst):
+                os.symlink(src, dst)
+    return out
+
+
+def identity_body(work, n=16):
+    values = [float(i) * 0.5 for i in range(n)]
+    raw = struct.pack("<%df" % n, *values)
+    header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [n], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": len(raw)}}],
+                         "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]},
+                        separators=(",", ":")).encode()
+    path = os.path.join(work, "identity_request.bin")
+    with open(path, "wb") as f:
+        f.write(header + raw)
+    return path, len(header), raw
+
+
+def check_binary(port, model, body_path, hlen, want_raw=None, want_floats=None, tol=0.02):
+    with open(body_path, "rb") as f:
+        body = f.read()
+    status, resp, headers = call(port, "POST", f"/v2/models/{model}/infer", body=body,
+                                 headers={"Inference-Header-Content-Length": str(hlen)},
+                                 timeout=120)
+    if status != 200:
+        raise RuntimeError(f"{model} answered {status}: {resp[:1000]!r}")
+    hl = int({k.lower(): v for k, v in headers.items()}["inference-header-content-length"])
+    out = json.loads(resp[:hl])["outputs"][0]
+    raw = resp[hl:hl + int(out["parameters"]["binary_data_size"])]
+    if want_raw is not None and raw != want_raw:
+        raise RuntimeError(f"{model}: the output differs from the input")
+    if want_floats is not None:
+        got = struct.unpack("<%df" % (len(raw) // 4), raw)
+        err = max(abs(x - y) for x, y in zip(got, want_floats))
+        mag = max(abs(y) for y in want_floats)
+        if len(got) != len(want_floats) or err > tol * max(mag, 1e-6):
+            raise RuntimeError(f"{model}: max abs error {err} against a reference of {mag}")
+
+
+def series(a, server, model, body, hlen, concurrency):
+    rows = []
+    for c in concurrency:
+        r = infer_load(a.infer_load, server.port, model, body, hlen, c, a.duration, a.warmup)
+        if r.get("errors"):
+            raise RuntimeError(f"{model} c={c}: {r['errors']} errors: {r.get('stderr', '')}")
+        rows.append(r)
+        log(f"{model} c={c}: {r['rps']:.0f} req/s p50 {r['p50_ms']:.3f} ms p99 {r['p99_ms']:.3f} ms")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vramd", required=True)
+    ap.add_argument("--infer-load", required=True)
+    ap.add_argument("--backend-dir", action="append", required=True)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--server-log", default=None)
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--identity-concurrency", default="1,16")
+    ap.add_argument("--identity-instances", type=int, default=2)
+    ap.add_argument("--identity-target", type=float, default=0.50)
+    ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--torch-concurrency", default="1,4,8,16,32")
+    ap.add_argument("--torch-instances", type=int, default=8)
+    ap.add_argument("--torch-target", type=float, default=0.80)
+    ap.add_argument("--arch", default="resnet")
+    ap.add_argument("--image", type=int, default=112)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--kind", default="gpu")
+    ap.add_argument("--python", default=sys.executable)
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="vramd-python-tput-")
+    os.makedirs(work, exist_ok=True)
+    a.server_log = a.server_log or os.path.join(work, "server.log")
+    backends = merged_backend_dir(a.backend_dir, work)
+    repo = os.path.join(work, "repo")
+    for name, backend in (("identity_builtin", "identity"), ("identity_python", "python")):
+        write(os.path.join(repo, name, "config.pbtxt"),
+              IDENTITY_CONFIG.format(name=name, backend=backend, count=a.identity_instances))
+        os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+    write(os.path.join(repo, "identity_python", "1", "model.py"), IDENTITY_MODEL)
+    meta = None
+    if a.torch:
+        subprocess.run([a.python, os.path.join(HERE, "..", "torch", "make_model.py"), work,
+                        "--name", "torch_ts", "--arch", a.arch, "--image", str(a.image),
+                        "--width", str(a.width), "--instances", str(a.torch_instances),
+                        "--kind", a.kind, "--max-batch-size", "0"],
+                       check=True, stdout=subprocess.DEVNULL, timeout=300)
+        with open(os.path.join(work, "meta.json")) as f:
+            meta = json.load(f)
+        os.rename(os.path.join(work, "repo", "torch_ts"), os.path.join(repo, "torch_ts")) \
+            if os.path.abspath(meta["repository"]) != os.path.abspath(repo) else None
+        ts_config = meta["config"]
+        py_config = (ts_config.replace('name: "torch_ts"', 'name: "torch_py"')
+                     .replace('platform: "pytorch_libtorch"', 'backend: "python"')
+                     + 'parameters { key: "torchscript" value { string_value: "%s" } }\n'
+                     % os.path.join(repo, "torch_ts", "1", "model.pt"))
+        write(os.path.join(repo, "torch_py", "config.pbtxt"), py_config)
+        write(os.path.join(repo, "torch_py", "1", "model.py"), TORCH_MODEL)
+
+    result = {"duration_s": a.duration, "warmup_s": a.warmup, "machine": os.uname().nodename}
+    ok = True
+    server = Vramd(a.vramd, [repo], a.server_log, backends, ["--exit-on-error"])
+    try:
+        body, hlen, raw = identity_body(work)
+        conc = [int(c) for c in a.identity_concurrency.split(",")]
+        ident = {"concurrency": conc, "instances": a.identity_instances}
+        try:
+            for model in ("identity_builtin", "identity_python"):
+                server.ready(model, timeout=120)
+                check_binary(server.port, model, body, hlen, want_raw=raw)
+            rows_b = series(a, server, "identity_builtin", body, hlen, conc)
+            rows_p = series(a, server, "identity_python", body, hlen, conc)
+            ident["builtin_rps"] = [r["rps"] for r in rows_b]
+            ident["python_rps"] = [r["rps"] for r in rows_p]
+            ident["ratio"] = [p / b for p, b in zip(ident["python_rps"], ident["builtin_rps"])]
+            for c, r in zip(conc, ident["ratio"]):
+                figure(f"python_identity_vs_builtin_c{c}", r, "ratio")
+                ok &= verdict(r >= a.identity_target,
+                              f"python identity at c={c}: {r:.3f} of the built-in identity "
+                              f"(>= {a.identity_target})")
+        except Exception as e:  # noqa: BLE001
+            ident["error"] = str(e)[:2000]
+            ok &= verdict(False, f"identity series failed: {e}")
+        result["identity"] = ident
+        update_json(a.out, "python_throughput", result)
+
+        if meta is not None:
+            tc = [int(c) for c in a.torch_concurrency.split(",")]
+            tor = {"concurrency": tc, "instances": a.torch_instances, "kind": a.kind,
+                   "arch": a.arch}
+            try:
+                with open(meta["output_bin"], "rb") as f:
+                    ref = f.read()
+                want = struct.unpack("<%df" % (len(ref) // 4), ref)
+                for model in ("torch_ts", "torch_py"):
+                    server.ready(model, timeout=300)
+                    check_binary(server.port, model, meta["request_bin"], meta["header_length"],
+                                 want_floats=want)
+                rows_t = series(a, server, "torch_ts", meta["request_bin"], meta["header_length"], tc)
+                rows_q = series(a, server, "torch_py", meta["request_bin"], meta["header_length"], tc)
+                tor["torchscript_rps"] = [r["rps"] for r in rows_t]
+                tor["python_rps"] = [r["rps"] for r in rows_q]
+                ratio = max(tor["python_rps"]) / max(tor["torchscript_rps"])
+                tor["ratio_at_saturation"] = ratio
+                figure("python_torch_vs_torchscript_saturation", ratio, "ratio")
+                ok &= verdict(ratio >= a.torch_target,
+                              f"torch model.py at saturation: {ratio:.3f} of the TorchScript "
+                              f"model through the pytorch backend (>= {a.torch_target})")
+            except Exception as e:  # noqa: BLE001
+                tor["error"] = str(e)[:2000]
+                ok &= verdict(False, f"torch series failed: {e}")
+            result["torch"] = tor
+    finally:
+        code = server.stop()
+        log(f"vramd exit code {code}")
+    result["ok"] = bool(ok)
+    update_json(a.out, "python_throughput", result)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
