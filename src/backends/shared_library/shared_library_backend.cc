@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backends/abi/abi_backend.h"
+#include "backends/remote/hosting.h"
 #include "backends/shared_library/shared_library.h"
 #include "vramd/backend.h"
 
@@ -26,7 +27,7 @@ Result<Backend*> LoadSharedLibraryBackend(const std::filesystem::path& backend_d
   // models asking for the same backend at once load it once.
   struct Loaded {
     SharedLibrary library;
-    std::unique_ptr<AbiBackend> backend;  // its table lives in `library`
+    std::unique_ptr<Backend> backend;  // its table lives in `library`
   };
   static std::mutex mu;
   static auto* loaded = new std::map<std::filesystem::path, Loaded>;
@@ -44,7 +45,10 @@ Result<Backend*> LoadSharedLibraryBackend(const std::filesystem::path& backend_d
   VRAMD_ASSIGN_OR_RETURN(void* entry, library.Symbol(VRAMD_BACKEND_ENTRY_POINT));
   const VramdBackendApi* api =
       reinterpret_cast<VramdBackendGetApiFn>(entry)(VRAMD_BACKEND_ABI_VERSION);
-  VRAMD_ASSIGN_OR_RETURN(auto backend, AbiBackend::Create(api, name, library.path()));
+  VRAMD_ASSIGN_OR_RETURN(auto abi, AbiBackend::Create(api, name, library.path()));
+  // Models whose config asks for it are hosted out of process (remote/hosting.h).
+  std::unique_ptr<Backend> backend =
+      std::make_unique<remote::HostingBackend>(std::move(abi), library.path());
   Backend* raw = backend.get();
   loaded->emplace(path, Loaded{std::move(library), std::move(backend)});
   return raw;

@@ -1,0 +1,118 @@
+// The structured parts of the remote-backend messages (wire.h): tensors, model and instance
+// info, requests, responses and calls into other models, each with an encoder and a checking
+// decoder. Decoded strings are copies (NUL-terminated, for the C ABI); decoded tensor bytes are
+// views into the frame's payload, valid while the frame is kept.
+//
+// Thread safety: plain functions over values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/remote/wire.h"
+#include "vramd/backend.h"
+
+namespace vramd::backends::remote {
+
+// VramdCode <-> StatusCode (as abi_bridge.h maps them), for both processes.
+VramdCode ToVramdCode(StatusCode code);
+StatusCode ToStatusCode(VramdCode code);
+
+struct WireTensor {
+  std::string name;
+  VramdDataType datatype = VRAMD_TYPE_INVALID;
+  std::vector<int64_t> shape;
+  const std::byte* data = nullptr;  // into the frame
+  size_t byte_size = 0;
+};
+
+void EncodeTensor(WireWriter& w, const char* name, VramdDataType datatype, const int64_t* shape,
+                  size_t rank, const void* data, size_t byte_size);
+// Checks the datatype (a known one), the rank (at most kMaxRank) and the sizes.
+WireTensor DecodeTensor(WireReader& r);
+std::vector<WireTensor> DecodeTensors(WireReader& r);
+inline constexpr size_t kMaxRank = 64;
+
+struct WireModelInfo {
+  std::string name;
+  int64_t version = 0;
+  std::string model_dir, version_dir, config_json;
+  uint64_t owner = 0;
+};
+void EncodeModelInfo(WireWriter& w, const WireModelInfo& info);
+WireModelInfo DecodeModelInfo(WireReader& r);
+
+struct WireInstanceInfo {
+  uint32_t slot = 0;  // the instance's id in this conversation
+  std::string name;
+  int32_t index = 0;
+  int32_t kind = VRAMD_DEVICE_CPU;
+  int32_t device_id = -1;
+  uint64_t owner = 0;
+};
+void EncodeInstanceInfo(WireWriter& w, const WireInstanceInfo& info);
+WireInstanceInfo DecodeInstanceInfo(WireReader& r);
+
+// A request as the host shows it to a backend: the strings and arrays a VramdRequest points
+// into. Not movable once Bind() ran (the VramdRequest points into it).
+struct WireRequest {
+  std::string id;
+  uint64_t responder = 0;
+  uint32_t flags = 0;
+  uint64_t correlation_id = 0;
+  std::optional<std::string> correlation_id_string;
+  uint64_t timeout_us = 0;
+  uint64_t owner = 0;
+  std::string parameters_json;
+  std::vector<std::string> requested_outputs;
+  std::vector<WireTensor> inputs;
+
+  // What Bind() fills.
+  std::vector<VramdTensor> tensors;
+  std::vector<VramdMemory> memory;
+  std::vector<const char*> requested_output_names;
+  VramdRequest request{};
+  void Bind();
+};
+// The request fields of an execute or execute_requests call (inputs in host memory).
+void EncodeRequest(WireWriter& w, const VramdRequest& request, uint64_t responder);
+void DecodeRequest(WireReader& r, WireRequest* out);
+
+// One respond call (host -> vramd).
+struct WireRespond {
+  uint64_t responder = 0;
+  VramdCode code = VRAMD_OK;
+  std::string message;
+  uint32_t flags = 0;
+  bool has_response = false;
+  std::string parameters_json;  // "" when none were set
+  std::vector<WireTensor> outputs;
+};
+WireRespond DecodeRespond(WireReader& r);
+
+// A call into another model (host -> vramd): VramdInferCall's fields, inputs in host memory.
+struct WireInferCall {
+  uint64_t context = 0;
+  std::string model;
+  int64_t version = 0;
+  std::optional<std::string> id;
+  std::vector<WireTensor> inputs;
+  std::vector<std::string> requested_outputs;
+  std::optional<std::string> parameters_json;
+  uint32_t flags = 0;
+  uint64_t correlation_id = 0;
+  std::optional<std::string> correlation_id_string;
+  uint64_t timeout_us = 0;
+  int32_t preferred_kind = VRAMD_DEVICE_CPU;
+  int32_t preferred_device = -1;
+  int32_t decoupled = 0;
+  uint64_t parent_owner = 0;
+};
+void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& call);
+WireInferCall DecodeInferCall(WireReader& r);
+
+}  // namespace vramd::backends::remote

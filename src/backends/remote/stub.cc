@@ -1,0 +1,715 @@
+#include "backends/remote/stub.h"
+
+#include <spdlog/spdlog.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <utility>
+
+#include "backends/abi/abi_bridge.h"
+#include "backends/abi/abi_responses.h"
+#include "backends/remote/host_process.h"
+#include "backends/remote/peer.h"
+#include "backends/remote/worker.h"
+#include "core/infer_request.h"
+
+namespace vramd::backends::remote {
+namespace {
+
+std::atomic<uint64_t> g_total_restarts{0};
+
+constexpr std::chrono::milliseconds kFirstBackoff{100};
+constexpr std::chrono::milliseconds kLastBackoff{5000};
+
+// What a request shows the host: its VramdRequest and what the pointers point into.
+struct RequestView {
+  std::vector<VramdTensor> inputs;
+  std::vector<const char*> requested_outputs;
+  std::string parameters_json;
+  VramdRequest request{};
+};
+
+void ViewRequest(const InferRequest& r, RequestView* v) {
+  for (const Tensor& t : r.inputs) {
+    v->inputs.push_back(VramdTensor{t.name.c_str(), static_cast<VramdDataType>(static_cast<int>(t.datatype)),
+                                    t.shape.data(), t.shape.size(), t.data.data(), t.data.size()});
+  }
+  for (const RequestedOutput& o : r.outputs) v->requested_outputs.push_back(o.name.c_str());
+  v->parameters_json = ParametersToJson(r.parameters);
+  VramdRequest& q = v->request;
+  q.struct_size = sizeof q;
+  q.id = r.id.c_str();
+  q.inputs = v->inputs.data();
+  q.input_count = v->inputs.size();
+  q.parameters_json = v->parameters_json.c_str();
+  q.parameters_json_size = v->parameters_json.size();
+  q.requested_outputs = v->requested_outputs.data();
+  q.requested_output_count = v->requested_outputs.size();
+  q.flags = r.flags;
+  q.correlation_id = r.correlation_id;
+  q.correlation_id_string = r.correlation_id_string.empty() ? nullptr : r.correlation_id_string.c_str();
+  q.timeout_us = r.timeout_us;
+}
+
+VramdCode CallCode(VramdError* error, const Status& s) {
+  abi::SetError(error, s.message());
+  return abi::ToVramdCode(s.code());
+}
+
+}  // namespace
+
+// One host process and its conversation. Its reader thread performs the host's calls on the
+// server table; when the conversation ends it reaps the process, answers every request the
+// process had not completed, releases its metric handles and tells the stub.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using ClosedCallback = std::function<void(const Connection*)>;
+
+  static Result<std::shared_ptr<Connection>> Open(const StubOptions& options, ClosedCallback on_closed) {
+    VRAMD_ASSIGN_OR_RETURN(auto pair, Channel::SocketPair());
+    SpawnOptions spawn;
+    spawn.executable = options.host_executable;
+    spawn.arguments = {options.library.string(), options.label};
+    spawn.environment = options.environment;
+    VRAMD_ASSIGN_OR_RETURN(HostProcess process, HostProcess::Spawn(spawn, pair.second));
+    pair.second.Reset();  // the child's end is the child's alone: its exit ends our stream
+    auto connection = std::shared_ptr<Connection>(
+        new Connection(options, std::move(process), std::move(pair.first), std::move(on_closed)));
+    connection->peer_->Start();
+    return connection;
+  }
+
+  ~Connection() {
+    peer_->Stop();
+    slow_.reset();  // its calls may still answer (into a closed socket) through peer_
+  }
+
+  pid_t pid() const { return pid_; }
+  bool dead() const { return dead_.load(); }
+  Status closed_reason() const { return peer_->closed_reason(); }
+
+  // A call whose reply starts with a status; that status is the result's when it fails.
+  Result<Frame> CallStatus(MessageType type, std::string_view payload) {
+    VRAMD_ASSIGN_OR_RETURN(Frame frame, peer_->Call(type, payload));
+    WireReader r(frame.data(), frame.size(), MessageTypeName(static_cast<uint32_t>(type)) + " reply");
+    Status status = DecodeStatus(r);
+    if (!status.ok()) return status;
+    return frame;
+  }
+
+  // Ends the conversation (the host exits at end of stream) and reaps the process.
+  void Close() { peer_->Stop(); }
+
+  uint64_t AddResponder(std::shared_ptr<Responder> responder) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    const uint64_t id = next_id_++;
+    responders_[id] = std::move(responder);
+    return id;
+  }
+  void DropResponder(uint64_t id) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    responders_.erase(id);
+  }
+
+ private:
+  Connection(const StubOptions& options, HostProcess process, UniqueFd socket, ClosedCallback on_closed)
+      : options_(options), pid_(process.pid()), process_(std::move(process)), on_closed_(std::move(on_closed)) {
+    peer_ = std::make_unique<Peer>(
+        std::move(socket), [this](Frame f) { return OnFrame(std::move(f)); },
+        [this](const Status& s) { return OnClosed(s); });
+  }
+
+  const VramdServerApi* server() const { return options_.server; }
+
+  Status Reply(uint64_t id, const Status& status) {
+    WireWriter w;
+    EncodeStatus(w, status);
+    return peer_->Reply(id, w.buffer());
+  }
+
+  Status OnClosed(const Status& receive) EXCLUDES(mu_) {
+    dead_.store(true);
+    if (!receive.ok()) {
+      spdlog::error("stub for {} (pid {}) sent a bad frame, killing it: {}", options_.label, pid_,
+                    receive.message());
+      process_.Kill();
+    }
+    const std::string ended = process_.Reap(options_.exit_grace);
+    const Status reason = Status::Unavailable(fmt::format("stub for {} (pid {}) {}", options_.label, pid_, ended));
+    std::map<uint64_t, std::shared_ptr<Responder>> responders;
+    std::map<uint64_t, void*> families, metrics;
+    {
+      MutexLock lock(mu_);
+      responders.swap(responders_);
+      families.swap(families_);
+      metrics.swap(metrics_);
+    }
+    for (auto& [id, responder] : responders) {
+      // A request not completed gets the error; one that had its one response needs the flag.
+      if (!responder->Respond(std::optional<Result<BackendResponse>>(reason), true).ok()) {
+        static_cast<void>(responder->Respond(std::nullopt, true));
+      }
+    }
+    for (auto& [id, metric] : metrics) server()->metric_release(server()->server, metric);
+    for (auto& [id, family] : families) server()->metric_family_release(server()->server, family);
+    on_closed_(this);
+    return reason;
+  }
+
+  Status OnFrame(Frame f) EXCLUDES(mu_) {
+    const std::string what = MessageTypeName(static_cast<uint32_t>(f.type));
+    WireReader r(f.data(), f.size(), what);
+    switch (f.type) {
+      case MessageType::kLog: {
+        const uint32_t level = r.U32("level");
+        const std::string message(r.Str("message"));
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        server()->log(server()->server, static_cast<VramdLogLevel>(std::min<uint32_t>(level, VRAMD_LOG_VERBOSE)),
+                      message.c_str());
+        return Status::Ok();
+      }
+      case MessageType::kRecordLoadPhase: {
+        const std::string phase(r.Str("phase"));
+        const double seconds = r.F64("seconds");
+        const uint64_t bytes = r.U64("bytes");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        server()->record_load_phase(server()->server, phase.c_str(), seconds, bytes);
+        return Status::Ok();
+      }
+      case MessageType::kRespond: return OnRespond(f.id, r);
+      case MessageType::kIsCancelled: {
+        const uint64_t id = r.U64("responder");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        std::shared_ptr<Responder> responder;
+        {
+          MutexLock lock(mu_);
+          if (auto it = responders_.find(id); it != responders_.end()) responder = it->second;
+        }
+        WireWriter w;
+        EncodeStatus(w, Status::Ok());
+        w.I32(responder != nullptr && responder->IsCancelled() ? 1 : 0);
+        return peer_->Reply(f.id, w.buffer());
+      }
+      case MessageType::kInferAsync: return OnInferAsync(f.id, r);
+      case MessageType::kLoadModel:
+      case MessageType::kUnloadModel: {
+        // Blocking (a load runs to its end): on a thread of its own, so that the reader goes on.
+        slow_->Post([this, f = std::move(f)] {
+          WireReader q(f.data(), f.size(), MessageTypeName(static_cast<uint32_t>(f.type)));
+          const std::string model(q.Str("model"));
+          VramdError error{};
+          VramdCode code;
+          if (f.type == MessageType::kLoadModel) {
+            const std::string config(q.Str("config_json"));
+            code = q.Finish().ok() ? server()->load_model(server()->server, model.c_str(), config.c_str(), &error)
+                                   : CallCode(&error, q.status());
+          } else {
+            const int32_t dependents = q.I32("unload_dependents");
+            code = q.Finish().ok() ? server()->unload_model(server()->server, model.c_str(), dependents, &error)
+                                   : CallCode(&error, q.status());
+          }
+          static_cast<void>(Reply(f.id, abi::FromVramd(code, error, "")));
+        });
+        return Status::Ok();
+      }
+      case MessageType::kIsModelReady: {
+        const std::string model(r.Str("model"));
+        const int64_t version = r.I64("version");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        WireWriter w;
+        EncodeStatus(w, Status::Ok());
+        w.I32(server()->is_model_ready(server()->server, model.c_str(), version));
+        return peer_->Reply(f.id, w.buffer());
+      }
+      case MessageType::kMetricFamilyCreate: {
+        const std::string name(r.Str("name"));
+        const std::string description(r.Str("description"));
+        const int32_t kind = r.I32("kind");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        VramdError error{};
+        void* family = nullptr;
+        const VramdCode code = server()->metric_family_create(server()->server, name.c_str(),
+                                                              description.c_str(), kind, &family, &error);
+        if (code != VRAMD_OK) return Reply(f.id, abi::FromVramd(code, error, ""));
+        uint64_t id;
+        {
+          MutexLock lock(mu_);
+          id = next_id_++;
+          families_[id] = family;
+        }
+        WireWriter w;
+        EncodeStatus(w, Status::Ok());
+        w.U64(id);
+        return peer_->Reply(f.id, w.buffer());
+      }
+      case MessageType::kMetricCreate: {
+        const uint64_t family_id = r.U64("family");
+        const std::string labels(r.Str("labels_json"));
+        const uint32_t n = r.Count("buckets", 8);
+        std::vector<double> buckets;
+        for (uint32_t i = 0; i < n && r.ok(); ++i) buckets.push_back(r.F64("bucket"));
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        void* family = nullptr;
+        {
+          MutexLock lock(mu_);
+          if (auto it = families_.find(family_id); it != families_.end()) family = it->second;
+        }
+        if (family == nullptr) return Reply(f.id, Status::InvalidArgument("metric_create: not a metric family handle"));
+        VramdError error{};
+        void* metric = nullptr;
+        const VramdCode code = server()->metric_create(server()->server, family, labels.c_str(),
+                                                       buckets.data(), buckets.size(), &metric, &error);
+        if (code != VRAMD_OK) return Reply(f.id, abi::FromVramd(code, error, ""));
+        uint64_t id;
+        {
+          MutexLock lock(mu_);
+          id = next_id_++;
+          metrics_[id] = metric;
+        }
+        WireWriter w;
+        EncodeStatus(w, Status::Ok());
+        w.U64(id);
+        return peer_->Reply(f.id, w.buffer());
+      }
+      case MessageType::kMetricFamilyRelease:
+      case MessageType::kMetricRelease: {
+        const uint64_t id = r.U64("handle");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        void* handle = nullptr;
+        {
+          MutexLock lock(mu_);
+          auto& map = f.type == MessageType::kMetricRelease ? metrics_ : families_;
+          if (auto it = map.find(id); it != map.end()) {
+            handle = it->second;
+            map.erase(it);
+          }
+        }
+        if (handle == nullptr) return Status::Ok();  // a double release: the backend's bug, harmless here
+        if (f.type == MessageType::kMetricRelease) {
+          server()->metric_release(server()->server, handle);
+        } else {
+          server()->metric_family_release(server()->server, handle);
+        }
+        return Status::Ok();
+      }
+      case MessageType::kMetricUpdate:
+      case MessageType::kMetricValue: {
+        const uint64_t id = r.U64("metric");
+        int32_t op = 0;
+        double value = 0;
+        if (f.type == MessageType::kMetricUpdate) {
+          op = r.I32("op");
+          value = r.F64("value");
+        }
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        void* metric = nullptr;
+        {
+          MutexLock lock(mu_);
+          if (auto it = metrics_.find(id); it != metrics_.end()) metric = it->second;
+        }
+        if (metric == nullptr) return Reply(f.id, Status::InvalidArgument("not a metric handle"));
+        VramdError error{};
+        if (f.type == MessageType::kMetricUpdate) {
+          const VramdCode code = server()->metric_update(server()->server, metric, op, value, &error);
+          return Reply(f.id, abi::FromVramd(code, error, ""));
+        }
+        const VramdCode code = server()->metric_value(server()->server, metric, &value, &error);
+        if (code != VRAMD_OK) return Reply(f.id, abi::FromVramd(code, error, ""));
+        WireWriter w;
+        EncodeStatus(w, Status::Ok());
+        w.F64(value);
+        return peer_->Reply(f.id, w.buffer());
+      }
+      default:
+        return Status::InvalidArgument(fmt::format("the host sent a {} frame, which only vramd sends", what));
+    }
+  }
+
+  Status OnRespond(uint64_t call, WireReader& r) EXCLUDES(mu_) {
+    WireRespond m = DecodeRespond(r);
+    VRAMD_RETURN_IF_ERROR(r.Finish());
+    std::shared_ptr<Responder> responder;
+    {
+      MutexLock lock(mu_);
+      if (auto it = responders_.find(m.responder); it != responders_.end()) responder = it->second;
+    }
+    if (responder == nullptr) {
+      return Reply(call, Status::InvalidArgument(
+                             "respond: the request was already completed (its final response was sent)"));
+    }
+    const bool final = (m.flags & VRAMD_RESPONSE_FLAG_FINAL) != 0;
+    std::optional<Result<BackendResponse>> payload;
+    if (m.code != VRAMD_OK) {
+      VramdError text{};
+      abi::SetError(&text, m.message);
+      payload = Result<BackendResponse>(abi::FromVramd(m.code, text, ""));
+    } else if (m.has_response) {
+      BackendResponse response;
+      for (const WireTensor& t : m.outputs) {
+        auto added = abi::AppendHostOutput(&response.outputs, 0, "response_add_output", t.name.c_str(),
+                                           t.datatype, t.shape.data(), t.shape.size(), t.byte_size);
+        if (!added.ok()) return Reply(call, added.status());
+        if (t.byte_size > 0) std::memcpy(*added, t.data, t.byte_size);
+      }
+      if (!m.parameters_json.empty()) {
+        auto parameters = ParametersFromJson(m.parameters_json, "response parameters");
+        if (!parameters.ok()) return Reply(call, parameters.status().WithContext("response_set_parameters"));
+        response.parameters = std::move(parameters).value();
+      }
+      payload = Result<BackendResponse>(std::move(response));
+    }
+    Status sent = responder->Respond(std::move(payload), final);
+    if (sent.ok() && final) DropResponder(m.responder);
+    return Reply(call, sent);
+  }
+
+  // One infer_async call's way back to the host.
+  struct InferContext {
+    std::weak_ptr<Connection> connection;
+    uint64_t id = 0;
+    const VramdServerApi* server = nullptr;
+  };
+
+  static void OnInferResult(void* context, VramdInferResult* result, int32_t final) {
+    auto* ctx = static_cast<InferContext*>(context);
+    const VramdServerApi* s = ctx->server;
+    try {
+      const char* message = nullptr;
+      VramdCode code = s->infer_result_error(s->server, result, &message);
+      std::string text = message != nullptr ? message : "";
+      std::vector<VramdTensor> tensors;
+      std::vector<std::vector<std::byte>> copies;  // outputs that were not in host memory
+      if (code == VRAMD_OK) {
+        const size_t n = s->infer_result_output_count(s->server, result);
+        copies.reserve(n);
+        for (size_t i = 0; i < n && code == VRAMD_OK; ++i) {
+          VramdTensor t{};
+          VramdMemory m{VRAMD_DEVICE_CPU, -1};
+          VramdError error{};
+          code = s->infer_result_output(s->server, result, i, &t, &m, &error);
+          if (code == VRAMD_OK && m.kind == VRAMD_DEVICE_GPU) {
+            copies.emplace_back(t.byte_size);
+            code = s->copy(s->server, VRAMD_DEVICE_CPU, -1, copies.back().data(), m.kind, m.device_id,
+                           t.data, t.byte_size, nullptr, &error);
+            t.data = copies.back().data();
+          }
+          if (code != VRAMD_OK) text = error.message;
+          tensors.push_back(t);
+        }
+      }
+      WireWriter w;
+      w.U64(ctx->id);
+      w.U8(final != 0 ? 1 : 0);
+      w.U32(static_cast<uint32_t>(code));
+      w.Str(text);
+      w.Str(s->infer_result_parameters(s->server, result));
+      w.U32(code == VRAMD_OK ? static_cast<uint32_t>(tensors.size()) : 0);
+      if (code == VRAMD_OK) {
+        for (const VramdTensor& t : tensors) EncodeTensor(w, t.name, t.datatype, t.shape, t.rank, t.data, t.byte_size);
+      }
+      s->infer_result_release(s->server, result);
+      result = nullptr;
+      if (auto connection = ctx->connection.lock()) {
+        static_cast<void>(connection->peer_->Notify(MessageType::kInferResult, w.buffer()));
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("stub: forwarding a result of infer_async: {}", e.what());
+      if (result != nullptr) s->infer_result_release(s->server, result);
+    }
+    if (final != 0) delete ctx;
+  }
+
+  Status OnInferAsync(uint64_t call, WireReader& r) {
+    WireInferCall c = DecodeInferCall(r);
+    VRAMD_RETURN_IF_ERROR(r.Finish());
+    std::vector<VramdTensor> inputs;
+    for (const WireTensor& t : c.inputs) {
+      inputs.push_back(VramdTensor{t.name.c_str(), t.datatype, t.shape.data(), t.shape.size(), t.data, t.byte_size});
+    }
+    std::vector<const char*> outputs;
+    for (const std::string& s : c.requested_outputs) outputs.push_back(s.c_str());
+    VramdInferCall v{};
+    v.struct_size = sizeof v;
+    v.model = c.model.c_str();
+    v.version = c.version;
+    v.id = c.id ? c.id->c_str() : nullptr;
+    v.inputs = inputs.data();
+    v.input_count = inputs.size();
+    v.requested_outputs = outputs.data();
+    v.requested_output_count = outputs.size();
+    v.parameters_json = c.parameters_json ? c.parameters_json->c_str() : nullptr;
+    v.flags = c.flags;
+    v.correlation_id = c.correlation_id;
+    v.correlation_id_string = c.correlation_id_string ? c.correlation_id_string->c_str() : nullptr;
+    v.timeout_us = c.timeout_us;
+    v.preferred_output_memory = VramdMemory{static_cast<VramdDeviceKind>(c.preferred_kind), c.preferred_device};
+    v.decoupled = c.decoupled;
+    v.parent_owner = c.parent_owner;
+    auto* ctx = new InferContext{weak_from_this(), c.context, server()};
+    VramdError error{};
+    const VramdCode code = server()->infer_async(server()->server, &v, &OnInferResult, ctx, &error);
+    if (code != VRAMD_OK) delete ctx;  // refused: no result comes
+    return Reply(call, abi::FromVramd(code, error, ""));
+  }
+
+  const StubOptions& options_;  // the stub's, which outlives its connections
+  const pid_t pid_;
+  std::atomic<bool> dead_{false};
+  HostProcess process_;  // reaped by the reader when the conversation ends
+  const ClosedCallback on_closed_;
+  std::unique_ptr<Worker> slow_ = std::make_unique<Worker>();  // model control calls, which block
+
+  Mutex mu_;
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::shared_ptr<Responder>> responders_ GUARDED_BY(mu_);
+  std::map<uint64_t, void*> families_ GUARDED_BY(mu_);
+  std::map<uint64_t, void*> metrics_ GUARDED_BY(mu_);
+
+  std::unique_ptr<Peer> peer_;  // last: its reader stops before the rest goes
+};
+
+// ---- Stub ----
+
+Stub::Stub(StubOptions options) : options_(std::move(options)) {
+  supervisor_ = std::thread([this] { Supervise(); });
+}
+
+Result<std::shared_ptr<Stub>> Stub::Start(StubOptions options) {
+  std::shared_ptr<Stub> stub(new Stub(std::move(options)));
+  MutexLock lock(stub->mu_);
+  lock.Wait(stub->changed_, [&]() REQUIRES(stub->mu_) { return stub->started_; });
+  if (!stub->start_status_.ok()) {
+    Status failed = stub->start_status_;
+    lock.Unlock();
+    return failed;
+  }
+  return stub;
+}
+
+Stub::~Stub() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+    changed_.notify_all();
+  }
+  supervisor_.join();
+}
+
+uint64_t Stub::TotalRestarts() { return g_total_restarts.load(); }
+
+pid_t Stub::pid() const {
+  MutexLock lock(mu_);
+  return connection_ != nullptr && !connection_dead_ ? connection_->pid() : -1;
+}
+
+uint64_t Stub::restarts() const {
+  MutexLock lock(mu_);
+  return restarts_;
+}
+
+void Stub::OnConnectionClosed(const Connection* connection) {
+  MutexLock lock(mu_);
+  if (connection_.get() == connection) {
+    connection_dead_ = true;
+    changed_.notify_all();
+  }
+}
+
+Result<std::shared_ptr<Connection>> Stub::Serving() const {
+  MutexLock lock(mu_);
+  if (connection_ == nullptr || connection_dead_) {
+    return Status::Unavailable(fmt::format("stub for {} is restarting", options_.label));
+  }
+  return connection_;
+}
+
+Result<std::shared_ptr<Connection>> Stub::Launch(bool with_instances) {
+  VRAMD_ASSIGN_OR_RETURN(auto connection,
+                         Connection::Open(options_, [this](const Connection* c) { OnConnectionClosed(c); }));
+  const std::string backend = fmt::format("backend '{}'", options_.backend_name);
+  WireWriter model;
+  EncodeModelInfo(model, options_.model);
+  auto created = connection->CallStatus(MessageType::kModelCreate, model.buffer());
+  if (!created.ok()) {
+    connection->Close();
+    // A process that died says so (the reason names the stub); a model_create error is the library's.
+    if (connection->dead() && created.status().code() == StatusCode::kUnavailable) return created.status();
+    return created.status().WithContext(backend);
+  }
+  if (with_instances) {
+    std::map<uint32_t, WireInstanceInfo> instances;
+    {
+      MutexLock lock(mu_);
+      instances = instances_;
+    }
+    for (const auto& [slot, info] : instances) {
+      WireWriter w;
+      EncodeInstanceInfo(w, info);
+      auto made = connection->CallStatus(MessageType::kInstanceCreate, w.buffer());
+      if (!made.ok()) {
+        connection->Close();
+        return made.status().WithContext(fmt::format("{}: creating instance '{}' again", backend, info.name));
+      }
+    }
+  }
+  return connection;
+}
+
+void Stub::Supervise() {
+  auto first = Launch(false);
+  {
+    MutexLock lock(mu_);
+    started_ = true;
+    start_status_ = first.ok() ? Status::Ok() : first.status();
+    if (first.ok()) {
+      connection_ = *first;
+      connection_dead_ = (*first)->dead();
+    }
+    changed_.notify_all();
+  }
+  if (!first.ok()) return;
+  std::chrono::milliseconds backoff = kFirstBackoff;
+  while (true) {
+    std::shared_ptr<Connection> dead;
+    uint64_t restart;
+    {
+      MutexLock lock(mu_);
+      lock.Wait(changed_, [this]() REQUIRES(mu_) { return stopping_ || connection_dead_; });
+      if (stopping_) break;
+      dead = std::move(connection_);
+      connection_dead_ = false;
+      restart = ++restarts_;
+    }
+    ++g_total_restarts;
+    const Status reason = dead != nullptr ? dead->closed_reason()
+                                          : Status::Unavailable(fmt::format("stub for {} did not start", options_.label));
+    dead.reset();  // joins its reader (ended already)
+    spdlog::warn("{}; restarting it (restart {} of this stub, {} in all)", reason.message(), restart,
+                 g_total_restarts.load());
+    {
+      MutexLock lock(mu_);
+      const auto until = std::chrono::steady_clock::now() + backoff;
+      lock.WaitUntil(changed_, until, [this]() REQUIRES(mu_) { return stopping_; });
+      if (stopping_) break;
+    }
+    auto next = Launch(true);
+    MutexLock lock(mu_);
+    if (!next.ok()) {
+      spdlog::error("stub for {} could not be restarted: {}", options_.label, next.status().message());
+      backoff = std::min(backoff * 2, kLastBackoff);
+      connection_dead_ = true;  // try again
+      continue;
+    }
+    backoff = kFirstBackoff;
+    connection_ = *next;
+    connection_dead_ = (*next)->dead();
+    if (!connection_dead_) spdlog::info("stub for {} serves again (pid {})", options_.label, (*next)->pid());
+  }
+  // Stopping: model_destroy in a live process, then its end of stream makes it exit.
+  std::shared_ptr<Connection> last;
+  {
+    MutexLock lock(mu_);
+    last = std::move(connection_);
+  }
+  if (last != nullptr) {
+    if (!last->dead()) {
+      auto destroyed = last->CallStatus(MessageType::kModelDestroy, "");
+      if (!destroyed.ok()) {
+        spdlog::warn("stub for {}: model_destroy: {}", options_.label, destroyed.status().message());
+      }
+    }
+    last->Close();
+  }
+}
+
+Result<uint32_t> Stub::AddInstance(WireInstanceInfo info) {
+  uint32_t slot;
+  {
+    MutexLock lock(mu_);
+    slot = next_slot_++;
+    info.slot = slot;
+  }
+  VRAMD_ASSIGN_OR_RETURN(auto connection, Serving());
+  {
+    MutexLock lock(mu_);
+    instances_[slot] = info;
+  }
+  WireWriter w;
+  EncodeInstanceInfo(w, info);
+  auto made = connection->CallStatus(MessageType::kInstanceCreate, w.buffer());
+  if (!made.ok()) {
+    MutexLock lock(mu_);
+    instances_.erase(slot);
+    if (connection->dead() && made.status().code() == StatusCode::kUnavailable) return made.status();
+    return made.status().WithContext(fmt::format("backend '{}'", options_.backend_name));
+  }
+  return slot;
+}
+
+void Stub::RemoveInstance(uint32_t slot) {
+  {
+    MutexLock lock(mu_);
+    instances_.erase(slot);
+  }
+  auto connection = Serving();
+  if (!connection.ok()) return;  // a new process will not create it
+  WireWriter w;
+  w.U32(slot);
+  static_cast<void>((*connection)->CallStatus(MessageType::kInstanceDestroy, w.buffer()));
+}
+
+Status Stub::Execute(uint32_t slot, const InferRequest& request, std::vector<Tensor>* outputs) {
+  VRAMD_ASSIGN_OR_RETURN(auto connection, Serving());
+  RequestView view;
+  ViewRequest(request, &view);
+  WireWriter w;
+  w.U32(slot);
+  EncodeRequest(w, view.request, 0);
+  auto reply = connection->CallStatus(MessageType::kExecute, w.buffer());
+  if (!reply.ok()) {
+    if (connection->dead() && reply.status().code() == StatusCode::kUnavailable) return reply.status();
+    return reply.status().WithContext(fmt::format("backend '{}'", options_.backend_name));
+  }
+  WireReader r(reply->data(), reply->size(), "Execute reply");
+  static_cast<void>(DecodeStatus(r));
+  std::vector<WireTensor> tensors = DecodeTensors(r);
+  VRAMD_RETURN_IF_ERROR(r.Finish().WithContext(options_.label));
+  const size_t first = outputs->size();
+  for (const WireTensor& t : tensors) {
+    auto added = abi::AppendHostOutput(outputs, first, "outputs->add", t.name.c_str(), t.datatype,
+                                       t.shape.data(), t.shape.size(), t.byte_size);
+    if (!added.ok()) {
+      outputs->resize(first);
+      return added.status().WithContext(fmt::format("backend '{}'", options_.backend_name));
+    }
+    if (t.byte_size > 0) std::memcpy(*added, t.data, t.byte_size);
+  }
+  return Status::Ok();
+}
+
+Status Stub::ExecuteRequests(uint32_t slot, std::span<const ListedRequest> requests) {
+  VRAMD_ASSIGN_OR_RETURN(auto connection, Serving());
+  std::vector<uint64_t> ids;
+  WireWriter w;
+  w.U32(slot);
+  w.U32(static_cast<uint32_t>(requests.size()));
+  for (const ListedRequest& listed : requests) {
+    ids.push_back(connection->AddResponder(listed.responder));
+    RequestView view;
+    ViewRequest(*listed.request, &view);
+    EncodeRequest(w, view.request, ids.back());
+  }
+  auto reply = connection->CallStatus(MessageType::kExecuteRequests, w.buffer());
+  if (reply.ok()) return Status::Ok();
+  // Handed back: the runtime answers what is not complete (a dead process's requests are
+  // answered already, with how it ended).
+  for (uint64_t id : ids) connection->DropResponder(id);
+  if (connection->dead() && reply.status().code() == StatusCode::kUnavailable) return reply.status();
+  return reply.status().WithContext(fmt::format("backend '{}'", options_.backend_name));
+}
+
+}  // namespace vramd::backends::remote

@@ -1,0 +1,114 @@
+// Stub: one backend host process (vramd_backend_host) serving one model for vramd, restarted
+// when it dies. It runs model_create once per process, then instance_create for each instance
+// it holds (remote/hosting.h puts all of a model's instances on one device into one stub, or
+// one instance into each), and forwards execute / execute_requests. The host's calls back (log,
+// respond, is_cancelled, infer_async and its results, model control, metrics) are performed on
+// the server table it was given (abi::ServerApi's), and respond straight on the runtime's
+// Responder.
+//
+// Faults (item 8 of issue 14): when the process exits or is killed (end of stream on its
+// socket), or sends a frame that fails the checks (it is then killed), every call waiting on it
+// fails and every request it had not completed is answered with an Unavailable error naming the
+// model and how the process ended ("was killed by signal 9 (Killed)"). The stub then counts a
+// restart (restarts(), logged as a warning) and starts a new process on its supervisor thread,
+// re-running model_create and every instance_create, after a back-off that grows from 100 ms to
+// 5 s while restarts keep failing. Until it serves again, execute fails at once with
+// Unavailable "stub for model 'X' is restarting". No timeout applies to a call (a hung host
+// hangs its calls; a later version adds one).
+//
+// Nothing outlives the process: its tensors cross in memfd segments (channel.h), so there is no
+// named shared memory to clean up, and the host's memory is not charged to vramd's ledger.
+//
+// Thread safety: every method is safe from any thread. The destructor runs model_destroy (when
+// the process is up) and reaps the process; REQUIRES: every instance was removed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/remote/messages.h"
+#include "core/mutex.h"
+#include "core/status.h"
+#include "vramd/backend.h"
+
+namespace vramd::backends::remote {
+
+class Connection;  // stub.cc: one process and its conversation
+
+struct StubOptions {
+  std::filesystem::path host_executable;
+  std::filesystem::path library;
+  std::string backend_name;  // library errors are prefixed "backend '<name>': ", as AbiBackend's
+  // Names the stub in messages: "model 'm' version 1 (GPU 0)".
+  std::string label;
+  // "NAME=value" entries for the host's environment (remote/execution_env.h).
+  std::vector<std::string> environment;
+  WireModelInfo model;
+  // The server table the host's calls are performed on; outlives the stub.
+  const VramdServerApi* server = nullptr;
+  // How long a process gets to exit after model_destroy before it is killed.
+  std::chrono::milliseconds exit_grace{5000};
+};
+
+class Stub {
+ public:
+  // Starts the process and runs model_create in it; its error is the model_create's (or why the
+  // process could not start).
+  static Result<std::shared_ptr<Stub>> Start(StubOptions options);
+  ~Stub();
+  Stub(const Stub&) = delete;
+  Stub& operator=(const Stub&) = delete;
+
+  // instance_create in the process; the slot names the instance in the calls below and is kept
+  // across restarts (the instance is created again in a new process).
+  Result<uint32_t> AddInstance(WireInstanceInfo info) EXCLUDES(mu_);
+  void RemoveInstance(uint32_t slot) EXCLUDES(mu_);
+
+  Status Execute(uint32_t slot, const InferRequest& request, std::vector<Tensor>* outputs)
+      EXCLUDES(mu_);
+  Status ExecuteRequests(uint32_t slot, std::span<const ListedRequest> requests) EXCLUDES(mu_);
+
+  // The serving process's pid (-1 while restarting), and how many times it was restarted.
+  pid_t pid() const EXCLUDES(mu_);
+  uint64_t restarts() const EXCLUDES(mu_);
+  const std::string& label() const { return options_.label; }
+
+  // Restarts of every stub of this process, for the metrics endpoint and tests.
+  static uint64_t TotalRestarts();
+
+ private:
+  explicit Stub(StubOptions options);
+  void Supervise() EXCLUDES(mu_);
+  // A new process with model_create (and, on a restart, every instance) done; on the
+  // supervisor thread only.
+  Result<std::shared_ptr<Connection>> Launch(bool with_instances) EXCLUDES(mu_);
+  void OnConnectionClosed(const Connection* connection) EXCLUDES(mu_);
+  Result<std::shared_ptr<Connection>> Serving() const EXCLUDES(mu_);
+
+  const StubOptions options_;
+
+  mutable Mutex mu_;
+  std::condition_variable changed_;
+  std::shared_ptr<Connection> connection_ GUARDED_BY(mu_);  // null while restarting
+  bool connection_dead_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool started_ GUARDED_BY(mu_) = false;  // the first Launch finished (start_status_ is set)
+  Status start_status_ GUARDED_BY(mu_);
+  uint64_t restarts_ GUARDED_BY(mu_) = 0;
+  uint32_t next_slot_ GUARDED_BY(mu_) = 1;
+  std::map<uint32_t, WireInstanceInfo> instances_ GUARDED_BY(mu_);
+
+  std::thread supervisor_;  // last: starts once the state above exists
+};
+
+}  // namespace vramd::backends::remote
