@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <sstream>
 
 #include "core/mutex.h"
 #include "server/http/infer_codec.h"
@@ -146,6 +147,10 @@ void Connection::OnWatchdog() {
       return;
     case Phase::kWriting:
       if (now - phase_since_ >= write_limit_) Close();  // the client does not read its answer
+      return;
+    case Phase::kStreaming:
+      // Between parts the model takes its time; only a part being written is timed.
+      if (part_writing_ && now - phase_since_ >= write_limit_) Close();
       return;
     case Phase::kHandling:
     case Phase::kClosing:
@@ -301,6 +306,8 @@ void Connection::Dispatch() {
   auto ihcl = req.find("Inference-Header-Content-Length");
   if (ihcl != req.end()) request.inference_header_length = std::string(ihcl->value());
   request.body = std::make_shared<const std::string>(std::move(req.body()));
+  if (cancel_ == nullptr) cancel_ = std::make_shared<CancelFlag>();
+  request.cancel = cancel_;
 
   const uint64_t id = ++request_;
   answered_ = false;
@@ -332,13 +339,75 @@ void Connection::Dispatch() {
     r.body = EncodeError(fmt::format("internal error: {}", e.what()));
     Answer(id, std::move(r));
   }
+  // Answered later (an instance thread, a parked request, a stream): learn meanwhile whether
+  // the client leaves.
+  if (!answered_) WatchForClose();
 }
 
 void Connection::Answer(uint64_t request, HttpResponse response) {
-  // Only the first answer to the request being handled is written.
-  if (request != request_ || answered_ || phase_ != Phase::kHandling) return;
-  answered_ = true;
-  Write(std::move(response));
+  // Only the request being handled is answered: once, or part by part up to its last part.
+  if (request != request_ || answered_ || closed_) return;
+  if (phase_ == Phase::kHandling) {
+    if (response.more) return StartStream(std::move(response));
+    answered_ = true;
+    return Write(std::move(response));
+  }
+  if (phase_ == Phase::kStreaming) SendPart(std::move(response.body), !response.more);
+}
+
+void Connection::StartStream(HttpResponse first) {
+  phase_ = Phase::kStreaming;
+  // HTTP/1.0 has no chunked coding: the body runs to the end of the connection.
+  chunked_ = version_ == 11;
+  if (!chunked_) keep_alive_ = false;
+  bhttp::response<bhttp::empty_body> head(static_cast<bhttp::status>(first.status), version_);
+  head.set(bhttp::field::content_type, first.content_type);
+  if (chunked_) head.chunked(true);
+  head.keep_alive(keep_alive_ && !server_->stopping());
+  std::ostringstream text;
+  text << head.base();  // the status line and fields, through the blank line
+  parts_ = std::move(text).str();
+  SendPart(std::move(first.body), false);
+}
+
+void Connection::SendPart(std::string body, bool last) {
+  if (!body.empty()) {
+    if (chunked_) {
+      parts_.append(fmt::format("{:x}\r\n", body.size()));
+      parts_.append(body);
+      parts_.append("\r\n");
+    } else {
+      parts_.append(body);
+    }
+  }
+  if (last) {
+    answered_ = true;
+    stream_ending_ = true;
+    if (chunked_) parts_.append("0\r\n\r\n");
+  }
+  if (!part_writing_) FlushParts();
+}
+
+void Connection::FlushParts() {
+  if (parts_.empty()) {
+    if (stream_ending_) {
+      stream_ending_ = false;
+      OnWritten({}, !keep_alive_ || server_->stopping());
+    }
+    return;
+  }
+  auto bytes = std::make_shared<std::string>(std::move(parts_));
+  parts_.clear();
+  part_writing_ = true;
+  phase_since_ = Clock::now();
+  write_limit_ = server_->options().body_timeout +
+                 std::chrono::seconds(bytes->size() / kMinSendBytesPerSecond);
+  net::async_write(stream_, net::buffer(*bytes),
+                   [self = shared_from_this(), bytes](beast::error_code ec, size_t) {
+                     self->part_writing_ = false;
+                     if (ec) return self->Close();
+                     self->FlushParts();
+                   });
 }
 
 void Connection::Reject(unsigned status, std::string message) {
@@ -378,8 +447,53 @@ void Connection::Write(HttpResponse r) {
 void Connection::OnWritten(beast::error_code ec, bool close) {
   EndRequest();
   if (ec) return Close();
+  if (watching_) {
+    // One read at a time on a socket: the watching read ends before the next request's read
+    // (or the linger's) starts; its handler goes on from there. The write is done, so only
+    // that read is cancelled.
+    after_watch_ = close ? AfterWatch::kClose : AfterWatch::kNextRequest;
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
+    return;
+  }
+  AfterAnswer(close);
+}
+
+void Connection::AfterAnswer(bool close) {
   if (close) return CloseGracefully();
   WaitForRequest();
+}
+
+void Connection::WatchForClose() {
+  if (watching_ || closed_) return;
+  // A pipelined request that fills the buffer waits there; the client is then still sending.
+  const size_t room = buffer_.max_size() - buffer_.size();
+  if (room == 0) return;
+  watching_ = true;
+  stream_.async_read_some(buffer_.prepare(room),
+                          [self = shared_from_this()](beast::error_code ec, size_t bytes) {
+                            self->OnWatch(ec, bytes);
+                          });
+}
+
+void Connection::OnWatch(beast::error_code ec, size_t bytes) {
+  watching_ = false;
+  buffer_.commit(bytes);  // a pipelined request's bytes, read when its turn comes
+  if (closed_) return;
+  if (after_watch_ != AfterWatch::kNone) {
+    const bool close = after_watch_ == AfterWatch::kClose;
+    after_watch_ = AfterWatch::kNone;
+    return AfterAnswer(close);
+  }
+  if (ec) {
+    // End of stream or a reset: the client left, nobody reads the answer. The answer is
+    // still written (a half-closed client may read it); its write fails otherwise.
+    cancel_->Cancel();
+    return;
+  }
+  if (phase_ == Phase::kHandling || phase_ == Phase::kStreaming || phase_ == Phase::kWriting) {
+    WatchForClose();
+  }
 }
 
 void Connection::EndRequest() {
@@ -411,6 +525,9 @@ void Connection::Linger() {
 }
 
 void Connection::Close() {
+  // Closed with a request in flight (an answer that could not be written, a client that does
+  // not read): nobody will read its answer.
+  if (in_request_ && cancel_ != nullptr) cancel_->Cancel();
   closed_ = true;
   watchdog_.cancel();
   beast::error_code ignored;

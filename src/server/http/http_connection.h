@@ -7,6 +7,15 @@
 // limits of http_server.h are enforced here; each refusal is answered with its status and
 // reason, then the connection closes gracefully.
 //
+// While a request is being handled (its answer not yet, or not yet wholly, written), the
+// connection keeps one read pending on the socket, so it learns when the client leaves: end
+// of stream or a reset sets the connection's CancelFlag (HttpRequest::cancel); bytes of a
+// pipelined request go into the read buffer for later. That read is started only when the
+// handler returns without having answered, so the inline fast path does not pay for it, and
+// it is cancelled before the next request's read starts. A streamed answer
+// (HttpResponse::more) is written part by part as the parts arrive, one write at a time,
+// parts that arrive meanwhile joined into the next write.
+//
 // Time limits are checked by one watchdog timer per connection that ticks at half the shortest
 // limit, not by a timer armed and cancelled around every read: that cost ~5% of requests/s
 // on small requests. A limit is so enforced within half of itself late, never early.
@@ -45,7 +54,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   // kWaiting: for a request's header, from its first byte or before (header_started_ tells).
-  enum class Phase { kWaiting, kBody, kHandling, kWriting, kClosing };
+  // kStreaming: the first part of a streamed answer is out, the last not yet written.
+  enum class Phase { kWaiting, kBody, kHandling, kStreaming, kWriting, kClosing };
+  // What the end of the watching read goes on with (OnWritten cancelled it).
+  enum class AfterWatch { kNone, kNextRequest, kClose };
   using Clock = std::chrono::steady_clock;
   using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
@@ -68,7 +80,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Answers `status` and closes after the answer is written.
   void Reject(unsigned status, std::string message);
   void Write(HttpResponse response);
+  // A streamed answer: its head and first part; each next part; the write of what is queued.
+  void StartStream(HttpResponse first);
+  void SendPart(std::string body, bool last);
+  void FlushParts();
   void OnWritten(boost::beast::error_code ec, bool close);
+  // After an answer is written (and the watching read ended): the next request, or close.
+  void AfterAnswer(bool close);
+  // Keeps a read pending to learn that the client left (see the top of this file).
+  void WatchForClose();
+  void OnWatch(boost::beast::error_code ec, size_t bytes);
   void EndRequest();
   // FIN, then read and drop what the client still sends for a moment, then close: closing
   // with unread bytes queued would reset the connection and could destroy the last answer.
@@ -92,9 +113,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool in_request_ = false;  // counted in the server's busy requests
   size_t charged_ = 0;       // body bytes held in the server's budget
   uint64_t request_ = 0;     // sequence of the request being handled, for its Responder
-  bool answered_ = false;
+  bool answered_ = false;  // the whole answer (its last part) has been handed to the writer
   bool keep_alive_ = true;
   unsigned version_ = 11;
+  // Set when the client leaves with a request in flight; made with the first request.
+  std::shared_ptr<CancelFlag> cancel_;
+  bool watching_ = false;  // the read of WatchForClose is pending
+  AfterWatch after_watch_ = AfterWatch::kNone;
+  // A streamed answer: whether it is chunked (HTTP/1.1), bytes waiting for the write in
+  // progress, whether a write is in progress, and whether the last part is queued.
+  bool chunked_ = false;
+  std::string parts_;
+  bool part_writing_ = false;
+  bool stream_ending_ = false;
 };
 
 }  // namespace vramd::http

@@ -16,6 +16,9 @@
 //   - framing: a Transfer-Encoding other than exactly "chunked", or one next to a
 //     Content-Length, is answered 400 (RFC 9112 section 6.1).
 //   Every such answer closes the connection after it is written.
+// A client that closes its connection before its answer is complete sets the request's
+// CancelFlag (HttpRequest::cancel); the answer is still expected (and then dropped). An answer
+// may be sent in parts as it is produced (HttpResponse::more: chunked, for server-sent events).
 // Nothing a client sends can throw out of an I/O thread: an exception from the parser or a
 // Handler is caught, answered 500 where the request can still be answered, and logged.
 //
@@ -39,6 +42,7 @@
 #include <optional>
 #include <string>
 
+#include "core/infer_request.h"  // CancelFlag
 #include "core/status.h"
 
 namespace vramd::http {
@@ -49,6 +53,12 @@ struct HttpRequest {
   // The Inference-Header-Content-Length header, raw, when present.
   std::optional<std::string> inference_header_length;
   std::shared_ptr<const std::string> body;
+  // Set (Cancel()) once the client has closed its connection (or its answer could not be
+  // written) before the answer was complete, so a handler can stop work nobody waits for.
+  // One flag per connection, made with its first request: a connection whose client left
+  // takes no further request, and so the common case costs one allocation per connection,
+  // not one per request. Never null for a request from a connection.
+  std::shared_ptr<CancelFlag> cancel;
 };
 
 struct HttpResponse {
@@ -57,9 +67,18 @@ struct HttpResponse {
   std::string content_type = "application/json";
   // Sent as Inference-Header-Content-Length when set (binary tensor data follows the JSON).
   std::optional<size_t> inference_header_length;
+  // A part of an answer sent as it is produced (server-sent events), more parts following.
+  // The first part's status, content type and body start the answer (chunked transfer
+  // coding; an HTTP/1.0 client gets the bytes as they are and the connection closes at the
+  // end); each later part's body is sent as one chunk as soon as the connection can write
+  // it (their status and content type are ignored); the part with `more` false ends the
+  // answer. A first part with `more` false is an ordinary answer.
+  bool more = false;
 };
 
-// Call exactly once per request. Safe from any thread.
+// Call exactly once per request, or once per part of a streamed answer (HttpResponse::more),
+// in order: parts from one thread, or from threads that hand over to each other, are sent in
+// the order of the calls. Safe from any thread; never blocks.
 using Responder = std::function<void(HttpResponse)>;
 using Handler = std::function<void(HttpRequest, Responder)>;
 

@@ -64,8 +64,14 @@ namespace vramd::http {
 // (shared_memory_region, ...) are Unsupported. An output's "classification" parameter (Triton's
 // classification extension) must be a positive integer; the runtime applies it
 // (runtime/classification.h).
-// Request-level parameters: binary_data_output (bool) and timeout (microseconds, a
-// non-negative integer, into InferRequest::timeout_us); other keys and parameters are ignored.
+// Request-level parameters, as Triton's HTTP front end reads them: binary_data_output (bool);
+// timeout (microseconds, a non-negative integer, into InferRequest::timeout_us); priority (a
+// non-negative integer, checked and dropped: one priority level); sequence_id (a non-negative
+// integer into correlation_id, or a string into correlation_id_string); sequence_start and
+// sequence_end (bool, into flags). A key starting with "triton_" is refused (Triton reserves
+// them). Every other key goes into InferRequest::parameters in the order sent, duplicates
+// kept: a boolean, a string, an integer (int64, or uint64 above INT64_MAX) or another number
+// (double); null, an array or an object is an InvalidArgument naming the key.
 // Each RequestedOutput.binary is its parameter binary_data if given, else binary_data_output.
 // model_name and model_version of the result are left for the caller (they come from the URL).
 Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
@@ -78,7 +84,8 @@ struct EncodedBody {
 };
 
 // Encodes a response: {model_name, model_version (as a string), id (if the response, or else
-// the request, has one), outputs: [{name, datatype, shape, data | parameters.binary_data_size}]},
+// the request, has one), parameters (the response's, when it has any; a later duplicate name
+// wins), outputs: [{name, datatype, shape, data | parameters.binary_data_size}]},
 // outputs in the response's order. An output goes in binary form if the request listed it
 // with parameter binary_data true, or did not list it and set binary_data_output; binary
 // outputs' bytes follow the JSON in output order, and json_length is set whenever there is at

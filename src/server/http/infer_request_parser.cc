@@ -30,6 +30,7 @@ using internal::JsonDoc;
 using internal::JsonValue;
 using internal::KindOf;
 using internal::NumberText;
+using internal::ParameterValue;
 using internal::ParseJsonData;
 using internal::Pool;
 using internal::Str;
@@ -74,25 +75,66 @@ Status SharedMemoryUnsupported(std::string_view what, std::string_view name, std
       what, name, key));
 }
 
+// Triton's HTTP front end consumes these keys itself (ParseJsonTritonParams) and refuses any
+// key starting with "triton_", which Triton reserves; every other key reaches the model.
 Status ParseRequestParameters(const JsonValue& params, InferRequest* request) {
   if (!params.IsObject()) {
     return Invalid(fmt::format("'parameters' must be an object, got {}", KindOf(params)));
   }
   for (const auto& m : params.GetObject()) {
-    if (Str(m.name) == "binary_data_output") {
+    const std::string_view key = Str(m.name);
+    auto must_be_bool = [&](bool* out) -> Status {
       if (!m.value.IsBool()) {
-        return Invalid(
-            fmt::format("request parameter 'binary_data_output' must be true or false, got {}",
-                        KindOf(m.value)));
+        return Invalid(fmt::format("request parameter '{}' must be true or false, got {}", key,
+                                   KindOf(m.value)));
       }
-      request->binary_data_output = m.value.GetBool();
-    } else if (Str(m.name) == "timeout") {
+      *out = m.value.GetBool();
+      return Status::Ok();
+    };
+    auto must_be_uint = [&](std::string_view unit, uint64_t* out) -> Status {
       if (!m.value.IsUint64()) {
         return Invalid(fmt::format(
-            "request parameter 'timeout' must be a non-negative integer (microseconds), got {}",
-            m.value.IsNumber() ? NumberText(m.value) : std::string(KindOf(m.value))));
+            "request parameter '{}' must be a non-negative integer{}, got {}", key, unit,
+            m.value.IsNumber() ? NumberText(m.value) : KindOf(m.value)));
       }
-      request->timeout_us = m.value.GetUint64();
+      *out = m.value.GetUint64();
+      return Status::Ok();
+    };
+    if (key == "binary_data_output") {
+      VRAMD_RETURN_IF_ERROR(must_be_bool(&request->binary_data_output));
+    } else if (key == "timeout") {
+      VRAMD_RETURN_IF_ERROR(must_be_uint(" (microseconds)", &request->timeout_us));
+    } else if (key == "priority") {
+      // Checked as Triton checks it, then dropped: vramd's queues have one priority level.
+      uint64_t priority = 0;
+      VRAMD_RETURN_IF_ERROR(must_be_uint("", &priority));
+    } else if (key == "sequence_id") {
+      if (m.value.IsUint64()) {
+        request->correlation_id = m.value.GetUint64();
+        request->correlation_id_string.clear();
+      } else if (m.value.IsString()) {
+        request->correlation_id = 0;
+        request->correlation_id_string.assign(Str(m.value));
+      } else {
+        return Invalid(fmt::format(
+            "request parameter 'sequence_id' must be a non-negative integer or a string, got {}",
+            m.value.IsNumber() ? NumberText(m.value) : KindOf(m.value)));
+      }
+    } else if (key == "sequence_start" || key == "sequence_end") {
+      bool set = false;
+      VRAMD_RETURN_IF_ERROR(must_be_bool(&set));
+      const uint32_t flag =
+          key == "sequence_start" ? kRequestFlagSequenceStart : kRequestFlagSequenceEnd;
+      request->flags = set ? (request->flags | flag) : (request->flags & ~flag);
+    } else if (key.substr(0, 7) == "triton_") {
+      return Invalid(fmt::format(
+          "request parameter '{}': keys starting with 'triton_' are reserved for Triton usage "
+          "and should not be specified",
+          key));
+    } else {
+      auto value = ParameterValue(m.value, "request parameter", key);
+      if (!value.ok()) return value.status();
+      request->parameters.push_back({std::string(key), std::move(value).value()});
     }
   }
   return Status::Ok();
@@ -550,5 +592,20 @@ Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
   if (scratch.json.capacity() > ParseScratch::kKeepJsonBytes) std::string().swap(scratch.json);
   return result;
 }
+
+namespace internal {
+
+Result<ParameterVariant> ParameterValue(const JsonValue& v, std::string_view what,
+                                        std::string_view key) {
+  if (v.IsBool()) return ParameterVariant(v.GetBool());
+  if (v.IsInt64()) return ParameterVariant(v.GetInt64());
+  if (v.IsUint64()) return ParameterVariant(v.GetUint64());
+  if (v.IsNumber()) return ParameterVariant(v.GetDouble());
+  if (v.IsString()) return ParameterVariant(std::string(Str(v)));
+  return Invalid(fmt::format("{} '{}' must be a boolean, a number or a string, got {}", what, key,
+                             KindOf(v)));
+}
+
+}  // namespace internal
 
 }  // namespace vramd::http

@@ -1,4 +1,5 @@
-// EncodeInferResponse and EncodeError (infer_codec.h).
+// EncodeInferResponse and EncodeError (infer_codec.h), and the output writers the generate
+// endpoint shares (output_json.h).
 #include "server/http/infer_codec.h"
 
 #include <fmt/format.h>
@@ -7,11 +8,15 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
+#include <vector>
 
 #include "core/data_type.h"
 #include "core/half.h"
 #include "core/tensor.h"
 #include "server/http/json_text.h"
+#include "server/http/output_json.h"
 
 namespace vramd::http {
 namespace {
@@ -19,7 +24,10 @@ namespace {
 using internal::AppendExactJsonString;
 using internal::AppendFloating;
 using internal::AppendInteger;
+using internal::AppendJsonData;
 using internal::AppendJsonString;
+using internal::AppendParameterMembers;
+using internal::ParameterMembersBound;
 
 static_assert(std::endian::native == std::endian::little,
               "tensor data is little-endian: this target needs byte swaps in the codec");
@@ -39,8 +47,14 @@ void AppendIntegers(std::string* out, const std::byte* data, size_t count) {
   AppendElements<T>(out, data, count, [](std::string* o, T v) { AppendInteger(o, v); });
 }
 
-// Appends tensor's data as a flat JSON array. A BYTES element that is not valid UTF-8 cannot
-// be carried exactly by a JSON string: InvalidArgument naming it (infer_codec.h).
+// The most text a JSON string literal of `bytes` can take: quotes, and 6 characters (\u00XX)
+// per byte.
+size_t JsonStringBound(size_t bytes) { return 6 * bytes + 2; }
+
+}  // namespace
+
+namespace internal {
+
 Status AppendJsonData(std::string* out, const Tensor& tensor) {
   out->push_back('[');
   if (tensor.datatype == DataType::kBytes) {
@@ -103,9 +117,60 @@ Status AppendJsonData(std::string* out, const Tensor& tensor) {
   return Status::Ok();
 }
 
-// The most text a JSON string literal of `bytes` can take: quotes, and 6 characters (\u00XX)
-// per byte.
-size_t JsonStringBound(size_t bytes) { return 6 * bytes + 2; }
+void AppendParameterValue(std::string* out, const decltype(InferParameter::value)& value) {
+  std::visit(
+      [out](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, bool>) {
+          out->append(v ? "true" : "false");
+        } else if constexpr (std::is_same_v<V, double>) {
+          AppendFloating(out, v);
+        } else if constexpr (std::is_same_v<V, std::string>) {
+          AppendJsonString(out, v);
+        } else {
+          AppendInteger(out, v);
+        }
+      },
+      value);
+}
+
+namespace {
+// Whether parameters[i] is overridden by a later one of the same name. Quadratic, as
+// ParametersToJson: a response carries a handful of parameters.
+bool Overridden(const std::vector<InferParameter>& parameters, size_t i) {
+  for (size_t j = i + 1; j < parameters.size(); ++j) {
+    if (parameters[j].name == parameters[i].name) return true;
+  }
+  return false;
+}
+}  // namespace
+
+size_t AppendParameterMembers(std::string* out, const std::vector<InferParameter>& parameters) {
+  size_t written = 0;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (Overridden(parameters, i)) continue;
+    if (written++ != 0) out->push_back(',');
+    AppendJsonString(out, parameters[i].name);
+    out->push_back(':');
+    AppendParameterValue(out, parameters[i].value);
+  }
+  return written;
+}
+
+size_t ParameterMembersBound(const std::vector<InferParameter>& parameters) {
+  size_t bound = 0;
+  for (const InferParameter& p : parameters) {
+    // name, colon, comma; a number or boolean is at most 25 characters
+    bound += JsonStringBound(p.name.size()) + 2;
+    const auto* text = std::get_if<std::string>(&p.value);
+    bound += text != nullptr ? JsonStringBound(text->size()) : 25;
+  }
+  return bound;
+}
+
+}  // namespace internal
+
+namespace {
 
 // The most JSON text `tensor`'s data can take, separators and brackets included, so that the
 // body is allocated once at its final capacity: growing it by doubling would copy a large
@@ -150,7 +215,8 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
 
   // An upper bound, as for the data: the fixed text of the envelope and of each output is
   // under 96 characters, a shape dimension under 21.
-  size_t bound = 96 + JsonStringBound(response.model_name.size()) + JsonStringBound(id.size());
+  size_t bound = 96 + JsonStringBound(response.model_name.size()) + JsonStringBound(id.size()) +
+                 ParameterMembersBound(response.parameters);
   size_t binary_bytes = 0;
   bool any_binary = false;
   for (const Tensor& t : response.outputs) {
@@ -172,6 +238,11 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
   if (!id.empty()) {
     s.append(",\"id\":");
     AppendJsonString(&s, id);
+  }
+  if (!response.parameters.empty()) {
+    s.append(",\"parameters\":{");
+    AppendParameterMembers(&s, response.parameters);
+    s.push_back('}');
   }
   s.append(",\"outputs\":[");
   for (size_t i = 0; i < response.outputs.size(); ++i) {

@@ -17,6 +17,8 @@
 #include "core/json_write.h"
 #include "runtime/infer_router.h"
 #include "server/http/http_status.h"
+#include "server/http/generate_answer.h"
+#include "server/http/generate_codec.h"
 #include "server/http/infer_codec.h"
 #include "server/http/lifecycle_routes.h"
 #include "server/http/memory_routes.h"
@@ -83,17 +85,30 @@ Result<int64_t> ParseVersion(std::string_view text) {
   return v;
 }
 
-// POST /v2/models/{m}[/versions/{v}]/infer: the model and version it names (0: any), or
-// nullopt when the target is not an infer endpoint or its version is invalid (Route answers).
+// POST /v2/models/{m}[/versions/{v}]/{infer,generate,generate_stream}: the model and version
+// it names (0: any), or nullopt when the target is none of these or its version is invalid
+// (Route answers).
+enum class InferKind { kInfer, kGenerate, kGenerateStream };
 struct InferTarget {
   std::string model;
   int64_t version = 0;
+  InferKind kind = InferKind::kInfer;
 };
 std::optional<InferTarget> MatchInferTarget(std::string_view target) {
   const auto parts = SplitPath(target);
   if (parts.size() != 4 && parts.size() != 6) return std::nullopt;
-  if (parts[0] != "v2" || parts[1] != "models" || parts.back() != "infer") return std::nullopt;
-  InferTarget t{PercentDecode(parts[2]), 0};
+  if (parts[0] != "v2" || parts[1] != "models") return std::nullopt;
+  InferKind kind;
+  if (parts.back() == "infer") {
+    kind = InferKind::kInfer;
+  } else if (parts.back() == "generate") {
+    kind = InferKind::kGenerate;
+  } else if (parts.back() == "generate_stream") {
+    kind = InferKind::kGenerateStream;
+  } else {
+    return std::nullopt;
+  }
+  InferTarget t{PercentDecode(parts[2]), 0, kind};
   if (parts.size() == 6) {
     if (parts[3] != "versions") return std::nullopt;
     auto v = ParseVersion(parts[4]);
@@ -179,8 +194,13 @@ KServeRoutes::KServeRoutes(runtime::ModelManager* manager,
 
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
   if (request.method == "POST") {
-    if (auto infer = MatchInferTarget(request.target)) {
-      Infer(std::move(request), infer->model, infer->version, std::move(respond));  // later
+    if (auto infer = MatchInferTarget(request.target)) {  // answered later
+      if (infer->kind == InferKind::kInfer) {
+        Infer(std::move(request), infer->model, infer->version, std::move(respond));
+      } else {
+        Generate(std::move(request), infer->model, infer->version,
+                 infer->kind == InferKind::kGenerateStream, std::move(respond));
+      }
       return;
     }
     const auto parts = SplitPath(request.target);
@@ -249,7 +269,10 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
       std::string_view action = parts[next];
       if (action == "ready") return get ? ModelReady(model, version) : method_not_allowed();
       if (action == "config") return get ? ModelConfig(model, version) : method_not_allowed();
-      if (action == "infer") return method_not_allowed();  // POST is Handle's (asynchronous)
+      // POST is Handle's (asynchronous)
+      if (action == "infer" || action == "generate" || action == "generate_stream") {
+        return method_not_allowed();
+      }
       if (action == "stats") {
         return get ? ModelStatsResponse(*manager_, model, version) : method_not_allowed();
       }
@@ -269,7 +292,7 @@ HttpResponse KServeRoutes::ServerMetadata() const {
   w.Key("extensions");
   w.StartArray();
   for (const char* e : {"binary_tensor_data", "classification", "model_configuration",
-                        "model_repository", "statistics"}) {
+                        "model_repository", "parameters", "statistics"}) {
     w.String(e);
   }
   w.EndArray();
@@ -339,10 +362,21 @@ HttpResponse KServeRoutes::ModelConfig(const std::string& model, int64_t version
 
 namespace {
 
+// Triton's HTTP infer endpoint refuses a decoupled model (HTTPAPIServer::CheckTransactionPolicy,
+// UNSUPPORTED, so 501): it answers one response per request. generate and generate_stream
+// take one.
+bool IsDecoupled(const config::ModelConfig& config) {
+  return config.has_model_transaction_policy() && config.model_transaction_policy().decoupled();
+}
+
 // The request `http` carries, for a version whose config is `config` (a raw binary body is
 // parsed against its inputs).
 Result<InferRequest> ParseHttpInferRequest(const HttpRequest& http,
                                            const config::ModelConfig& config) {
+  if (IsDecoupled(config)) {
+    return Status::Unsupported(
+        "HTTP end point doesn't support models with decoupled transaction policy");
+  }
   if (!http.inference_header_length) return ParseInferRequest(http.body, std::nullopt);
   const std::string& text = *http.inference_header_length;
   size_t length = 0;
@@ -387,7 +421,43 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
   runtime::InferRouter(manager_).InferAsync(
       model, version, std::move(request),
       [http = std::move(http)](const config::ModelConfig& config) {
-        return ParseHttpInferRequest(http, config);
+        Result<InferRequest> built = ParseHttpInferRequest(http, config);
+        if (built.ok()) built->cancel = http.cancel;
+        return built;
+      },
+      std::move(done));
+}
+
+void KServeRoutes::Generate(HttpRequest http, const std::string& model, int64_t version,
+                            bool streaming, Responder respond) const {
+  auto answer = std::make_shared<GenerateAnswer>(std::move(respond), streaming, model);
+  auto request = std::make_shared<InferRequest>();
+  // As Infer's callback: the inputs go first, then the answer is encoded from the outcome,
+  // whose owner closes after it. For a decoupled model the responses went to the answer
+  // already (the stream below) and this ends it.
+  runtime::InferCallback done = [answer, request](Result<runtime::InferOutcome> outcome) {
+    request->inputs = {};
+    if (!outcome.ok()) return answer->Finish(outcome.status(), nullptr, request->model_version);
+    answer->Finish(Status::Ok(), &outcome->response, request->model_version);
+  };
+  // The stream refers to the request weakly: the request holds the stream.
+  std::weak_ptr<const InferRequest> weak_request = request;
+  runtime::InferRouter(manager_).InferAsync(
+      model, version, std::move(request),
+      [http = std::move(http), answer, weak_request](const config::ModelConfig& config) {
+        Result<InferRequest> built = ParseGenerateRequest(*http.body, config);
+        if (!built.ok()) return built;
+        built->cancel = http.cancel;
+        const bool decoupled = IsDecoupled(config);
+        answer->SetDecoupled(decoupled);
+        if (decoupled) {
+          // Called on an instance thread for each response, in order; encodes and queues it.
+          built->stream = [answer, weak_request](Result<InferResponse> response) {
+            const auto request = weak_request.lock();
+            answer->OnResponse(std::move(response), request ? request->model_version : 0);
+          };
+        }
+        return built;
       },
       std::move(done));
 }

@@ -4,7 +4,11 @@
 //   GET  /v2/models/{m}[/versions/{v}]            model metadata
 //   GET  /v2/models/{m}[/versions/{v}]/ready
 //   GET  /v2/models/{m}[/versions/{v}]/config     the config as JSON (model configuration ext.)
-//   POST /v2/models/{m}[/versions/{v}]/infer      JSON and binary tensor data
+//   POST /v2/models/{m}[/versions/{v}]/infer      JSON and binary tensor data; a decoupled
+//                                                 model is refused (501), as Triton does
+//   POST /v2/models/{m}[/versions/{v}]/generate[_stream]   generate extension: one JSON
+//                                                 answer, or server-sent events
+//                                                 (generate_codec.h, generate_answer.h)
 //   GET  /v2/models[/{m}[/versions/{v}]]/stats    statistics ext. (stats_routes.h)
 //   POST /v2/repository/index                     (model repository extension)
 //   POST /v2/repository/models/{m}/load           explicit mode only (else 400); 200, empty body
@@ -57,6 +61,9 @@ class KServeRoutes {
   // Answers through `respond`, possibly later and from an instance thread.
   void Infer(HttpRequest request, const std::string& model, int64_t version,
              Responder respond) const;
+  // As Infer; `streaming`: generate_stream.
+  void Generate(HttpRequest request, const std::string& model, int64_t version, bool streaming,
+                Responder respond) const;
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
   HttpResponse RepositoryControl(const HttpRequest& request, const std::string& model,
                                  bool load) const;

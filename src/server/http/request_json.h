@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/infer_request.h"
 #include "core/status.h"
 
 namespace vramd::http::internal {
@@ -42,5 +43,13 @@ inline std::string NumberText(const JsonValue& v) {
   if (v.IsInt64()) return std::to_string(v.GetInt64());
   return fmt::format("{}", v.GetDouble());
 }
+
+using ParameterVariant = decltype(InferParameter::value);
+
+// A client's parameter value as InferRequest::parameters holds it: integers as int64 when they
+// fit (Triton's int parameter), else uint64; other numbers as double. Null, arrays and objects
+// have no such form (Triton refuses them too): InvalidArgument "<what> '<key>' must be ...".
+Result<ParameterVariant> ParameterValue(const JsonValue& v, std::string_view what,
+                                        std::string_view key);
 
 }  // namespace vramd::http::internal
