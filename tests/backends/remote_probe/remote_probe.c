@@ -3,8 +3,8 @@
  *
  * INPUT0 (INT32, [-1]) comes back as OUTPUT0; OUTPUT1 (INT64, [2]) is the process id serving the
  * request and the number of instances this process created so far. A request whose first
- * element is PROBE_HANG (9999) never returns: its execute waits forever (for a test to kill the
- * process under it). One whose first element is PROBE_FAIL (7777) makes execute_requests fail.
+ * element is PROBE_HANG (9999) never returns: its execute creates the file $PROBE_HANG_MARKER and
+ * waits forever (for a test to kill the process under it). One whose first element is PROBE_FAIL (7777) makes execute_requests fail.
  * GPU allocate is tried at model_create when the config's parameters name "try_gpu_allocate",
  * and its error becomes model_create's. */
 #include <pthread.h>
@@ -82,6 +82,12 @@ static VramdCode execute_requests(void* instance, VramdRequest* const* requests,
     const VramdTensor* in = &r->inputs[0];
     const int32_t first = in->byte_size >= 4 ? ((const int32_t*)in->data)[0] : 0;
     if (first == PROBE_HANG) {
+      /* Tells a test that the request is inside execute: $PROBE_HANG_MARKER is created. */
+      const char* marker = getenv("PROBE_HANG_MARKER");
+      if (marker != NULL) {
+        FILE* f = fopen(marker, "w");
+        if (f != NULL) fclose(f);
+      }
       pthread_mutex_lock(&g_mu);
       for (;;) pthread_cond_wait(&g_never, &g_mu);
     }

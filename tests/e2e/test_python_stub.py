@@ -1,0 +1,133 @@
+"""Python models hosted out of vramd's process (src/backends/remote/, docs/remote-backends.md):
+the same model.py (python_stub_models/pid_model) served in-process, with
+VRAMD_PYTHON_HOSTING=stub (one vramd_backend_host process for both instances) and with
+=process_per_instance (Triton's one process per instance). Answers equal the in-process ones;
+a model that SIGKILLs its own process inside execute fails that request, the model serves again
+after the restart, and /dev/shm is left as it was.
+
+Needs libvramd_python.so and vramd_backend_host (VRAMD_PYTHON_BACKEND_DIR, else
+<dir of VRAMD_BIN>/../../backends). Skips when either is missing.
+"""
+
+import concurrent.futures
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from e2e_helpers import VRAMD_BIN, wait_for
+from v2client import Input
+
+HERE = pathlib.Path(__file__).resolve().parent
+MODEL = HERE / "python_stub_models" / "pid_model"
+BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
+                           or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
+LIBRARY = BACKEND_DIR / "python" / "libvramd_python.so"
+HOST = BACKEND_DIR / "vramd_backend_host"
+
+if not LIBRARY.is_file() or not HOST.is_file():
+    pytest.skip("no python backend or backend host under %s" % BACKEND_DIR,
+                allow_module_level=True)
+
+MODES = {"pid_in_process": "in_process", "pid_stub": "stub", "pid_ppi": "process_per_instance"}
+
+
+@pytest.fixture(scope="module")
+def shm_before():
+    return set(os.listdir("/dev/shm"))
+
+
+@pytest.fixture(scope="module")
+def server(start_server, tmp_path_factory, shm_before):
+    repo = tmp_path_factory.mktemp("python-stub-repo")
+    for name, mode in MODES.items():
+        shutil.copytree(MODEL, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        config = repo / name / "config.pbtxt"
+        text = config.read_text().replace('name: "pid_model"', 'name: "%s"' % name)
+        text += 'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n' % mode
+        config.write_text(text)
+    return start_server([repo], ["--backend-directory", str(BACKEND_DIR),
+                                 "--http-thread-count", "8"],
+                        name="python-stub", ready_models=list(MODES))
+
+
+def hosts_of(server, model):
+    """Pids of vramd's backend host processes serving `model` (their argv names it)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == server.proc.pid and any(b"model '%s'" % model.encode() in a for a in argv):
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def infer(client, model, values):
+    r = client.infer(model, [Input("INPUT0", "FP32", np.array(values, dtype=np.float32))])
+    return r.outputs["OUTPUT0"], int(r.outputs["OUTPUT1"].reshape(-1)[0])
+
+
+def test_answers_equal_in_process_ones(server):
+    c = server.client()
+    values = [1.5, -2.0, 3.25]
+    expected, pid = infer(c, "pid_in_process", values)
+    assert pid == server.proc.pid
+    for model in ("pid_stub", "pid_ppi"):
+        got, host_pid = infer(c, model, values)
+        np.testing.assert_array_equal(got, expected)
+        assert host_pid != server.proc.pid
+        assert host_pid in hosts_of(server, model)
+    big = np.arange(200000, dtype=np.float32)  # 800 KB: crosses in a memfd segment
+    np.testing.assert_array_equal(infer(c, "pid_stub", big)[0], big * 2)
+
+
+def test_stub_shares_one_process_per_instance_does_not(server):
+    assert len(hosts_of(server, "pid_stub")) == 1
+    assert len(hosts_of(server, "pid_ppi")) == 2
+    # Requests at once reach both instances; a stub answers from one pid, ppi from its two.
+    def one(model):
+        c = server.client()
+        try:
+            return infer(c, model, [1.0])[1]
+        finally:
+            c.close()
+
+    def pids(model):
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            return set(pool.map(one, [model] * 32))
+    assert pids("pid_stub") == set(hosts_of(server, "pid_stub"))
+    assert pids("pid_ppi") <= set(hosts_of(server, "pid_ppi"))
+
+
+def test_a_model_killing_its_stub_fails_that_request_and_serves_again(server, shm_before):
+    c = server.client()
+    _, before = infer(c, "pid_stub", [1.0])
+    r = c.infer_raw("pid_stub", [Input("INPUT0", "FP32", np.array([-9.0], dtype=np.float32))])
+    assert r.status != 200
+    assert b"killed by signal 9" in r.body, r.body
+    assert b"pid_stub" in r.body, r.body
+
+    def served():
+        r = c.infer_raw("pid_stub", [Input("INPUT0", "FP32", np.array([4.0], dtype=np.float32))])
+        if r.status == 200:
+            return r
+        assert b"is restarting" in r.body, r.body
+        return None
+    wait_for(served, timeout=30, what="pid_stub serving again after its restart")
+    _, after = infer(c, "pid_stub", [1.0])
+    assert after != before
+    assert hosts_of(server, "pid_stub") == [after]
+    assert "restarting it (restart 1" in server.stderr_text()
+    # The other modes were not touched, and nothing was left in /dev/shm.
+    infer(c, "pid_in_process", [1.0])
+    infer(c, "pid_ppi", [1.0])
+    assert set(os.listdir("/dev/shm")) == shm_before

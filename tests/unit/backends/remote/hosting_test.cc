@@ -1,0 +1,234 @@
+// Backend libraries hosted out of process (src/backends/remote/): models of tests/backends'
+// echo_c and remote_probe loaded by the ModelManager with VRAMD_<BACKEND>_HOSTING, answered by
+// vramd_backend_host processes; a host killed with SIGKILL in the middle of a request (the
+// request errors naming the model and the signal, the restart is counted, the next request is
+// served by a new process); nothing left behind (descriptors, /dev/shm, child processes).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/remote/stub.h"
+#include "support/scratch_repository.h"
+
+namespace vramd {
+namespace {
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const fs::path kBackends = VRAMD_TEST_BACKENDS_DIR;
+
+size_t OpenFds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+size_t DevShmEntries() { return std::distance(fs::directory_iterator("/dev/shm"), {}); }
+
+// Live children of this process (hosts), by pid.
+std::set<pid_t> Children() {
+  std::set<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state;
+    int ppid;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == getpid() &&
+        state != 'Z') {
+      out.insert(std::stoi(name));
+    }
+  }
+  return out;
+}
+
+std::string Config(const std::string& backend, const std::string& hosting, int instances,
+                   const std::string& extra = "") {
+  std::string c = "backend: \"" + backend + "\"\n" +
+                  "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+                  "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] },\n"
+                  "         { name: \"OUTPUT1\" data_type: TYPE_INT64 dims: [ 2 ] } ]\n"
+                  "instance_group [ { kind: KIND_CPU count: " + std::to_string(instances) + " } ]\n";
+  std::string key = "VRAMD_";
+  for (char ch : backend) key += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  key += "_HOSTING";
+  if (!hosting.empty()) {
+    c += "parameters { key: \"" + key + "\" value { string_value: \"" + hosting + "\" } }\n";
+  }
+  return c + extra;
+}
+
+InferRequest Request(std::vector<int32_t> ints) {
+  InferRequest r;
+  r.id = "r";
+  r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {static_cast<int64_t>(ints.size())},
+                            HostBuffer::CopyOf(ints.data(), ints.size() * sizeof(int32_t))});
+  return r;
+}
+
+class HostingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backends::SetBackendDirectory(kBackends);
+    fds_before_ = OpenFds();
+    shm_before_ = DevShmEntries();
+  }
+  void TearDown() override {
+    manager_.reset();
+    EXPECT_TRUE(Children().empty()) << "a host process outlived its model";
+    EXPECT_EQ(OpenFds(), fds_before_) << "a descriptor leaked";
+    EXPECT_EQ(DevShmEntries(), shm_before_);
+    EXPECT_TRUE(memory_.ledger.Leaks().empty());
+  }
+  void Start() {
+    auto manager = runtime::ModelManager::Create(memory_.Options({repo_.root()}));
+    ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+    manager_ = std::move(manager).value();
+  }
+  std::string Reason(const std::string& model) {
+    for (const auto& e : manager_->Index()) {
+      if (e.name == model) return e.state + ": " + e.reason;
+    }
+    return "";
+  }
+  // OUTPUT1 of a probe response: {pid, instances created in that process}.
+  static std::pair<int64_t, int64_t> PidOf(const InferResponse& response) {
+    int64_t v[2] = {0, 0};
+    for (const Tensor& t : response.outputs) {
+      if (t.name == "OUTPUT1" && t.data.size() == sizeof v) std::memcpy(v, t.data.data(), sizeof v);
+    }
+    return {v[0], v[1]};
+  }
+
+  testing::ScratchRepository repo_;
+  testing::TestMemory memory_;
+  std::unique_ptr<runtime::ModelManager> manager_;
+  size_t fds_before_ = 0, shm_before_ = 0;
+};
+
+TEST_F(HostingTest, EchoAnswersTheSameInAStub) {
+  const std::string echo =
+      "backend: \"echo_c\"\n"
+      "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+      "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+      "instance_group [ { kind: KIND_CPU count: 2 } ]\n";
+  repo_.AddModel("local", echo, {"1"});
+  repo_.AddModel("hosted", echo + "parameters { key: \"VRAMD_ECHO_C_HOSTING\" value { string_value: \"stub\" } }\n", {"1"});
+  Start();
+  EXPECT_EQ(Children().size(), 1u);  // one process for both instances
+  auto local = manager_->Find("local", 0);
+  auto hosted = manager_->Find("hosted", 0);
+  ASSERT_TRUE(local.ok() && hosted.ok()) << Reason("hosted");
+  std::vector<int32_t> big(100000);  // 400 KB: crosses in a memfd segment
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>(i * 7);
+  for (const auto& ints : {std::vector<int32_t>{1, -2, 3}, big}) {
+    auto a = (*local)->Infer(Request(ints));
+    auto b = (*hosted)->Infer(Request(ints));
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    ASSERT_EQ(b->response.outputs.size(), 1u);
+    EXPECT_EQ(b->response.outputs[0].shape, a->response.outputs[0].shape);
+    EXPECT_EQ(b->response.outputs[0].data.view(), a->response.outputs[0].data.view());
+  }
+  // An execute error crosses with its code and text.
+  auto failed = (*hosted)->Infer(Request({0xEE}));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(failed.status().message(), HasSubstr("backend 'echo_c'"));
+  EXPECT_THAT(failed.status().message(), HasSubstr("failure byte"));
+}
+
+TEST_F(HostingTest, StubSharesOneProcessAndProcessPerInstanceDoesNot) {
+  repo_.AddModel("stub", Config("remote_probe", "stub", 3), {"1"});
+  repo_.AddModel("ppi", Config("remote_probe", "process_per_instance", 2), {"1"});
+  Start();
+  auto stub = manager_->Find("stub", 0);
+  auto ppi = manager_->Find("ppi", 0);
+  ASSERT_TRUE(stub.ok()) << Reason("stub");
+  ASSERT_TRUE(ppi.ok()) << Reason("ppi");
+  EXPECT_EQ(Children().size(), 3u);  // 1 + 2
+  auto a = (*stub)->Infer(Request({5}));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(PidOf(a->response).second, 3);  // the three instances were made in its process
+  EXPECT_NE(PidOf(a->response).first, getpid());
+  auto b = (*ppi)->Infer(Request({5}));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(PidOf(b->response).second, 1);  // one instance per process
+}
+
+TEST_F(HostingTest, AKilledHostFailsItsRequestAndIsRestarted) {
+  const fs::path marker = fs::path(::testing::TempDir()) / ("probe-hang-" + std::to_string(getpid()));
+  fs::remove(marker);
+  ASSERT_EQ(::setenv("PROBE_HANG_MARKER", marker.c_str(), 1), 0);
+  repo_.AddModel("probe", Config("remote_probe", "stub", 2), {"1"});
+  Start();
+  auto model = manager_->Find("probe", 0);
+  ASSERT_TRUE(model.ok()) << Reason("probe");
+  auto first = (*model)->Infer(Request({1}));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const pid_t pid = static_cast<pid_t>(PidOf(first->response).first);
+  const uint64_t restarts_before = backends::remote::Stub::TotalRestarts();
+
+  auto hung = std::async(std::launch::async, [&] { return (*model)->Infer(Request({9999})); });
+  // The probe creates the marker once it is inside execute.
+  for (int i = 0; i < 1000 && !fs::exists(marker); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(fs::exists(marker)) << "the probe never started the hanging request";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  auto outcome = hung.get();
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(outcome.status().message(), HasSubstr("model 'probe' version 1"));
+  EXPECT_THAT(outcome.status().message(), HasSubstr("killed by signal 9"));
+  fs::remove(marker);
+
+  // Served again by a new process once restarted; until then requests fail fast.
+  Result<runtime::InferOutcome> next = Status::Unavailable("not yet");
+  for (int i = 0; i < 500; ++i) {
+    next = (*model)->Infer(Request({2}));
+    if (next.ok()) break;
+    EXPECT_THAT(next.status().message(), HasSubstr("is restarting"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_NE(PidOf(next->response).first, pid);
+  EXPECT_EQ(PidOf(next->response).second, 2);  // both instances created again
+  EXPECT_EQ(backends::remote::Stub::TotalRestarts(), restarts_before + 1);
+  EXPECT_EQ(Children().size(), 1u);
+  ::unsetenv("PROBE_HANG_MARKER");
+}
+
+TEST_F(HostingTest, ExecuteErrorsAndRefusalsNameTheirCause) {
+  repo_.AddModel("probe", Config("remote_probe", "stub", 1), {"1"});
+  repo_.AddModel("gpu", Config("remote_probe", "stub", 1,
+                               "parameters { key: \"try_gpu_allocate\" value { string_value: \"1\" } }\n"),
+                 {"1"});
+  repo_.AddModel("bad", Config("remote_probe", "sideways", 1), {"1"});
+  Start();
+  auto model = manager_->Find("probe", 0);
+  ASSERT_TRUE(model.ok()) << Reason("probe");
+  auto failed = (*model)->Infer(Request({7777}));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), HasSubstr("asked to fail"));
+  EXPECT_TRUE((*model)->Infer(Request({1})).ok());
+  EXPECT_THAT(Reason("gpu"), HasSubstr("cannot be allocated in the backend host process"));
+  EXPECT_THAT(Reason("bad"), HasSubstr("VRAMD_REMOTE_PROBE_HOSTING is \"sideways\""));
+}
+
+}  // namespace
+}  // namespace vramd
