@@ -17,6 +17,8 @@
 
 namespace vramd::python {
 
+struct LedgerTable;  // ledger_table.h
+
 // A model version as the rest of the backend sees it; immutable after model_create, except
 // `alive`.
 struct ModelShared {
@@ -32,6 +34,12 @@ struct ModelShared {
   bool decoupled = false;
   bool force_cpu_inputs = true;  // parameters FORCE_CPU_ONLY_INPUT_TENSORS (default "yes")
   std::vector<std::string> output_names;
+  // Memory hooks (numpy_ledger.h, torch_ledger.h): parameters VRAMD_PYTHON_LEDGER_NUMPY and
+  // VRAMD_PYTHON_LEDGER_TORCH ("on", the default, or "off"), and the table they allocate
+  // through.
+  bool ledger_numpy = true;
+  bool ledger_torch = true;
+  LedgerTable* ledger_table = nullptr;
   // False once model_destroy began: the server table may no longer be used after that.
   std::atomic<bool> alive{true};
 };
@@ -51,6 +59,9 @@ struct CallContext {
   // The ledger owner of what runs now: the instance's, or the request's during execute (for the
   // later attribution of framework allocations).
   VramdOwner owner = 0;
+  // The instance's owner (0 while the module is imported): what the memory hooks charge for
+  // state that outlives a request by design (a decoupled model's arrays, torch's pool segments).
+  VramdOwner instance_owner = 0;
 };
 
 // Sets the thread's context for its lifetime, restoring the previous one after.

@@ -8,7 +8,10 @@
 #include <optional>
 
 #include "common.h"
+#include "ledger_table.h"
+#include "numpy_ledger.h"
 #include "py_types.h"
+#include "torch_ledger.h"
 
 namespace vramd::python {
 namespace {
@@ -61,6 +64,20 @@ VramdCode ReadConfig(ModelShared* model, std::string* error) {
                "model with its own environment needs a stub process, not available yet)";
       return VRAMD_UNSUPPORTED;
     }
+    // The memory hooks (numpy_ledger.h, torch_ledger.h): "on" (the default) or "off".
+    for (auto [key, flag] : {std::pair<const char*, bool*>{"VRAMD_PYTHON_LEDGER_NUMPY",
+                                                           &model->ledger_numpy},
+                             {"VRAMD_PYTHON_LEDGER_TORCH", &model->ledger_torch}}) {
+      auto setting = value(key);
+      if (!setting) continue;
+      if (*setting == "off" || *setting == "on") {
+        *flag = *setting == "on";
+      } else {
+        *error = "python model '" + model->name + "': " + key + " must be 'on' or 'off', not '" +
+                 *setting + "'";
+        return VRAMD_INVALID_ARGUMENT;
+      }
+    }
     if (auto force = value("FORCE_CPU_ONLY_INPUT_TENSORS")) {
       if (*force == "no") {
         model->force_cpu_inputs = false;
@@ -107,7 +124,9 @@ VramdCode PythonModel::Create(const VramdModelInfo& info, std::unique_ptr<Python
                           .cast<std::string>();
     RegisterModel(shared);
     model->shared_ = shared;
+    shared->ledger_table = AcquireLedgerTable(info.server);
     ContextScope scope(CallContext{shared, nullptr, Phase::kImport, info.owner});
+    NumpyLedgerScope numpy(*shared);
     py::object module = Host().attr("import_model")(
         shared->package, std::filesystem::path(shared->model_file).filename().string());
     py::object cls = module.attr("TritonPythonModel");
@@ -136,16 +155,22 @@ PythonModel::~PythonModel() {
     Log(shared_->server, VRAMD_LOG_WARNING,
         "python model '" + shared_->name + "': removing its modules failed: " + ErrorText(e));
   }
+  // Arrays its modules held are freed by now; what outlives the model is freed through
+  // another model's table (ledger_table.h).
+  ReleaseLedgerTable(shared_->ledger_table);
 }
 
 CallContext PythonInstance::Context(Phase phase, VramdOwner owner) const {
-  return CallContext{model_, status_, phase, owner};
+  return CallContext{model_, status_, phase, owner, owner_};
 }
 
 py::object PythonInstance::Loop() {
   if (!loop_) {
     CallContext context = Context(Phase::kExecute, owner_);
-    py::cpp_function bind([context]() { BindThread(context); });
+    py::cpp_function bind([context]() {
+      BindThread(context);
+      InstallNumpyLedger(*context.model);  // the loop's tasks copy this thread's context
+    });
     loop_ = std::make_unique<py::object>(Host().attr("InstanceLoop")(name_, bind));
   }
   return *loop_;
@@ -157,11 +182,16 @@ VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& in
   instance->model_ = model->shared();
   instance->name_ = info.name ? info.name : "";
   instance->owner_ = info.owner;
+  instance->device_ = info.device_id < 0 ? 0 : info.device_id;
   const ModelShared& shared = *instance->model_;
 
   py::gil_scoped_acquire gil;
   ContextScope scope(instance->Context(Phase::kInitialize, info.owner));
+  NumpyLedgerScope numpy(shared);
   try {
+    py::object pool = TorchPool(shared, info.kind == VRAMD_DEVICE_GPU, instance->device_,
+                                instance->name_);
+    if (!pool.is_none()) instance->torch_pool_ = std::make_unique<py::object>(std::move(pool));
     py::dict args;
     args["model_config"] = shared.config_json;
     args["model_instance_kind"] = info.kind == VRAMD_DEVICE_GPU ? "GPU" : "CPU";
@@ -172,7 +202,8 @@ VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& in
     args["model_name"] = shared.name;
     instance->object_ = std::make_unique<py::object>(model->model_class()());
     if (py::hasattr(*instance->object_, "initialize")) {
-      py::object result = instance->object_->attr("initialize")(args);
+      py::object result =
+          instance->Call(instance->object_->attr("initialize"), py::make_tuple(args));
       if (Host().attr("is_coroutine")(result).cast<bool>()) instance->Loop().attr("run")(result);
     }
   } catch (const py::error_already_set& e) {
@@ -197,6 +228,7 @@ PythonInstance::~PythonInstance() {
     const bool call_finalize = status_->initialized.load();
     status_->finalizing.store(true);
     ContextScope scope(Context(Phase::kFinalize, owner_));
+    NumpyLedgerScope numpy(*model_);
     if (loop_) {  // Triton stops the loop before finalize()
       try {
         loop_->attr("stop")();
@@ -208,7 +240,7 @@ PythonInstance::~PythonInstance() {
     }
     if (call_finalize && object_ && py::hasattr(*object_, "finalize")) {
       try {
-        object_->attr("finalize")();
+        Call(object_->attr("finalize"));
       } catch (const py::error_already_set& e) {
         Log(model_->server, VRAMD_LOG_ERROR,
             "python model '" + model_->name + "': finalize of instance '" + name_ +
@@ -217,6 +249,8 @@ PythonInstance::~PythonInstance() {
     }
     object_.reset();
     loop_.reset();
+    // After the model's objects: the pool returns its cached segments (torch's ~MemPool).
+    torch_pool_.reset();
   }
   for (const auto& state : outstanding_->TakeAll()) state->FailIfOpen(VRAMD_INTERNAL, destroyed);
 }
@@ -280,8 +314,13 @@ std::shared_ptr<PyInferRequest> PythonInstance::MakeRequest(const VramdRequest& 
   return r;
 }
 
+py::object PythonInstance::Call(const py::object& fn, const py::tuple& args) {
+  if (!torch_pool_) return fn(*args);
+  return TorchPoolCall(*torch_pool_, device_, fn, args);
+}
+
 void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestState>>& states,
-                                     const py::object& returned) {
+                                     py::object returned) {
   if (returned.is_none()) return;
   if (model_->decoupled) {
     throw ModelException("Python model '" + name_ +
@@ -311,9 +350,22 @@ void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestSt
     typed[i] = item.cast<std::shared_ptr<PyInferResponse>>();
     states[i]->CheckSend(true, VRAMD_RESPONSE_FLAG_FINAL);
   }
+  // Build every response (outputs copied to the server), then drop the model's objects (the
+  // numpy arrays charged to the requests, numpy_ledger.h), and only then send: the final flag
+  // closes a request's ledger owner, and an array still referenced then would read as its leak.
+  std::vector<std::unique_ptr<PreparedResponse>> prepared(states.size());
+  {
+    py::gil_scoped_release release;
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (typed[i]) prepared[i] = states[i]->Prepare(*typed[i]);
+    }
+  }
+  typed.clear();
+  responses = py::list();
+  returned = py::none();
   py::gil_scoped_release release;
   for (size_t i = 0; i < states.size(); ++i) {
-    if (typed[i]) states[i]->Send(typed[i].get(), VRAMD_RESPONSE_FLAG_FINAL);
+    if (prepared[i]) states[i]->SendPrepared(std::move(prepared[i]), VRAMD_RESPONSE_FLAG_FINAL);
   }
 }
 
@@ -324,6 +376,7 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
   {
     py::gil_scoped_acquire gil;
     ContextScope scope(Context(Phase::kExecute, count > 0 ? requests[0]->owner : owner_));
+    NumpyLedgerScope numpy(*model_);
     try {
       py::list list;
       for (size_t i = 0; i < count; ++i) {
@@ -331,7 +384,7 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
         states.push_back(request->state);
         list.append(py::cast(request));
       }
-      py::object returned = object_->attr("execute")(list);
+      py::object returned = Call(object_->attr("execute"), py::make_tuple(list));
       if (Host().attr("is_coroutine")(returned).cast<bool>()) {
         if (model_->decoupled) {
           // Triton runs a decoupled model's coroutine in the background: execute returns now.
@@ -351,7 +404,7 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
           returned = Loop().attr("run")(returned);
         }
       }
-      ProcessReturned(states, returned);
+      ProcessReturned(states, std::move(returned));
     } catch (const py::error_already_set& e) {
       failure = ErrorText(e);
       Log(model_->server, VRAMD_LOG_VERBOSE,

@@ -61,13 +61,19 @@ class PythonInstance {
   CallContext Context(Phase phase, VramdOwner owner) const;
   pybind11::object Loop();  // the instance's InstanceLoop, made on first use
   std::shared_ptr<PyInferRequest> MakeRequest(const VramdRequest& request);
+  // `returned` is taken: what it holds is dropped before the responses are sent.
   void ProcessReturned(const std::vector<std::shared_ptr<RequestState>>& states,
-                       const pybind11::object& returned);
+                       pybind11::object returned);
+  // fn(*args), inside the instance's torch pool when it has one (torch_ledger.h).
+  pybind11::object Call(const pybind11::object& fn,
+                        const pybind11::tuple& args = pybind11::tuple());
 
   std::shared_ptr<ModelShared> model_;
   std::shared_ptr<InstanceStatus> status_ = std::make_shared<InstanceStatus>();
   std::string name_;
   VramdOwner owner_ = 0;
+  int32_t device_ = 0;  // the instance's CUDA ordinal (0 for KIND_CPU)
+  std::unique_ptr<pybind11::object> torch_pool_;  // torch_ledger.h; reset under the GIL
   std::unique_ptr<pybind11::object> object_;  // reset under the GIL
   std::unique_ptr<pybind11::object> loop_;
   std::shared_ptr<OutstandingRequests> outstanding_ = std::make_shared<OutstandingRequests>();

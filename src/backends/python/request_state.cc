@@ -1,6 +1,7 @@
 #include "request_state.h"
 
 #include <cstring>
+#include <utility>
 
 namespace vramd::python {
 namespace {
@@ -103,6 +104,47 @@ void RequestState::CheckLocked(bool has_response, uint32_t flags) const {
     }
   }
   if (closed_) throw ModelException("Unable to send response. Response sender has been closed.");
+}
+
+PreparedResponse::~PreparedResponse() {
+  if (built_ != nullptr) api_->response_delete(api_->server, built_);
+}
+
+std::unique_ptr<PreparedResponse> RequestState::Prepare(const PyInferResponse& response) {
+  std::unique_ptr<PreparedResponse> prepared(new PreparedResponse());
+  prepared->api_ = model_->server;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (responder_ == nullptr || !model_->alive.load()) {
+    throw ModelException("the request was already answered");
+  }
+  if (response.error) {
+    prepared->code_ = CodeFromTriton(response.error->code);
+    prepared->message_ = response.error->message;
+    return prepared;
+  }
+  std::string error;
+  if (!BuildResponse(*model_, responder_, response, &prepared->built_, &error)) {
+    throw ModelException(error);
+  }
+  return prepared;
+}
+
+void RequestState::SendPrepared(std::unique_ptr<PreparedResponse> prepared, uint32_t flags) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckLocked(true, flags);
+  if (responder_ == nullptr || !model_->alive.load()) {
+    throw ModelException("the request was already answered");
+  }
+  const VramdServerApi* api = model_->server;
+  VramdError e{};
+  VramdResponse* built = std::exchange(prepared->built_, nullptr);  // respond takes it
+  VramdCode rc = built != nullptr
+                     ? api->respond(api->server, responder_, built, VRAMD_OK, nullptr, flags, &e)
+                     : api->respond(api->server, responder_, nullptr, prepared->code_,
+                                    prepared->message_.c_str(), flags, &e);
+  if (rc != VRAMD_OK) throw ModelException(e.message);
+  ++sent_;
+  if (flags & kFinal) CloseLocked();
 }
 
 void RequestState::CheckSend(bool has_response, uint32_t flags) const {

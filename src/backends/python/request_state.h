@@ -32,6 +32,23 @@ namespace vramd::python {
 
 class OutstandingRequests;
 
+// A response built (its outputs copied into the server's buffers) but not sent yet
+// (RequestState::Prepare); dropped unsent by its destructor.
+class PreparedResponse {
+ public:
+  ~PreparedResponse();
+  PreparedResponse(const PreparedResponse&) = delete;
+  PreparedResponse& operator=(const PreparedResponse&) = delete;
+
+ private:
+  friend class RequestState;
+  PreparedResponse() = default;
+  const VramdServerApi* api_ = nullptr;
+  VramdResponse* built_ = nullptr;  // null for an error response
+  VramdCode code_ = VRAMD_OK;
+  std::string message_;
+};
+
 class RequestState {
  public:
   RequestState(std::shared_ptr<ModelShared> model, VramdResponder* responder, std::string id);
@@ -40,6 +57,12 @@ class RequestState {
   // cannot be built or respond refuses it (nothing is sent; the request stays open).
   // `response` null: only the flags.
   void Send(const PyInferResponse* response, uint32_t flags);
+  // Send in two steps, so that the model's Python objects (numpy arrays charged to the request,
+  // numpy_ledger.h) can be dropped between them, before the final flag closes the request's
+  // ledger owner: Prepare builds the response (no GIL needed; throws ModelException when it
+  // cannot be built or the request is answered), SendPrepared sends it with Send's rules.
+  std::unique_ptr<PreparedResponse> Prepare(const PyInferResponse& response);
+  void SendPrepared(std::unique_ptr<PreparedResponse> prepared, uint32_t flags);
   // Checks Send's rules without sending (Triton checks every returned response before it sends
   // any). Throws ModelException.
   void CheckSend(bool has_response, uint32_t flags) const;

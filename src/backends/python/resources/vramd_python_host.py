@@ -241,3 +241,47 @@ class InstanceLoop:
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+# torch's CUDA memory through vramd's ledger (torch_ledger.h): one CUDAPluggableAllocator over
+# libvramd_python.so's vramd_torch_malloc / vramd_torch_free for the process, one MemPool over it
+# per KIND_GPU instance.
+_torch_allocator = None
+
+
+def torch_pool(library, device):
+    """(a torch.cuda.MemPool on cuda:`device` backed by vramd's allocator, "") or (None, why)."""
+    global _torch_allocator
+    torch = sys.modules.get("torch")
+    if torch is None:
+        if importlib.util.find_spec("torch") is None:
+            return None, "torch is not installed"
+        import torch
+    version = getattr(torch, "__version__", "?")
+    try:
+        cuda = torch.cuda.is_available()
+    except Exception as error:  # a broken driver install
+        return None, "torch %s cannot use CUDA (%s)" % (version, error)
+    if not cuda:
+        return None, "torch %s has no CUDA (a CPU-only build, or no device)" % version
+    memory = getattr(torch.cuda, "memory", None)
+    if (not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool")
+            or not hasattr(memory, "CUDAPluggableAllocator")):
+        return None, ("torch %s has no torch.cuda.MemPool / use_mem_pool / "
+                      "CUDAPluggableAllocator (torch >= 2.5 has them)" % version)
+    try:
+        if _torch_allocator is None:
+            _torch_allocator = memory.CUDAPluggableAllocator(
+                library, "vramd_torch_malloc", "vramd_torch_free")
+        with torch.cuda.device(int(device)):  # a MemPool belongs to the current device
+            return torch.cuda.MemPool(_torch_allocator.allocator()), ""
+    except Exception as error:
+        return None, "torch %s refused vramd's allocator: %s: %s" % (
+            version, type(error).__name__, error)
+
+
+def call_in_pool(pool, device, fn, *args):
+    """fn(*args) with torch's allocations on cuda:`device` routed to `pool`."""
+    import torch
+    with torch.cuda.use_mem_pool(pool, device=torch.device("cuda", int(device))):
+        return fn(*args)

@@ -1,0 +1,117 @@
+#include "torch_ledger.h"
+
+#include <sys/types.h>
+
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "common.h"
+#include "interpreter.h"
+#include "ledger_table.h"
+
+namespace vramd::python {
+namespace {
+
+struct Segment {
+  LedgerTable* table;
+  int32_t device;
+};
+
+std::mutex& SegmentsMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+// Every segment handed out, by address: torch frees on any thread, with no context.
+std::unordered_map<void*, Segment>& Segments() {
+  static auto* segments = new std::unordered_map<void*, Segment>;
+  return *segments;
+}
+
+// Logs `reason` once per process (under the GIL).
+void LogOnce(const ModelShared& model, const std::string& reason) {
+  static auto* seen = new std::set<std::string>;
+  if (!seen->insert(reason).second) return;
+  Log(model.server, VRAMD_LOG_INFO,
+      "python backend: torch's CUDA memory is not charged to the ledger: " + reason);
+}
+
+}  // namespace
+
+py::object TorchPool(const ModelShared& model, bool gpu_instance, int32_t device,
+                     const std::string& instance) {
+  if (!gpu_instance || !model.ledger_torch || model.ledger_table == nullptr) return py::none();
+  py::tuple made = py::module_::import("vramd_python_host")
+                       .attr("torch_pool")(LibraryDirectory() + "/libvramd_python.so", device);
+  if (!made[0].is_none()) {
+    Log(model.server, VRAMD_LOG_VERBOSE,
+        "python model '" + model.name + "': instance '" + instance +
+            "' allocates torch's CUDA memory through the ledger (a MemPool of its own)");
+    return made[0];
+  }
+  LogOnce(model, made[1].cast<std::string>());
+  return py::none();
+}
+
+py::object TorchPoolCall(const py::object& pool, int32_t device, const py::object& fn,
+                         const py::tuple& args) {
+  if (pool.is_none()) return fn(*args);
+  return py::module_::import("vramd_python_host").attr("call_in_pool")(pool, device, fn, *args);
+}
+
+uint64_t TorchLedgerLiveSegments() {
+  std::lock_guard<std::mutex> lock(SegmentsMutex());
+  return Segments().size();
+}
+
+}  // namespace vramd::python
+
+using vramd::python::CurrentContext;
+using vramd::python::LedgerAllocate;
+using vramd::python::LedgerFree;
+
+extern "C" __attribute__((visibility("default"))) void* vramd_torch_malloc(ssize_t size,
+                                                                           int device,
+                                                                           void* stream) {
+  try {
+    if (size < 0) return nullptr;
+    const vramd::python::CallContext* context = CurrentContext();
+    // Only the instances' threads allocate into their pools, always within a context.
+    if (context == nullptr || !context->model || context->model->ledger_table == nullptr) {
+      return nullptr;
+    }
+    const VramdOwner owner = context->instance_owner != 0 ? context->instance_owner
+                                                          : context->owner;
+    vramd::python::LedgerTable* table = context->model->ledger_table;
+    void* ptr = LedgerAllocate(table, owner, VRAMD_DEVICE_GPU, device,
+                               static_cast<size_t>(size), stream, nullptr);
+    if (ptr == nullptr) return nullptr;  // torch raises its OutOfMemoryError
+    std::lock_guard<std::mutex> lock(vramd::python::SegmentsMutex());
+    vramd::python::Segments()[ptr] = vramd::python::Segment{table, device};
+    return ptr;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) void vramd_torch_free(void* ptr, ssize_t,
+                                                                        int device, void*) {
+  try {
+    if (ptr == nullptr) return;
+    vramd::python::LedgerTable* table = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(vramd::python::SegmentsMutex());
+      auto& segments = vramd::python::Segments();
+      auto it = segments.find(ptr);
+      if (it != segments.end()) {
+        table = it->second.table;
+        device = it->second.device;
+        segments.erase(it);
+      }
+    }
+    // An unknown pointer still goes to the server, whose ledger counts it as an unknown free.
+    LedgerFree(table, VRAMD_DEVICE_GPU, device, ptr);
+  } catch (...) {
+  }
+}
