@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Builds vramd here (Release, with CUDA) for the GPU machine and gathers what must travel into
 # device-dist/ (git-ignored; name it in the device tool's `carry`):
-#   device-dist/bin/   vramd, vramctl, the GPU tests and the benchmarks
+#   device-dist/bin/   vramd, vramctl, vramd_backend_host, the GPU tests and the benchmarks
 #   device-dist/lib/   the shared libraries they need that are not part of glibc
 #   device-dist/include/rapidjson/   headers for building the pytorch backend on the device
 # Then, on the device: scripts/device/run.sh (see there).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x /usr/local/cuda/bin/nvcc ] || { echo "package.sh: /usr/local/cuda is needed to build for the GPU" >&2; exit 1; }
-VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh
+# The python backend links a libpython, so it is built on the device against its Python
+# (scripts/device/build_python.sh), not here against Debian's 3.11.
+VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh \
+  -DVRAMD_BUILD_PYTHON_BACKEND=OFF
 
 rm -rf device-dist
 mkdir -p device-dist/bin device-dist/lib
@@ -23,6 +26,9 @@ for tool in infer_load inprocess_infer pool_replay; do
   [ -x build-device/bench/$tool ] || { echo "package.sh: build-device/bench/$tool was not built" >&2; exit 1; }
   binaries+=(build-device/bench/$tool)
 done
+# The out-of-process backend host (docs/remote-backends.md): the python backend's stub modes.
+[ -x build-device/backends/vramd_backend_host ] || { echo "package.sh: build-device/backends/vramd_backend_host was not built" >&2; exit 1; }
+binaries+=(build-device/backends/vramd_backend_host)
 cp "${binaries[@]}" device-dist/bin/
 # The unit tests' line tables (tests/CMakeLists.txt) would take room the carry limit needs.
 [ -f device-dist/bin/vramd_unit_tests ] && strip --strip-debug device-dist/bin/vramd_unit_tests

@@ -36,6 +36,28 @@ say() { echo "$*" | tee -a "$summary"; }
 say "# vramd device run $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
 
+# Programs built here link this machine's libstdc++; device-dist/lib carries the build host's.
+# Puts whichever is newer first (links under $1), so a backend built here (loaded into vramd) and
+# torch both find theirs.
+prefer_newer_stdcxx() {
+  local sys_stdcxx s_ver d_ver sys_gcc_s
+  sys_stdcxx=$(c++ -print-file-name=libstdc++.so.6 2>/dev/null)
+  [ -f "$sys_stdcxx" ] || sys_stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/{print $NF; exit}')
+  glibcxx_max() { grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$1" 2>/dev/null | sort -uV | tail -1; }
+  if [ -n "$sys_stdcxx" ] && [ -f "$sys_stdcxx" ] && [ -f device-dist/lib/libstdc++.so.6 ]; then
+    s_ver=$(glibcxx_max "$sys_stdcxx"); d_ver=$(glibcxx_max device-dist/lib/libstdc++.so.6)
+    if [ -n "$s_ver" ] && [ "$s_ver" != "$d_ver" ] && \
+       [ "$(printf '%s\n%s\n' "$s_ver" "$d_ver" | sort -V | tail -1)" = "$s_ver" ]; then
+      mkdir -p "$1/stdcxx"
+      ln -sf "$(readlink -f "$sys_stdcxx")" "$1/stdcxx/libstdc++.so.6"
+      sys_gcc_s=$(c++ -print-file-name=libgcc_s.so.1 2>/dev/null)
+      [ -f "$sys_gcc_s" ] && ln -sf "$(readlink -f "$sys_gcc_s")" "$1/stdcxx/libgcc_s.so.1"
+      echo "using this machine's libstdc++ ($s_ver) before device-dist's ($d_ver)" >> "$OUT/benchmarks.log"
+      export LD_LIBRARY_PATH="$1/stdcxx:$LD_LIBRARY_PATH"
+    fi
+  fi
+}
+
 status=0
 # 1. GPU tests and unit tests with a GPU part (GoogleTest). GPU tests print
 #    "FIGURE <name> <value> <unit>" lines for the record.
@@ -136,23 +158,7 @@ fi
 #    it measured.
 if has_step pytorch; then
   ptmp=$(mktemp -d)
-  # Programs built here link this machine's libstdc++; device-dist/lib carries the build host's.
-  # Put whichever is newer first, so the backend (loaded into vramd) and torch both find theirs.
-  sys_stdcxx=$(c++ -print-file-name=libstdc++.so.6 2>/dev/null)
-  [ -f "$sys_stdcxx" ] || sys_stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/{print $NF; exit}')
-  glibcxx_max() { grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$1" 2>/dev/null | sort -uV | tail -1; }
-  if [ -n "$sys_stdcxx" ] && [ -f "$sys_stdcxx" ] && [ -f device-dist/lib/libstdc++.so.6 ]; then
-    s_ver=$(glibcxx_max "$sys_stdcxx"); d_ver=$(glibcxx_max device-dist/lib/libstdc++.so.6)
-    if [ -n "$s_ver" ] && [ "$s_ver" != "$d_ver" ] && \
-       [ "$(printf '%s\n%s\n' "$s_ver" "$d_ver" | sort -V | tail -1)" = "$s_ver" ]; then
-      mkdir -p "$ptmp/stdcxx"
-      ln -s "$(readlink -f "$sys_stdcxx")" "$ptmp/stdcxx/libstdc++.so.6"
-      sys_gcc_s=$(c++ -print-file-name=libgcc_s.so.1 2>/dev/null)
-      [ -f "$sys_gcc_s" ] && ln -s "$(readlink -f "$sys_gcc_s")" "$ptmp/stdcxx/libgcc_s.so.1"
-      echo "pytorch: using this machine's libstdc++ ($s_ver) before device-dist's ($d_ver)" >> "$OUT/benchmarks.log"
-      export LD_LIBRARY_PATH="$ptmp/stdcxx:$LD_LIBRARY_PATH"
-    fi
-  fi
+  prefer_newer_stdcxx "$ptmp"
   echo "# pytorch: build_torch.sh" >> "$OUT/benchmarks.log"
   if timeout "${PYTORCH_BUILD_TIMEOUT:-200}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
     say "PASS pytorch build (backend + direct_bench)"
@@ -212,6 +218,67 @@ if has_step pytorch_diag; then
   else
     say "FAIL pytorch_diag: build_torch.sh failed (log in benchmarks.log)"; status=1
   fi
+fi
+
+# 8. python (issue 14; not in the default STEPS): the python backend built here against this
+#    machine's Python 3.12 and torch venv (scripts/device/build_python.sh), the pytorch backend
+#    beside it (build_torch.sh), then: tests/device/python_gpu_check.py (torch allocations of a
+#    model.py in the ledger), bench/torch/memory_compare.py's python series (a torch model.py at
+#    N = 1, 2, 4, 8 instances in each hosting mode, plus N python processes as Triton's
+#    baseline), and bench/python/throughput_compare.py (python identity vs the built-in one;
+#    a torch model.py vs the same TorchScript through the pytorch backend). JSON in
+#    $OUT/python_bench.json. The embedded interpreter is the system's 3.12: the venv's
+#    site-packages (torch) reach it through PYTHONPATH.
+if has_step python; then
+  pytmp=$(mktemp -d)
+  prefer_newer_stdcxx "$pytmp"
+  echo "# python: build_python.sh" >> "$OUT/benchmarks.log"
+  built=1
+  timeout "${PYTHON_BUILD_TIMEOUT:-200}" bash scripts/device/build_python.sh >> "$OUT/benchmarks.log" 2>&1 || built=0
+  if [ ! -f build-torch-device/backends/pytorch/libvramd_pytorch.so ]; then
+    echo "# python: build_torch.sh" >> "$OUT/benchmarks.log"
+    timeout "${PYTORCH_BUILD_TIMEOUT:-200}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1 || built=0
+  fi
+  if [ "$built" = 1 ]; then
+    say "PASS python build (python backend + pytorch backend)"
+    mkdir -p "$pytmp/backends"
+    ln -s "$PWD/build-python-device/backends/python" "$pytmp/backends/python"
+    ln -s "$PWD/build-torch-device/backends/pytorch" "$pytmp/backends/pytorch"
+    export VRAMD_BACKEND_HOST="$PWD/$BIN/vramd_backend_host"
+    PYTHONPATH="$(python3 -c 'import site; print(":".join(site.getsitepackages()))')${PYTHONPATH:+:$PYTHONPATH}"
+    export PYTHONPATH
+    if [ -f tests/device/python_gpu_check.py ]; then
+      timeout "${PYTHON_CHECK_TIMEOUT:-150}" python3 tests/device/python_gpu_check.py --vramd "$BIN"/vramd \
+        --backend-directory "$pytmp/backends" --log "$pytmp/check_server.log" > "$pytmp/check.out" 2>&1
+      rc=$?
+      grep -E '^(PASS|FAIL|FIGURE) ' "$pytmp/check.out" | tee -a "$summary"
+      [ "$rc" -eq 0 ] || { say "FAIL python GPU check (exit $rc)"; tail -40 "$pytmp/check.out" >> "$OUT/benchmarks.log"; status=1; }
+    fi
+    timeout "${PYTHON_MEM_TIMEOUT:-300}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
+      --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" --python-backend-dir "$pytmp/backends" \
+      --skip "${PYTHON_MEM_SKIP:-vramd,threads}" --counts "${PYTHON_MEM_COUNTS:-1,2,4,8}" \
+      --width "${PYTHON_MEM_WIDTH:-32}" --work "$pytmp/mem" --out "$OUT/python_bench.json" \
+      --server-log "$pytmp/server.log" --worker-log "$pytmp/workers.log" ${PYTHON_MEM_ARGS:-} \
+      > "$pytmp/mem.out" 2> "$pytmp/mem.err"
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE|#|!!!) ' "$pytmp/mem.out" | tee -a "$summary"
+    [ "$rc" -eq 0 ] || { say "FAIL python memory comparison (exit $rc)"; status=1; }
+    timeout "${PYTHON_TPUT_TIMEOUT:-200}" python3 bench/python/throughput_compare.py --vramd "$BIN"/vramd \
+      --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" --torch \
+      --torch-instances "${PYTHON_TPUT_INSTANCES:-8}" --work "$pytmp/tput" --out "$OUT/python_bench.json" \
+      --server-log "$pytmp/server.log" ${PYTHON_TPUT_ARGS:-} > "$pytmp/tput.out" 2> "$pytmp/tput.err"
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE|#) ' "$pytmp/tput.out" | tee -a "$summary"
+    [ "$rc" -eq 0 ] || { say "FAIL python throughput comparison (exit $rc)"; status=1; }
+  else
+    say "FAIL python build (scripts/device/build_python.sh or build_torch.sh; log in benchmarks.log)"; status=1
+  fi
+  for f in check.out mem.err tput.err workers.log; do
+    [ -s "$pytmp/$f" ] && { echo "# python: $f (tail)"; tail -150 "$pytmp/$f"; } >> "$OUT/benchmarks.log"
+  done
+  [ -s "$pytmp/check_server.log" ] && { echo "# python: GPU check's vramd log (tail)"; tail -80 "$pytmp/check_server.log"; } >> "$OUT/server.log"
+  [ -s "$pytmp/server.log" ] && { echo "# python: vramd server log (tail)"; tail -300 "$pytmp/server.log"; } >> "$OUT/server.log"
+  rm -rf "$pytmp"
 fi
 
 # 7. soak (not in the default STEPS; issue 12): bench/soak.py on a KIND_GPU mlp at saturation,
