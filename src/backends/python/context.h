@@ -9,6 +9,7 @@
 #define VRAMD_BACKENDS_PYTHON_CONTEXT_H_
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct ModelShared {
   // through.
   bool ledger_numpy = true;
   bool ledger_torch = true;
+  size_t numpy_min_bytes = 512;  // VRAMD_PYTHON_LEDGER_NUMPY_MIN_BYTES (kNumpyLedgerMinBytes)
   LedgerTable* ledger_table = nullptr;
   // False once model_destroy began: the server table may no longer be used after that.
   std::atomic<bool> alive{true};

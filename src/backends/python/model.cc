@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -77,6 +78,17 @@ VramdCode ReadConfig(ModelShared* model, std::string* error) {
                  *setting + "'";
         return VRAMD_INVALID_ARGUMENT;
       }
+    }
+    if (auto bytes = value("VRAMD_PYTHON_LEDGER_NUMPY_MIN_BYTES")) {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(bytes->c_str(), &end, 10);
+      if (bytes->empty() || *end != '\0' || (*bytes)[0] == '-') {
+        *error = "python model '" + model->name +
+                 "': VRAMD_PYTHON_LEDGER_NUMPY_MIN_BYTES must be a number of bytes, not '" +
+                 *bytes + "'";
+        return VRAMD_INVALID_ARGUMENT;
+      }
+      model->numpy_min_bytes = static_cast<size_t>(n);
     }
     if (auto force = value("FORCE_CPU_ONLY_INPUT_TENSORS")) {
       if (*force == "no") {

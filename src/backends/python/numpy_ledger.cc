@@ -50,11 +50,11 @@ void* MallocBlock(size_t size, bool zero) {
   return base ? Finish(base, kMallocOffset, nullptr, size, kMallocTag) : nullptr;
 }
 
-// Who pays for an allocation made now; false: nobody (a malloc block).
-bool ChargeOf(LedgerTable** table, VramdOwner* owner) {
+// Who pays for an allocation of `size` bytes made now; false: nobody (a malloc block).
+bool ChargeOf(size_t size, LedgerTable** table, VramdOwner* owner) {
   const CallContext* context = CurrentContext();
   if (context == nullptr || !context->model || !context->model->ledger_numpy ||
-      context->model->ledger_table == nullptr) {
+      context->model->ledger_table == nullptr || size < context->model->numpy_min_bytes) {
     return false;
   }
   *table = context->model->ledger_table;
@@ -67,7 +67,7 @@ bool ChargeOf(LedgerTable** table, VramdOwner* owner) {
 void* Allocate(size_t size, bool zero) {
   LedgerTable* table = nullptr;
   VramdOwner owner = 0;
-  if (size < kNumpyLedgerMinBytes || !ChargeOf(&table, &owner)) return MallocBlock(size, zero);
+  if (!ChargeOf(size, &table, &owner)) return MallocBlock(size, zero);
   if (size > SIZE_MAX - kLedgerOffset) return nullptr;
   void* base = LedgerAllocate(table, owner, VRAMD_DEVICE_CPU, -1, size + kLedgerOffset, nullptr,
                               nullptr);
@@ -100,7 +100,9 @@ void* HandlerCalloc(void*, size_t count, size_t element) {
 void* HandlerRealloc(void*, void* data, size_t size) {
   if (data == nullptr) return Allocate(size, false);
   Header* header = HeaderOf(data);
-  if (header->tag == kMallocTag && size < kNumpyLedgerMinBytes) {
+  LedgerTable* table = nullptr;
+  VramdOwner owner = 0;
+  if (header->tag == kMallocTag && !ChargeOf(size, &table, &owner)) {
     if (size > SIZE_MAX - kMallocOffset) return nullptr;
     void* base = std::realloc(static_cast<char*>(data) - kMallocOffset, size + kMallocOffset);
     return base ? Finish(base, kMallocOffset, nullptr, size, kMallocTag) : nullptr;

@@ -12,9 +12,16 @@
 //   - code without a context (a thread the model started, to which a context was copied):
 //     numpy's default allocation, uncharged.
 // An array still alive when its owner closes (kept in self.history) is then a leak naming the
-// request, and the instance's live bytes rise with it (the growth detector). Arrays smaller than
-// kNumpyLedgerMinBytes stay in plain malloc (the ledger's cost per allocation; the trade-off is
-// measured in docs/python_backend.md).
+// request, and the instance's live bytes rise with it (the growth detector).
+//
+// Small arrays stay out (a documented trade-off): data under kNumpyLedgerMinBytes (512) comes
+// from malloc, uncharged, unless the model's parameter VRAMD_PYTHON_LEDGER_NUMPY_MIN_BYTES says
+// otherwise ("0" charges every array). Measured with bench/python/numpy_ledger_cost.py
+// (2026-12-02, 2 loaded cores): np.empty + free costs about 140 ns with numpy's allocator and
+// 390-640 ns through the ledger (+250 ns from 256 B to 64 KiB, +500 ns at 16 B), and the
+// server's pool rounds every block up to 512 bytes (plus this handler's 64-byte header): a
+// 16-byte array would hold 512. A model that keeps many arrays under 512 bytes each is then not
+// seen by the ledger.
 //
 // The handler is context-local in numpy (a ContextVar): NumpyLedgerScope makes it current around
 // each call into a model and restores the previous one after; InstallNumpyLedger makes it
@@ -40,8 +47,9 @@
 
 namespace vramd::python {
 
-// Below this many bytes an array's data comes from malloc, uncharged.
-inline constexpr size_t kNumpyLedgerMinBytes = 0;
+// Below this many bytes an array's data comes from malloc, uncharged (the default of
+// ModelShared::numpy_min_bytes).
+inline constexpr size_t kNumpyLedgerMinBytes = 512;
 
 // Whether the library was built with the handler.
 bool NumpyLedgerBuilt();
