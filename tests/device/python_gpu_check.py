@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""The python backend's memory hooks on a GPU (src/backends/python/torch_ledger.h,
+numpy_ledger.h): what CI (no GPU, torch 1.13 without MemPool) cannot check. Run on the device
+by scripts/device/run.sh (STEPS=python) against a server with the python backend; prints
+PASS/FAIL/FIGURE lines and exits 1 on any FAIL.
+
+  python3 tests/device/python_gpu_check.py --vramd device-dist/bin/vramd \
+      --backend-directory <dir holding python/libvramd_python.so>
+
+The models are model.py files written here (torch on cuda:0, KIND_GPU):
+  - py_torch (2 instances): 16 MiB of weights made in initialize; each execute makes 8 MiB of
+    temporaries and answers x @ w.T. Checks: each instance's weights are in the ledger on
+    cuda:0 under that instance (its MemPool's segments); answers equal torch's own; 40 requests
+    later the instances' cuda:0 bytes are what they were after warm-up, torch's
+    memory_allocated (reported by the model) too (the temporaries were freed), no request owner
+    is left and nothing is filed as a leak; unload leaves no bytes under the model (dropping the
+    pool returns its segments);
+  - py_torch_leaky: the same, keeping a 16 MiB tensor per request in self.history (the planted
+    leak): the growth warning names the model and its instance, and the instance's cuda:0 bytes
+    rose by at least 16 MiB per request;
+  - py_torch_off: py_torch with VRAMD_PYTHON_LEDGER_TORCH "off": nothing of it on cuda:0 in the
+    ledger (torch's default pool), and it still answers;
+  - py_numpy_leaky (KIND_CPU): numpy arrays kept in self.history are leaks naming their requests
+    (the numpy handler built against this machine's numpy, 2.x: numpy/_core/include).
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import torch
+
+FAILED = []
+MIB = 1 << 20
+GROWTH_REQUESTS = 8  # --memory-growth-requests
+
+
+def say(kind, text):
+    print("%s %s" % (kind, text), flush=True)
+    if kind == "FAIL":
+        FAILED.append(text)
+
+
+def check(ok, text):
+    say("PASS" if ok else "FAIL", text)
+    return ok
+
+
+TORCH_MODEL = '''import json
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.device = torch.device("cuda:%s" % args["model_instance_device_id"])
+        params = json.loads(args["model_config"]).get("parameters", {})
+        self.leak = params.get("LEAK", {}).get("string_value") == "yes"
+        g = torch.Generator().manual_seed(0)
+        self.w = torch.randn(4096, 1024, generator=g).to(self.device)  # 16 MiB
+        self.history = []
+
+    def execute(self, requests):
+        responses = []
+        with torch.inference_mode():
+            for request in requests:
+                x = torch.from_numpy(
+                    pb_utils.get_input_tensor_by_name(request, "X").as_numpy()).to(self.device)
+                scratch = torch.empty(2 * 1024 * 1024, device=self.device)  # 8 MiB
+                scratch.fill_(1.0)
+                y = x @ self.w.T + (scratch.sum() - scratch.numel())
+                if self.leak:
+                    self.history.append(torch.ones(4 * 1024 * 1024, device=self.device))
+                del scratch
+                allocated = torch.cuda.memory_allocated(self.device)
+                responses.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("Y", y.cpu().numpy()),
+                    pb_utils.Tensor("ALLOCATED", np.array([allocated], dtype=np.int64))]))
+        return responses
+'''
+
+TORCH_CONFIG = '''name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4096 ] }},
+         {{ name: "ALLOCATED" data_type: TYPE_INT64 dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_GPU count: {count} gpus: [ 0 ] }} ]
+parameters [ {{ key: "LEAK" value: {{ string_value: "{leak}" }} }},
+             {{ key: "VRAMD_PYTHON_LEDGER_TORCH" value: {{ string_value: "{ledger}" }} }} ]
+'''
+
+NUMPY_MODEL = '''import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.history = []
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            v = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            out = np.full(64 * 1024, v, dtype=np.float32)
+            self.history.append(out)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
+        return responses
+'''
+
+NUMPY_CONFIG = '''name: "py_numpy_leaky"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+'''
+
+
+def write(repo, name, config, model):
+    os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(config)
+    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+        f.write(model)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, vramd, backend_dir, repo, log_path):
+        self.port = free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [vramd, "serve", "--model-repository", repo, "--backend-directory", backend_dir,
+             "--model-control-mode", "explicit", "--http-port", str(self.port),
+             "--metrics-port", "0", "--memory-growth-requests", str(GROWTH_REQUESTS)],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if self.call("GET", "/v2/health/live")[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("vramd exited with %s" % self.proc.returncode)
+            time.sleep(0.2)
+        raise RuntimeError("vramd did not come up")
+
+    def call(self, method, path, body=None, timeout=300):
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=data,
+                                     method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def infer(self, model, name, array, datatype):
+        body = {"inputs": [{"name": name, "datatype": datatype, "shape": list(array.shape),
+                            "data": array.reshape(-1).tolist()}]}
+        status, r = self.call("POST", "/v2/models/%s/infer" % model, body)
+        if status != 200:
+            raise RuntimeError("%s: HTTP %d %s" % (model, status, r))
+        return {o["name"]: np.array(o["data"]).reshape(o["shape"]) for o in r["outputs"]}
+
+    def memory(self):
+        return self.call("GET", "/v2/memory")[1]
+
+    def text(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+        return self.proc.returncode
+
+
+def walk(node):
+    yield node
+    for c in node.get("children", []):
+        yield from walk(c)
+
+
+def instances(report, model):
+    """{instance path: cuda:0 bytes of its subtree (self and requests)}."""
+    prefix = "server/model:%s/version:1/instance:" % model
+    out = {}
+    for n in walk(report["owners"]):
+        if n["path"].startswith(prefix):
+            key = prefix + n["path"][len(prefix):].split("/")[0]
+            out[key] = out.get(key, 0) + n.get("by_device", {}).get("cuda:0", 0)
+    return out
+
+
+def model_live(report, model):
+    return sum(n["live_bytes"] for n in walk(report["owners"])
+               if n["path"].startswith("server/model:%s/" % model))
+
+
+def leaks_of(report, model):
+    return [l for l in report["leaks"] if l["owner"].startswith("server/model:%s/" % model)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vramd", required=True)
+    ap.add_argument("--backend-directory", required=True)
+    ap.add_argument("--log", default=os.path.join(tempfile.gettempdir(), "python_gpu_check.log"))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        say("FAIL", "torch %s here has no CUDA" % torch.__version__)
+        return 1
+    say("#", "torch %s, numpy %s (headers %s)" % (torch.__version__, np.__version__,
+                                                  np.get_include()))
+    if not check(hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool"),
+                 "torch %s has torch.cuda.MemPool and use_mem_pool" % torch.__version__):
+        return 1
+
+    repo = tempfile.mkdtemp(prefix="python-gpu-")
+    write(repo, "py_torch", TORCH_CONFIG.format(name="py_torch", count=2, leak="no", ledger="on"),
+          TORCH_MODEL)
+    write(repo, "py_torch_leaky", TORCH_CONFIG.format(name="py_torch_leaky", count=1, leak="yes",
+                                                      ledger="on"), TORCH_MODEL)
+    write(repo, "py_torch_off", TORCH_CONFIG.format(name="py_torch_off", count=1, leak="no",
+                                                    ledger="off"), TORCH_MODEL)
+    write(repo, "py_numpy_leaky", NUMPY_CONFIG, NUMPY_MODEL)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4096, 1024, generator=g).cuda()
+    x = np.random.default_rng(1).standard_normal((3, 1024)).astype(np.float32)
+    want = (torch.from_numpy(x).cuda() @ w.T).cpu().numpy()
+
+    server = Server(args.vramd, args.backend_directory, repo, args.log)
+    try:
+        for m in ("py_torch", "py_torch_leaky", "py_torch_off", "py_numpy_leaky"):
+            status, body = server.call("POST", "/v2/repository/models/%s/load" % m)
+            if not check(status == 200, "load %s (%s)" % (m, body)):
+                print(server.text()[-4000:])
+                return 1
+
+        # 1. The weights, per instance, on cuda:0.
+        report = server.memory()
+        loaded = instances(report, "py_torch")
+        say("FIGURE", "python_torch_instance_cuda_bytes_after_load %d bytes" %
+            min(loaded.values() or [0]))
+        check(len(loaded) == 2 and all(v >= 16 * MIB for v in loaded.values()),
+              "py_torch: each of its 2 instances holds its 16 MiB of weights on cuda:0 in the "
+              "ledger: %s" % loaded)
+
+        # 2. Answers, then 40 requests: flat.
+        out = server.infer("py_torch", "X", x, "FP32")
+        check(np.allclose(out["Y"], want, rtol=1e-3, atol=1e-3),
+              "py_torch answers x @ w.T as torch does on cuda:0 (max diff %.2e)" %
+              float(np.abs(out["Y"] - want).max()))
+        for _ in range(8):  # warm-up: both instances, the pools' segments made
+            server.infer("py_torch", "X", x, "FP32")
+        warm = instances(server.memory(), "py_torch")
+        allocated = []
+        for _ in range(40):
+            allocated.append(int(server.infer("py_torch", "X", x, "FP32")["ALLOCATED"][0]))
+        report = server.memory()
+        after = instances(report, "py_torch")
+        check(after == warm, "py_torch: 40 requests later its instances' cuda:0 bytes are as "
+              "after warm-up (%s -> %s)" % (warm, after))
+        check(len(set(allocated[-20:])) <= 2,
+              "py_torch: torch.cuda.memory_allocated is flat over the requests (the 8 MiB "
+              "temporaries were freed): %s" % sorted(set(allocated)))
+        requests_left = [n["path"] for n in walk(report["owners"])
+                         if n["path"].startswith("server/model:py_torch/") and
+                         n["kind"] == "request"]
+        check(not requests_left, "py_torch: no request owner left (%s)" % requests_left[:3])
+        check(not leaks_of(report, "py_torch"),
+              "py_torch: nothing filed as a leak (%s)" % leaks_of(report, "py_torch")[:2])
+
+        # 3. The planted leak.
+        before = instances(server.memory(), "py_torch_leaky")
+        n = 3 * GROWTH_REQUESTS
+        for _ in range(n):
+            server.infer("py_torch_leaky", "X", x, "FP32")
+        grown = instances(server.memory(), "py_torch_leaky")
+        rise = sum(grown.values()) - sum(before.values())
+        say("FIGURE", "python_torch_leak_rise_per_request %d bytes" % (rise // n))
+        check(rise >= n * 16 * MIB, "py_torch_leaky: its instance's cuda:0 bytes rose by %d MiB "
+              "over %d requests (>= 16 MiB each)" % (rise // MIB, n))
+        line = None
+        deadline = time.time() + 10
+        while time.time() < deadline and line is None:
+            line = re.search(r"memory growth: server/model:py_torch_leaky/version:1/instance:"
+                             r"\S+ rose on \d+ consecutive requests[^\n]*", server.text())
+            time.sleep(0.2)
+        check(line is not None, "py_torch_leaky: the growth warning names the model and instance"
+              + (": " + line.group(0) if line else ""))
+        check(not re.search(r"memory growth: server/model:py_torch/", server.text()),
+              "py_torch: no growth warning")
+
+        # 4. Off: torch's own pool.
+        out = server.infer("py_torch_off", "X", x, "FP32")
+        off = instances(server.memory(), "py_torch_off")
+        check(np.allclose(out["Y"], want, rtol=1e-3, atol=1e-3) and sum(off.values()) < MIB,
+              "py_torch_off (VRAMD_PYTHON_LEDGER_TORCH off) answers, with nothing on cuda:0 in "
+              "the ledger: %s" % off)
+
+        # 5. numpy (this machine's numpy): kept arrays are leaks naming their requests.
+        for v in range(5):
+            server.infer("py_numpy_leaky", "IN", np.array([v], dtype=np.int32), "INT32")
+        leaks = [l for l in leaks_of(server.memory(), "py_numpy_leaky")
+                 if "/request:" in l["owner"] and l["bytes"] >= 256 * 1024]
+        check(len(leaks) >= 5, "py_numpy_leaky: 5 kept arrays filed as leaks naming their "
+              "requests (%s)" % [l["owner"] for l in leaks[:2]])
+
+        # 6. Unload: the pools return their segments.
+        for m in ("py_torch", "py_torch_leaky"):
+            server.call("POST", "/v2/repository/models/%s/unload" % m)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            report = server.memory()
+            if model_live(report, "py_torch") == 0 and model_live(report, "py_torch_leaky") == 0:
+                break
+            time.sleep(0.5)
+        check(model_live(report, "py_torch") == 0 and not leaks_of(report, "py_torch"),
+              "py_torch unloaded: no bytes under it, no leak (%d bytes)" %
+              model_live(report, "py_torch"))
+        check(model_live(report, "py_torch_leaky") == 0,
+              "py_torch_leaky unloaded: its history went with the instance (%d bytes)" %
+              model_live(report, "py_torch_leaky"))
+        for u in report.get("unattributed", []):
+            if u.get("device") == "cuda:0":
+                say("FIGURE", "python_gpu_check_unattributed_cuda0 %s bytes" % u.get("bytes"))
+        check(server.proc.poll() is None, "the server is still up")
+    finally:
+        code = server.stop()
+        if FAILED:
+            print("--- server log (tail)")
+            print(open(args.log, errors="replace").read()[-6000:])
+    check(code == 0, "vramd exited cleanly (%s)" % code)
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
