@@ -41,6 +41,10 @@
  * names, flags and correlation id; VramdServerApi adds copies between memory kinds, calls into
  * other models (infer_async), model control and custom metrics.
  *
+ * Readiness and auto-complete (appended within version 1): VramdBackendApi::instance_ready
+ * answers whether an instance can serve (the model ready endpoint), and
+ * VramdBackendApi::auto_complete_config completes a config before it is validated.
+ *
  * vramd's own backends (identity, add_sub, mlp) are linked into the server but implement this
  * same ABI and are reached through the same table; only how the table is found differs.
  *
@@ -413,6 +417,34 @@ typedef struct VramdBackendApi {
    * tensors are valid until the call returns; a responder until its final respond. */
   VramdCode (*execute_requests)(void* instance, VramdRequest* const* requests, size_t count,
                                 VramdError* error);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdBackendApi,
+   * instance_ready) (older libraries end before it; vramd then reads it as NULL, as it reads
+   * auto_complete_config below).
+   * Optional (NULL: every instance is ready once created). Whether one instance can serve
+   * now, asked when a client asks whether the model is (GET /v2/models/{m}/ready), as
+   * Triton's TRITONBACKEND_ModelInstanceReady: VRAMD_OK ready; any other code not ready,
+   * `error` saying why (logged, not sent). A version is ready when every instance is. vramd
+   * runs it on a thread of its own, never two calls for one instance at once, but possibly
+   * while that instance executes on another thread. A call that has not returned within 5 s
+   * counts as not ready (Triton's kUserModelReadinessTimeoutMs); vramd does not call that
+   * instance again until it returns, and a later question waits for that same call. */
+  VramdCode (*instance_ready)(void* instance, VramdError* error);
+
+  /* Appended within version 1 (see instance_ready for when it is present). Optional.
+   * Completes a model's config before vramd validates it, as Triton's backends auto-complete
+   * (the python backend calls TritonPythonModel.auto_complete_config): `info` carries the
+   * config as read from config.pbtxt, as JSON (possibly without inputs or outputs), its model
+   * and version directories (the highest version the config selects; version 0 and "" when
+   * none does), `owner` 0 and a `server` table that allocates nothing (allocate fails). The
+   * backend passes the completed config JSON, in the same form, to `complete` (at most once;
+   * not calling it keeps the config as it was) before returning VRAMD_OK. An error fails the
+   * model's load with the message. Not called when vramd runs with
+   * --disable-auto-complete-config. No model of this config is loaded while it runs. */
+  VramdCode (*auto_complete_config)(const VramdModelInfo* info,
+                                    void (*complete)(void* context, const char* config_json,
+                                                     size_t size),
+                                    void* context, VramdError* error);
 } VramdBackendApi;
 
 /* The entry point: `server_abi_version` is vramd's VRAMD_BACKEND_ABI_VERSION. Returns the table

@@ -115,6 +115,11 @@ class BackendInstance {
   virtual Status ExecuteRequests(std::span<const ListedRequest> requests) {
     return Status::Unsupported("this backend does not take request lists");
   }
+  // Whether the instance can serve now (Triton's TRITONBACKEND_ModelInstanceReady): OK, or an
+  // error saying why not. Asked only for a backend that ChecksReadiness(), on a thread of the
+  // runtime's (readiness_probe.h), never twice at once for one instance, possibly while the
+  // instance executes on another thread. It may block: the runtime stops waiting after 5 s.
+  virtual Status Ready() { return Status::Ok(); }
 };
 
 class BackendModel {
@@ -139,6 +144,16 @@ class Backend {
   // Responder (BackendInstance::ExecuteRequests), as Triton's backends do; a decoupled model
   // (model_transaction_policy.decoupled) needs a backend that does.
   virtual bool TakesRequestLists() const { return false; }
+  // Whether its instances answer BackendInstance::Ready; false: an instance is ready once
+  // created, and the runtime asks nothing.
+  virtual bool ChecksReadiness() const { return false; }
+  // Completes `config` (as read from config.pbtxt, not yet validated; the model's directory is
+  // `model_dir`, and `version` the highest version it selects, 0 when none) in place, as
+  // Triton's backends auto-complete. The default leaves it unchanged. An error fails the load.
+  virtual Status AutoCompleteConfig(const std::filesystem::path& model_dir, int64_t version,
+                                    config::ModelConfig* config) {
+    return Status::Ok();
+  }
   // Loads a version; a config the backend cannot serve is an InvalidArgument naming the field.
   virtual Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) = 0;
 };

@@ -114,6 +114,7 @@ LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int6
 
 LoadedModel::~LoadedModel() {
   Shutdown();
+  readiness_.reset();  // waits for a readiness round in flight, which uses the instances
   scheduler_.reset();
   instances_.clear();  // before backend_model_, whose state they may use
   {
@@ -231,6 +232,16 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   }
   // A backend with per-thread state runs on its instances' threads only (backend.h).
   options.inline_execution = !(*backend)->ExecutesOnInstanceThreads();
+  if ((*backend)->ChecksReadiness()) {
+    LoadedModel* self = model.get();  // the probe goes before the instances (destructor)
+    model->readiness_ = std::make_unique<ReadinessProbe>([self]() -> Status {
+      for (size_t i = 0; i < self->instances_.size(); ++i) {
+        Status ready = self->instances_[i].backend->Ready();
+        if (!ready.ok()) return ready;
+      }
+      return Status::Ok();
+    });
+  }
   LoadedModel* raw = model.get();
   model->scheduler_ = std::make_unique<Scheduler>(
       std::move(options),
@@ -309,6 +320,26 @@ Result<InferOutcome> LoadedModel::Infer(const InferRequest& request) {
   InferAsync(std::move(borrowed),
              [promise](Result<InferOutcome> outcome) { promise->set_value(std::move(outcome)); });
   return future.get();
+}
+
+Status LoadedModel::CheckReady() const {
+  auto answer = std::make_shared<std::promise<Status>>();
+  auto future = answer->get_future();
+  CheckReadyAsync([answer](Status status) { answer->set_value(std::move(status)); });
+  return future.get();
+}
+
+void LoadedModel::CheckReadyAsync(std::function<void(Status)> done) const {
+  if (readiness_ == nullptr) return done(Status::Ok());
+  readiness_->CheckAsync([where = fmt::format("model '{}' version {} is not ready", name(),
+                                              version_),
+                          done = std::move(done)](Status ready) {
+    if (!ready.ok()) {
+      ready = ready.WithContext(where);
+      spdlog::info("{}", ready.message());
+    }
+    done(std::move(ready));
+  });
 }
 
 void LoadedModel::Shutdown() {

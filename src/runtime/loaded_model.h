@@ -13,6 +13,8 @@
 // runs what is queued, joins the instance threads, then destroys the instances and the
 // backend model, closing their owners: whatever they still hold is reported as a leak.
 //
+// Readiness: loaded is ready, unless the backend checks its instances (CheckReady).
+//
 // Statistics: every request submitted is counted once, as a success or a failure, in
 // statistics() (inference_statistics.h); so is every execution.
 //
@@ -29,6 +31,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -49,6 +52,7 @@
 #include "runtime/infer_outcome.h"
 #include "runtime/inference_statistics.h"
 #include "runtime/memory_context.h"
+#include "runtime/readiness_probe.h"
 #include "runtime/request_owner.h"
 #include "runtime/scheduler.h"
 
@@ -147,6 +151,18 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // Counters of this version's requests and executions.
   const InferenceStatistics& statistics() const { return stats_; }
 
+  // Whether the version can serve now, for the model ready endpoint: OK, or why not. For a
+  // backend that ChecksReadiness() its instances are asked (readiness_probe.h: every one must
+  // be ready; no answer within ReadinessProbe::kTimeout is "not ready"), blocking the caller
+  // that long at most; otherwise OK at once (loaded is ready).
+  Status CheckReady() const;
+  // CheckReady without waiting: `done` gets its answer once, at once or later on a thread of
+  // the probe's (it must not block for long there, nor hold the version: its last reference
+  // must not drop there). A version destroyed meanwhile answers "not ready" as it goes.
+  void CheckReadyAsync(std::function<void(Status)> done) const;
+  // Whether CheckReady asks the backend (and may block).
+  bool ChecksReadiness() const { return readiness_ != nullptr; }
+
   // Ready once this version's destruction is complete (its memory returned, its owners
   // closed); wait on it from any thread. Unlike a weak_ptr's expiry, which comes when the last
   // reference goes, before destruction has even begun (and the reaper may run it later, on
@@ -188,6 +204,8 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   std::unique_ptr<backends::BackendModel> backend_model_;
   std::vector<Instance> instances_;
   std::unique_ptr<Scheduler> scheduler_;  // null until Load has created every instance
+  // Null for a backend that does not check readiness; destroyed before the instances.
+  std::unique_ptr<ReadinessProbe> readiness_;
   // Constant after Load: the backend takes request lists (backend.h), and the model is
   // decoupled (only such backends may be).
   bool request_lists_ = false;

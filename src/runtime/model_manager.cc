@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/backend.h"
 #include "config/model_config_parser.h"
 #include "core/mutex.h"
 #include "memory/cuda_devices.h"
@@ -46,11 +47,31 @@ struct ModelFiles {
   std::vector<int64_t> versions;
 };
 
+// Triton's auto-complete: the model's backend completes config.pbtxt (python: the model's
+// auto_complete_config) before it is validated. A config whose backend cannot be found yet is
+// left alone (validation and the load name what is wrong). Errors name the model.
+Status AutoComplete(const fs::path& dir, const std::string& name, config::ModelConfig* config) {
+  if (config->name().empty()) config->set_name(name);  // as Triton fills it in first
+  auto backend = backends::FindBackend(*config);
+  if (!backend.ok()) return Status::Ok();
+  const auto versions =
+      repository::SelectVersions(config->version_policy(), repository::ListVersions(dir));
+  Status completed =
+      (*backend)->AutoCompleteConfig(dir, versions.empty() ? 0 : versions.back(), config);
+  if (!completed.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("model '{}': auto-completing its config: {}", name, completed.message()));
+  }
+  return Status::Ok();
+}
+
 // Finds `name` in the repositories and reads its config (or takes `config_override`), selects
 // its versions. NotFound when no repository has it; InvalidArgument (with file:line where the
 // config is at fault) for an unusable model. `config` is set whenever the config was usable.
+// `auto_complete`: config.pbtxt (not an override) is auto-completed first (AutoComplete).
 Status ReadModel(const std::vector<fs::path>& repositories, const std::string& name,
-                 std::shared_ptr<const config::ModelConfig> config_override, ModelFiles* files) {
+                 std::shared_ptr<const config::ModelConfig> config_override, bool auto_complete,
+                 ModelFiles* files) {
   VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(repositories));
   const repository::ModelDirectory* dir = nullptr;
   for (const auto& d : dirs) {
@@ -75,6 +96,7 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
                    fmt::join(parsed->unsupported_fields, ", "));
     }
     *config = std::move(parsed->config);
+    if (auto_complete) VRAMD_RETURN_IF_ERROR(AutoComplete(dir->path, name, config.get()));
   }
   Status valid = config::ValidateAndNormalize(config.get(), name);
   if (!valid.ok()) return Status::InvalidArgument(fmt::format("{}: {}", where, valid.message()));
@@ -142,6 +164,7 @@ ModelManager::ModelManager(const Options& options)
       retire_timeout_(options.retire_timeout),
       poll_interval_(options.poll_interval),
       load_thread_count_(std::max(1, options.load_thread_count)),
+      auto_complete_config_(options.auto_complete_config),
       custom_metrics_(options.custom_metrics),
       services_(std::make_unique<ModelServices>(this, options.custom_metrics)),
       load_slots_(std::max(1, options.load_thread_count)),
@@ -431,7 +454,8 @@ class ModelManager::LoadRun {
         measured_ = it->second.measured;
       }
     }
-    Status read = ReadModel(manager_.repositories_, name_, std::move(config_override), &files_);
+    Status read = ReadModel(manager_.repositories_, name_, std::move(config_override),
+                            manager_.auto_complete_config_, &files_);
     if (!read.ok()) return Reject(read, files_.config);
     auto settings = ReloadSettingsFromConfig(*files_.config, manager_.reload_defaults_);
     if (!settings.ok()) return Reject(settings.status(), files_.config);

@@ -9,7 +9,8 @@
 //     poll_interval and loads, reloads or unloads what changed, once the change is complete
 //     (repository/repository_watcher.h gives the rule). Load and Unload are refused.
 //
-// A (re)load: reads the config (or takes the override), selects versions, waits until what
+// A (re)load: reads the config (or takes the override; config.pbtxt is auto-completed by the
+// model's backend first unless Options::auto_complete_config is off), selects versions, waits until what
 // an earlier action retired is destroyed (so a model's load and unload hooks never overlap),
 // picks the policy (reload_policy.h), loads every selected version, runs model_warmup, and
 // only then publishes them; the versions they replace drain and unload. A load that fails
@@ -140,6 +141,10 @@ class ModelManager {
     // Where models' custom metrics are kept (ModelServices::MetricFamily); null: models get
     // none. Must outlive the manager.
     CustomMetricsRegistry* custom_metrics = nullptr;
+    // Triton's auto-complete: a model's backend completes its config.pbtxt (inputs, outputs,
+    // max_batch_size, batching: Backend::AutoCompleteConfig) before the config is validated;
+    // a config override is taken as given. false: --disable-auto-complete-config.
+    bool auto_complete_config = true;
   };
 
   // Scans the repositories and loads the start-up models (in parallel). A broken model is
@@ -361,6 +366,7 @@ class ModelManager {
   const std::chrono::milliseconds retire_timeout_;
   const std::chrono::milliseconds poll_interval_;
   const int load_thread_count_;
+  const bool auto_complete_config_;
   CustomMetricsRegistry* const custom_metrics_;
   // What the versions' backends may ask of the server, given to every LoadedModel::Load; made
   // here because it needs `this`. Destroyed after the threads below and after the destructor

@@ -35,6 +35,7 @@ struct ModelHandle {
   std::unique_ptr<abi::ServerApi> server;
   std::string name, model_dir, version_dir, config_json;
   void* model = nullptr;
+  bool checks_readiness = false;  // AbiBackend::ChecksReadiness()
 
   ~ModelHandle() {
     if (model != nullptr) api->model_destroy(model);
@@ -207,6 +208,20 @@ class AbiInstance final : public BackendInstance {
     return status;
   }
 
+  Status Ready() override {
+    if (!model_->checks_readiness) return Status::Ok();
+    try {
+      VramdError error{};
+      const VramdCode code = model_->api->instance_ready(instance_, &error);
+      if (code == VRAMD_OK) return Status::Ok();
+      return abi::FromVramd(code, error, model_->error_context)
+          .WithContext(fmt::format("instance '{}'", name_));
+    } catch (const std::exception& e) {
+      return Status::Internal(fmt::format("backend '{}' instance '{}': readiness: {}",
+                                          model_->backend, name_, e.what()));
+    }
+  }
+
  private:
   const std::shared_ptr<ModelHandle> model_;  // keeps model_destroy after instance_destroy
   const std::string name_;
@@ -298,6 +313,56 @@ bool AbiBackend::TakesRequestLists() const {
   return api_->struct_size >= kEnd && api_->execute_requests != nullptr;
 }
 
+bool AbiBackend::ChecksReadiness() const {
+  constexpr size_t kEnd =
+      offsetof(VramdBackendApi, instance_ready) + sizeof(VramdBackendApi::instance_ready);
+  return api_->struct_size >= kEnd && api_->instance_ready != nullptr;
+}
+
+Status AbiBackend::AutoCompleteConfig(const std::filesystem::path& model_dir, int64_t version,
+                                      config::ModelConfig* config) {
+  constexpr size_t kEnd = offsetof(VramdBackendApi, auto_complete_config) +
+                          sizeof(VramdBackendApi::auto_complete_config);
+  if (api_->struct_size < kEnd || api_->auto_complete_config == nullptr) return Status::Ok();
+  try {
+    // Allocates nothing: no model of this config exists yet, so there is no owner to charge.
+    abi::ServerApi server(name_, nullptr, nullptr);
+    const std::string name = config->name();
+    const std::string dir = model_dir.string();
+    const std::string version_dir = version > 0 ? (model_dir / std::to_string(version)).string()
+                                                : std::string();
+    const std::string json = config::ModelConfigToJson(*config);
+    VramdModelInfo info{};
+    info.struct_size = sizeof(VramdModelInfo);
+    info.name = name.c_str();
+    info.version = version;
+    info.model_dir = dir.c_str();
+    info.version_dir = version_dir.c_str();
+    info.config_json = json.c_str();
+    info.config_json_size = json.size();
+    info.server = server.table();
+    std::optional<std::string> completed;
+    auto complete = [](void* context, const char* text, size_t size) {
+      auto* out = static_cast<std::optional<std::string>*>(context);
+      if (!out->has_value() && text != nullptr) out->emplace(text, size);
+    };
+    VramdError error{};
+    const VramdCode code = api_->auto_complete_config(&info, complete, &completed, &error);
+    if (code != VRAMD_OK) return abi::FromVramd(code, error, error_context_);
+    if (!completed.has_value()) return Status::Ok();
+    auto parsed = config::ModelConfigFromJson(*completed);
+    if (!parsed.ok()) {
+      return Status::InvalidArgument(fmt::format(
+          "backend '{}' returned a config that is not one: {}", name_,
+          parsed.status().message()));
+    }
+    *config = std::move(parsed).value();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("backend '{}': {}", name_, e.what()));
+  }
+}
+
 bool AbiBackend::ExecutesOnInstanceThreads() const {
   // An older library's table ends before the field: what lies past it is not the table's.
   constexpr size_t kEnd = offsetof(VramdBackendApi, execute_on_instance_threads) +
@@ -321,6 +386,7 @@ Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& 
     handle->model_dir = ctx.model_dir.string();
     handle->version_dir = ctx.version_dir.string();
     handle->config_json = config::ModelConfigToJson(*ctx.config);
+    handle->checks_readiness = ChecksReadiness();
 
     VramdModelInfo info{};
     info.struct_size = sizeof(VramdModelInfo);

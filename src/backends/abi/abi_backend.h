@@ -50,6 +50,14 @@ class AbiBackend final : public Backend {
   bool ExecutesOnInstanceThreads() const override;
   // Whether the table sets execute_requests (a table that ends before it does not).
   bool TakesRequestLists() const override;
+  // Whether the table sets instance_ready (a table that ends before it does not).
+  bool ChecksReadiness() const override;
+  // The table's auto_complete_config, when it sets one: the config as JSON in, the completed
+  // JSON parsed back (unvalidated: the caller validates). Its errors are the backend's (named,
+  // for a library; the caller names the model); a reply that is not a config is
+  // InvalidArgument saying so.
+  Status AutoCompleteConfig(const std::filesystem::path& model_dir, int64_t version,
+                            config::ModelConfig* config) override;
   Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
 
   // The table every call goes through.

@@ -110,6 +110,10 @@ VramdCode ServerApi::Allocate(void* server, VramdOwner owner, VramdDeviceKind ki
     }
     *out = nullptr;
     const auto* self = static_cast<const ServerApi*>(server);
+    if (self->allocator_ == nullptr) {  // auto_complete_config's table
+      SetError(error, "allocate: this server table gives no memory (no model is loaded yet)");
+      return VRAMD_UNAVAILABLE;
+    }
     auto device = ToDevice(kind, device_id);
     if (!device.ok()) {
       SetError(error, "allocate: " + device.status().message());
@@ -140,6 +144,7 @@ void ServerApi::Free(void* server, VramdDeviceKind kind, int32_t device_id, void
   try {
     if (ptr == nullptr) return;
     const auto* self = static_cast<const ServerApi*>(server);
+    if (self->allocator_ == nullptr) return;  // auto_complete_config's table allocated nothing
     auto device = ToDevice(kind, device_id);
     if (!device.ok()) {
       spdlog::error("[backend {}] free of {} with {}; the memory stays allocated",
@@ -166,6 +171,10 @@ void ServerApi::RecordLoadPhase(void* server, const char* phase, double seconds,
 VramdCode ServerApi::Recharge(void* server, void* ptr, VramdOwner owner, VramdError* error) {
   try {
     const auto* self = static_cast<const ServerApi*>(server);
+    if (self->allocator_ == nullptr) {  // auto_complete_config's table allocated nothing
+      SetError(error, "recharge: this server table gives no memory");
+      return VRAMD_NOT_FOUND;
+    }
     const Status status =
         self->allocator_->ledger()->Recharge(ptr, static_cast<memory::OwnerId>(owner));
     if (!status.ok()) {

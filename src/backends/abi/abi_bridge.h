@@ -41,6 +41,8 @@ Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id);
 // infer_async, load_model, unload_model, is_model_ready and metric_* go to `services`
 // (abi_services.cc; VRAMD_UNSUPPORTED when it is null), which must outlive the ServerApi.
 // Must outlive every use of table() by the backend: for a model, until model_destroy returns.
+// A null `allocator` (auto_complete_config's table) gives no memory: allocate fails
+// (VRAMD_UNAVAILABLE), recharge finds nothing.
 class ServerApi {
  public:
   ServerApi(std::string backend_name, memory::Allocator* allocator,

@@ -207,6 +207,9 @@ const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu) {
       // execute_on_instance_threads: the kit's backends (the built-ins) keep no per-thread
       // state, so they keep the inline fast path and its saved thread hand-offs.
       0,
+      // execute_requests, instance_ready, auto_complete_config: none (joined batches; ready
+      // once created; a config as written).
+      nullptr, nullptr, nullptr,
   };
   return &api;
 }

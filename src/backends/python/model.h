@@ -56,6 +56,13 @@ class PythonInstance {
 
   VramdCode ExecuteRequests(VramdRequest* const* requests, size_t count, VramdError* error);
 
+  // The model's is_ready() (model_hooks.cc), Triton's rules: absent, ready; True ready; False,
+  // a raise or a value that is not a bool ("is_ready() must return a boolean value") not
+  // ready, *error saying why. An async def runs on a loop of its own (not execute's), in a
+  // thread of its own. Takes the GIL itself; vramd never overlaps two calls of one instance,
+  // but a call may run while the instance executes on another thread.
+  VramdCode Ready(VramdError* error);
+
  private:
   PythonInstance() = default;
   CallContext Context(Phase phase, VramdOwner owner) const;
@@ -77,7 +84,20 @@ class PythonInstance {
   std::unique_ptr<pybind11::object> object_;  // reset under the GIL
   std::unique_ptr<pybind11::object> loop_;
   std::shared_ptr<OutstandingRequests> outstanding_ = std::make_shared<OutstandingRequests>();
+  // The asyncio loop of an async is_ready, made on first use; stopped and released under the
+  // GIL by its deleter.
+  std::shared_ptr<pybind11::object> readiness_loop_;
 };
+
+// Triton's auto_complete_config (model_hooks.cc): imports the version's model file into a
+// package of its own, removed afterwards (Triton runs it in a process of its own, so
+// module-level code runs again when the model loads), and calls the static
+// TritonPythonModel.auto_complete_config(pb_utils.ModelConfig(config)) when the class has it.
+// *completed: the returned config as JSON; left empty when there is nothing to call (no
+// function, no model file: the load then says so). *error on failure, with Triton's text for
+// a return that is not a ModelConfig. Takes the GIL itself.
+VramdCode AutoCompleteConfig(const VramdModelInfo& info, std::string* completed,
+                             std::string* error);
 
 }  // namespace vramd::python
 

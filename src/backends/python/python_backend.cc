@@ -4,8 +4,8 @@
 // instances' own threads. Every entry point catches everything: no C++ or Python exception
 // crosses into vramd.
 //
-// Not covered yet: a model's is_ready() (vramd's ABI asks no readiness of a backend) and
-// auto_complete_config() (ignored: the config must be complete).
+// A model's is_ready() answers instance_ready, and its static auto_complete_config()
+// auto_complete_config (model_hooks.cc).
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -119,6 +119,40 @@ VramdCode ExecuteRequests(void* instance, VramdRequest* const* requests, size_t 
   });
 }
 
+VramdCode InstanceReady(void* instance, VramdError* error) {
+  return Guarded(error, "is_ready", [&] {
+    if (instance == nullptr) {
+      SetError(error, "instance_ready: missing arguments");
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    return static_cast<PythonInstance*>(instance)->Ready(error);
+  });
+}
+
+VramdCode AutoComplete(const VramdModelInfo* info,
+                       void (*complete)(void* context, const char* json, size_t size),
+                       void* context, VramdError* error) {
+  return Guarded(error, "auto_complete_config", [&] {
+    if (info == nullptr || complete == nullptr) {
+      SetError(error, "auto_complete_config: missing arguments");
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    std::string message;
+    if (!StartInterpreter(&message)) {
+      SetError(error, message);
+      return VRAMD_INTERNAL;
+    }
+    std::string completed;
+    VramdCode rc = AutoCompleteConfig(*info, &completed, &message);
+    if (rc != VRAMD_OK) {
+      SetError(error, message);
+      return rc;
+    }
+    if (!completed.empty()) complete(context, completed.data(), completed.size());
+    return VRAMD_OK;
+  });
+}
+
 VramdBackendApi MakeApi() {
   VramdBackendApi api{};
   api.struct_size = sizeof(VramdBackendApi);
@@ -137,6 +171,8 @@ VramdBackendApi MakeApi() {
   // with it.
   api.execute_on_instance_threads = 1;
   api.execute_requests = &ExecuteRequests;
+  api.instance_ready = &InstanceReady;
+  api.auto_complete_config = &AutoComplete;
   return api;
 }
 

@@ -56,6 +56,12 @@ class HostingBackend final : public Backend {
   bool SupportsGpu() const override { return in_process_->SupportsGpu(); }
   bool ExecutesOnInstanceThreads() const override { return in_process_->ExecutesOnInstanceThreads(); }
   bool TakesRequestLists() const override { return in_process_->TakesRequestLists(); }
+  bool ChecksReadiness() const override { return in_process_->ChecksReadiness(); }
+  // In vramd's process for every hosting (Triton uses a process of its own for it).
+  Status AutoCompleteConfig(const std::filesystem::path& model_dir, int64_t version,
+                            config::ModelConfig* config) override {
+    return in_process_->AutoCompleteConfig(model_dir, version, config);
+  }
   Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
 
  private:

@@ -213,6 +213,32 @@ void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
       return;
     }
   }
+  if (request.method == "GET") {
+    // A model ready question: answered here unless the version's backend must be asked, which
+    // may take seconds and so runs on a readiness thread, not on this I/O thread.
+    const auto parts = SplitPath(request.target);
+    const bool versioned = parts.size() == 6 && parts[3] == "versions";
+    if ((parts.size() == 4 || versioned) && parts[0] == "v2" && parts[1] == "models" &&
+        parts.back() == "ready") {
+      int64_t version = 0;
+      if (versioned) {
+        auto v = ParseVersion(parts[4]);
+        if (!v.ok()) return respond(Error(v.status()));
+        version = *v;
+      }
+      auto found = manager_->Find(PercentDecode(parts[2]), version);
+      if (!found.ok() || !(*found)->ChecksReadiness()) {
+        return respond(*ModelReady(PercentDecode(parts[2]), version, /*ask_backend=*/false));
+      }
+      // Answered from the probe's threads, at most 5 s later (or at once if the version goes
+      // meanwhile: its probe answers what is pending). Nothing here holds the version: its
+      // last reference must never drop on its own probe's thread.
+      (*found)->CheckReadyAsync([respond = std::move(respond)](Status ready) {
+        respond(Empty(ready.ok() ? 200 : 400));
+      });
+      return;
+    }
+  }
   respond(Route(request));
 }
 
@@ -267,7 +293,9 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
     if (parts.size() == next) return get ? ModelMetadata(model, version) : method_not_allowed();
     if (parts.size() == next + 1) {
       std::string_view action = parts[next];
-      if (action == "ready") return get ? ModelReady(model, version) : method_not_allowed();
+      if (action == "ready") {
+        return get ? *ModelReady(model, version, /*ask_backend=*/true) : method_not_allowed();
+      }
       if (action == "config") return get ? ModelConfig(model, version) : method_not_allowed();
       // POST is Handle's (asynchronous)
       if (action == "infer" || action == "generate" || action == "generate_stream") {
@@ -342,9 +370,14 @@ HttpResponse KServeRoutes::ModelMetadata(const std::string& model, int64_t versi
   return Json(200, sb.GetString());
 }
 
-HttpResponse KServeRoutes::ModelReady(const std::string& model, int64_t version) const {
+std::optional<HttpResponse> KServeRoutes::ModelReady(const std::string& model, int64_t version,
+                                                     bool ask_backend) const {
   auto found = manager_->Find(model, version);
-  if (found.ok()) return Empty(200);
+  if (found.ok()) {
+    if (!(*found)->ChecksReadiness()) return Empty(200);
+    if (!ask_backend) return std::nullopt;
+    return Empty((*found)->CheckReady().ok() ? 200 : 400);
+  }
   if (found.status().code() == StatusCode::kNotFound) return Error(found.status());
   return Empty(400);
 }

@@ -15,7 +15,8 @@
 //   POST /v2/repository/models/{m}/unload         explicit mode only (else 400); 200, empty body
 //   GET  /v2/repository/models/{m}/lifecycle      vramd's lifecycle view (lifecycle_routes.h)
 // Load and unload run on the routes' control threads (control_dispatcher.h), not on the HTTP
-// I/O thread that received them.
+// I/O thread that received them; a model ready question whose backend checks readiness (up
+// to 5 s: LoadedModel::CheckReadyAsync) is answered from the version's probe thread.
 //   GET  /v2/memory                               vramd's memory report (docs/memory.md)
 // Errors are {"error": "..."} with Triton's status codes (HttpStatusFor, http_status.h).
 //
@@ -23,6 +24,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -56,7 +58,10 @@ class KServeRoutes {
   HttpResponse Route(const HttpRequest& request) const;
   HttpResponse ServerMetadata() const;
   HttpResponse ModelMetadata(const std::string& model, int64_t version) const;
-  HttpResponse ModelReady(const std::string& model, int64_t version) const;
+  // 200 ready, 400 not ready (as Triton), the lookup's error otherwise. `ask_backend` false:
+  // a version whose backend checks readiness is not asked, and nullopt says it must be.
+  std::optional<HttpResponse> ModelReady(const std::string& model, int64_t version,
+                                         bool ask_backend) const;
   HttpResponse ModelConfig(const std::string& model, int64_t version) const;
   // Answers through `respond`, possibly later and from an instance thread.
   void Infer(HttpRequest request, const std::string& model, int64_t version,

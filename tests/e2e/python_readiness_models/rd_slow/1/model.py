@@ -1,0 +1,20 @@
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.calls = os.path.join(args["model_repository"], "CALLS")
+
+    def is_ready(self):
+        with open(self.calls, "a") as f:
+            f.write("call\n")
+        time.sleep(8)
+        return True
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+            for r in requests]
