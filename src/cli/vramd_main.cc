@@ -47,6 +47,7 @@ struct ServeOptions {
   int log_verbose = 0;
   bool exit_on_error = false;
   bool strict_readiness = true;
+  bool disable_auto_complete_config = false;
   bool memory_trace = false;
   bool allow_metrics = true;
   std::string metrics_address;  // empty: the HTTP address
@@ -146,6 +147,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   manager_options.startup_models = options.load_models;
   manager_options.poll_interval = std::chrono::seconds(options.repository_poll_secs);
   manager_options.load_thread_count = options.model_load_thread_count;
+  manager_options.auto_complete_config = !options.disable_auto_complete_config;
   manager_options.reload.headroom_bytes = options.reload_headroom_mib << 20;
   manager_options.reload.unavailable_wait =
       std::chrono::milliseconds(options.reload_unavailable_wait_ms);
@@ -283,6 +285,8 @@ int main(int argc, char** argv) {
   serve->add_flag("--strict-readiness,!--no-strict-readiness", options.strict_readiness,
                   "/v2/health/ready needs every model ready (default); else only a live server")
       ->capture_default_str();
+  serve->add_flag("--disable-auto-complete-config", options.disable_auto_complete_config,
+                  "Take config.pbtxt as written: no backend auto-completes it (Triton's flag)");
   serve->add_flag("--allow-metrics,!--no-allow-metrics", options.allow_metrics,
                   "Serve Prometheus metrics on the metrics port")
       ->capture_default_str();
