@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/backend_config.h"
 #include "cli/stop_signals.h"
 #include "core/log_format.h"
 #include "memory/allocator.h"
@@ -61,6 +62,7 @@ struct ServeOptions {
   int64_t reload_headroom_mib = 256;
   int64_t reload_unavailable_wait_ms = 5000;
   std::string backend_directory{vramd::backends::kDefaultBackendDirectory};
+  std::vector<std::string> backend_configs;  // --backend-config values, in order
 };
 
 // Request bodies and encoded responses are host buffers of the request's size, made and freed
@@ -132,6 +134,17 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
 
   // Backends that are not built in load from here; set before the manager loads any model.
   vramd::backends::SetBackendDirectory(options.backend_directory);
+  // Triton's --backend-config settings (backends/backend_config.h), also before any load.
+  std::vector<vramd::backends::BackendSetting> backend_settings;
+  for (const std::string& arg : options.backend_configs) {
+    auto setting = vramd::backends::ParseBackendSetting(arg);
+    if (!setting.ok()) {
+      spdlog::error("{}", setting.status().message());
+      return 1;
+    }
+    backend_settings.push_back(std::move(setting).value());
+  }
+  vramd::backends::SetBackendSettings(std::move(backend_settings));
 
   // Models' custom metrics: declared before the manager, so it outlives every model.
   vramd::runtime::CustomMetricsRegistry custom_metrics;
@@ -335,6 +348,11 @@ int main(int argc, char** argv) {
                     "Where backends that are not built in are found: "
                     "<dir>/<name>/libvramd_<name>.so (docs/backends.md)")
       ->capture_default_str();
+  serve->add_option("--backend-config", options.backend_configs,
+                    "<backend>,<setting>=<value>, or <setting>=<value> for every backend "
+                    "(Triton's flag); repeat for several. vramd reads default-hosting="
+                    "in_process|stub|process_per_instance (docs/remote-backends.md) and logs "
+                    "any other setting as ignored");
   serve->add_option("--load-model", options.load_models,
                     "Explicit mode: a model to load at start-up; repeat for several, '*' for all");
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backends/abi/abi_bridge.h"
+#include "backends/backend_config.h"
 #include "backends/remote/execution_env.h"
 #include "backends/remote/stub.h"
 #include "config/model_config_json.h"
@@ -124,7 +125,12 @@ Result<Hosting> ChooseHosting(const config::ModelConfig& config, std::string_vie
   std::optional<std::string> asked;
   if (auto it = parameters.find(key); it != parameters.end()) asked = it->second.string_value();
   if (!asked.has_value()) {
-    hosting.mode = hosting.execution_env.empty() ? HostingMode::kInProcess : HostingMode::kStub;
+    // --backend-config=<backend>,default-hosting=... (backend_config.h), already checked;
+    // an execution env still needs a process of its own.
+    const std::string fallback = BackendSettingValue(backend, "default-hosting").value_or("");
+    hosting.mode = fallback == "process_per_instance" ? HostingMode::kProcessPerInstance
+                   : fallback == "stub" || !hosting.execution_env.empty() ? HostingMode::kStub
+                                                                          : HostingMode::kInProcess;
     return hosting;
   }
   if (*asked == "in_process") {
