@@ -1,15 +1,20 @@
 """The python backend end to end: Triton model.py files (tests/e2e/python_models, written as a
 Triton user writes them: `import triton_python_backend_utils as pb_utils`, `class
-TritonPythonModel`) served in-process by <build>/backends/python/libvramd_python.so, over plain
+TritonPythonModel`) served by <build>/backends/python/libvramd_python.so, over plain
 HTTP. The behaviours are those Triton's own python-backend tests exercise
 (/work/shared/reference/python-backend.md, parts 1 and 3).
 
-One server (explicit model control, every model loaded at start) serves the whole module; the
+One server (explicit model control, every model loaded at start) serves the whole module, twice:
+with every python model in vramd's process, then with each in a stub (a vramd_backend_host
+process of its own; --backend-config=python,default-hosting=stub), so every test runs in both
+hosting modes. Where a mode cannot hold a check by nature (the ledger cannot see a stub's numpy
+arrays) the test checks that mode's equivalent and says why. The
 repository is a copy of python_models in a temp dir, so that Python's bytecode caches and the
 models' marker files stay out of the source tree.
 
 Needs libvramd_python.so: VRAMD_PYTHON_BACKEND_DIR (a directory holding python/
-libvramd_python.so), else <dir of VRAMD_BIN>/../../backends. Skips when it is missing.
+libvramd_python.so), else <dir of VRAMD_BIN>/../../backends. Skips when it is missing; the stub
+runs need vramd_backend_host beside it.
 """
 
 import concurrent.futures
@@ -35,6 +40,7 @@ MODELS = HERE / "python_models"
 BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
                            or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
 LIBRARY = BACKEND_DIR / "python" / "libvramd_python.so"
+HOST = BACKEND_DIR / "vramd_backend_host"
 
 if not LIBRARY.is_file():
     pytest.skip("no python backend at %s (build vramd_backend_python, or set "
@@ -59,12 +65,32 @@ def shm_before():
     return set(os.listdir("/dev/shm"))
 
 
-@pytest.fixture(scope="module")
-def py_server(start_server, repo, shm_before):
-    return start_server([repo], ["--backend-directory", str(BACKEND_DIR),
-                                 "--model-control-mode", "explicit", "--load-model", "*",
-                                 "--http-thread-count", "8"],
-                        name="python", ready_models=READY)
+# Every test runs twice: with the models in vramd's process, and with each in a stub
+# (vramd_backend_host; docs/remote-backends.md) through --backend-config's default-hosting.
+HOSTINGS = ["in_process", "stub"]
+
+
+@pytest.fixture(scope="module", params=HOSTINGS)
+def py_server(request, start_server, repo, shm_before):
+    hosting = request.param
+    if hosting == "stub" and not HOST.is_file():
+        pytest.skip("no vramd_backend_host at %s" % HOST)
+    s = start_server([repo], ["--backend-directory", str(BACKEND_DIR),
+                              "--model-control-mode", "explicit", "--load-model", "*",
+                              "--http-thread-count", "8",
+                              "--backend-config=python,default-hosting=" + hosting],
+                     name="python-" + hosting, ready_models=READY)
+    s.hosting = hosting
+    yield s
+    # Stopped here, not at the session's end: the next hosting's server does not share the
+    # machine with this one. A stub's host processes end with the server.
+    hosts = list(host_processes(s))
+    if s.alive():
+        code = s.stop()
+        s.assert_clean_exit(code)
+    wait_for(lambda: not [p for p in hosts if process_alive(p)], timeout=5,
+             what=lambda: "host processes outliving the server: %s"
+             % [p for p in hosts if process_alive(p)])
 
 
 @pytest.fixture
@@ -146,6 +172,63 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def host_processes(py_server):
+    """{pid: model name} of the server's vramd_backend_host children (their argv names the
+    stub: "model 'm' version 1 on CPU")."""
+    hosts = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                argv = f.read().decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        m = re.search(r"model '([^']+)' version", argv)
+        if ppid == py_server.proc.pid and m:
+            hosts[int(entry)] = m.group(1)
+    return hosts
+
+
+def process_alive(pid):
+    """Whether `pid` runs (a zombie or a missing process does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def rss_bytes(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+def host_of(py_server, model):
+    pids = [p for p, m in host_processes(py_server).items() if m == model]
+    assert len(pids) == 1, (model, host_processes(py_server))
+    return pids[0]
+
+
+PYTHON_MODELS = [m for m in READY
+                 if 'backend: "python"' in (MODELS / m / "config.pbtxt").read_text()]
+
+
+def test_every_python_model_is_hosted_as_the_server_was_told(py_server):
+    hosts = host_processes(py_server)
+    if py_server.hosting == "in_process":
+        assert hosts == {}, hosts
+        return
+    # One stub per model (all instances on the CPU share it); none for the built-in identity.
+    assert sorted(hosts.values()) == sorted(PYTHON_MODELS), hosts
+    assert "bls_identity" not in hosts.values()
+
+
 # ----------------------------------------------------------------------------------------------
 # 1. identity over dtypes and shapes; requested outputs; initialize args
 
@@ -183,6 +266,39 @@ def test_identity_every_dtype_and_shape(client, shape, binary):
     assert list(result.output_json["OUT_BYTES"]["shape"]) == list(shape)
     got = [bytes(x) for x in result.outputs["OUT_BYTES"].reshape(-1)]
     assert got == list(words.reshape(-1))
+
+
+def memfd_mappings(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return [ln.strip() for ln in f if "memfd:vramd-remote" in ln]
+
+
+def test_large_tensors_cross_whole_and_leave_no_segment(py_server, client):
+    # 1.2 MB tensors: over a stub's 32 KiB inline limit, so requests, answers, a BLS call and its
+    # result each cross in a memfd segment (docs/remote-backends.md); in-process, no copy at all.
+    rng = np.random.default_rng(11)
+    fp32 = rng.standard_normal((300, 1000)).astype(np.float32)
+    words = np.array([b"x" * 1000 + b"%d" % i for i in range(1200)], dtype=np.object_)
+    result = client.infer("py_identity", [
+        Input("IN_FP32", "FP32", fp32, binary=True),
+        Input("IN_INT64", "INT64", np.arange(150000, dtype=np.int64).reshape(1, -1), binary=True),
+        Input("IN_BOOL", "BOOL", np.ones((1, 1), bool), binary=True),
+        Input("IN_FP16", "FP16", np.ones((1, 1), np.float16), binary=True),
+        Input("IN_BYTES", "BYTES", words.reshape(1, -1), binary=True)], binary_data_output=True)
+    np.testing.assert_array_equal(result.outputs["OUT_FP32"], fp32)
+    np.testing.assert_array_equal(result.outputs["OUT_INT64"].reshape(-1),
+                                  np.arange(150000, dtype=np.int64))
+    assert [bytes(w) for w in result.outputs["OUT_BYTES"].reshape(-1)] == list(words)
+    x = rng.standard_normal(300000).astype(np.float32)
+    for target, want in (("bls_identity", x * 2), ("py_add_one", (x + 1) * 2)):
+        result = client.infer("py_bls", [Input("IN", "FP32", x, binary=True)],
+                              parameters={"target": target}, binary_data_output=True)
+        np.testing.assert_array_equal(result.outputs["OUT"], want.astype(np.float32))
+    pids = [py_server.proc.pid]
+    if py_server.hosting == "stub":
+        pids += [host_of(py_server, m) for m in ("py_identity", "py_bls", "py_add_one")]
+    wait_for(lambda: not any(memfd_mappings(p) for p in pids), timeout=5,
+             what=lambda: "segments unmapped: %s" % {p: memfd_mappings(p) for p in pids})
 
 
 def test_identity_requested_outputs_subset(client):
@@ -364,6 +480,9 @@ def test_wrong_return_from_execute_gives_tritons_message(client, mode, message):
 def test_finalize_raising_does_not_fail_the_unload(py_server, client):
     result = client.infer("py_finalize_error", [Input("IN", "INT32", int32(9))])
     assert result.outputs["OUT"].tolist() == [9]
+    stub = py_server.hosting == "stub"
+    if stub:
+        host = host_of(py_server, "py_finalize_error")
     r = client.post("/v2/repository/models/py_finalize_error/unload", b"",
                     {"Content-Type": "application/json"})
     assert r.status == 200, r
@@ -372,11 +491,17 @@ def test_finalize_raising_does_not_fail_the_unload(py_server, client):
     wait_for(lambda: "finalize exploded (token c41e)" in py_server.log(), timeout=5,
              what="finalize's exception in the log")
     assert py_server.alive()
+    if stub:
+        # The unload ended the model's host (finalize ran in it, and raised).
+        wait_for(lambda: not process_alive(host), timeout=5, what="the unloaded stub to exit")
+        assert "py_finalize_error" not in host_processes(py_server).values()
     # It loads again, and serves.
     r = load_model(client, "py_finalize_error")
     assert r.status == 200, r
     result = client.infer("py_finalize_error", [Input("IN", "INT32", int32(4))])
     assert result.outputs["OUT"].tolist() == [4]
+    if stub:
+        assert host_of(py_server, "py_finalize_error") != host
 
 
 # ----------------------------------------------------------------------------------------------
@@ -478,6 +603,47 @@ def test_bls_outside_execute_raises(client):
     raised = json_out(result, "RAISED")
     assert raised["type"] is not None, "BLS in initialize did not raise"
     assert raised["message"] == "BLS is only supported during the 'execute' function.", raised
+
+
+def test_decoupled_bls_iterates_the_called_models_responses(client):
+    for count in (0, 3):
+        result = client.infer("py_bls_decoupled", [Input("IN", "INT32", int32(count))],
+                              binary_data_output=True)
+        assert result.outputs["OUT"].tolist() == list(range(count))
+        assert [bytes(w) for w in result.outputs["WORDS"].reshape(-1)] == \
+            [b"w%d" % i for i in range(count)]
+        assert result.outputs["FINAL_ONLY"].tolist()[0] in (0, 1)
+
+
+def test_model_control_from_a_model(py_server, client):
+    assert client.get("/v2/models/py_ctl_target/ready").status == 200
+    if py_server.hosting == "stub":
+        target_host = host_of(py_server, "py_ctl_target")
+        caller_host = host_of(py_server, "py_model_control")
+    steps = dict(json_out(client.infer("py_model_control", [Input("IN", "INT32", int32(0))]),
+                          "STEPS"))
+    assert steps["ready"] == {"value": True}, steps
+    assert steps["ready_v1"] == {"value": True}, steps
+    assert steps["ready_v7"] == {"value": False}, steps
+    assert steps["ready_bad_version"]["raised"], steps
+    assert "'one' is not a number" in steps["ready_bad_version"]["message"], steps
+    assert steps["unload"] == {"value": None}, steps
+    assert steps["not_ready_after_unload"] is True, steps
+    assert steps["load"] == {"value": None}, steps
+    assert steps["ready_after_load"] is True, steps
+    assert steps["load_missing"]["raised"], steps
+    assert "no_such_model_ctl" in steps["load_missing"]["message"], steps
+    assert steps["ready_missing"] == {"value": False}, steps
+    # The model it loaded again serves.
+    assert client.get("/v2/models/py_ctl_target/ready").status == 200
+    result = client.infer("py_ctl_target", [Input("IN", "INT32", int32(5))])
+    assert result.outputs["OUT"].tolist() == [5]
+    if py_server.hosting == "stub":
+        # The calls went from one host to the server, which ended the target's host and
+        # started another; the caller's host stayed.
+        assert not process_alive(target_host)
+        assert host_of(py_server, "py_ctl_target") != target_host
+        assert host_of(py_server, "py_model_control") == caller_host
 
 
 # ----------------------------------------------------------------------------------------------
@@ -633,7 +799,18 @@ def test_logger_lines_appear_in_the_server_log(py_server, client):
 
 
 def test_ten_thousand_requests_leave_nothing_behind(py_server, shm_before):
-    pid = py_server.proc.pid
+    # The processes whose descriptors are counted: the server's, and in stub mode py_stress's
+    # host too (its memfd segments and socket are the stub's equivalent of Triton's shm).
+    pids = [py_server.proc.pid]
+    if py_server.hosting == "stub":
+        pids.append(host_of(py_server, "py_stress"))
+
+    def fds():
+        return sum(fd_count(p) for p in pids)
+
+    def fd_targets():
+        return {p: sorted(os.readlink("/proc/%d/fd/%s" % (p, f))
+                          for f in os.listdir("/proc/%d/fd" % p)) for p in pids}
     model_path = "server/model:py_stress"
 
     def body_for(v):
@@ -651,7 +828,7 @@ def test_ten_thousand_requests_leave_nothing_behind(py_server, shm_before):
         assert r.status == (500 if v % 10 == 0 else 200), r
     c.close()
     time.sleep(0.2)
-    fds_before = fd_count(pid)
+    fds_before = fds()
     report = memory_report(mc)
     node = owner_node(report, model_path)
     assert node is not None, "no ledger owner %s" % model_path
@@ -698,12 +875,19 @@ def test_ten_thousand_requests_leave_nothing_behind(py_server, shm_before):
     assert not new_shm, "new /dev/shm entries: %s" % sorted(new_shm)
     # File descriptors: back to the baseline once the connections are gone.
     try:
-        wait_for(lambda: abs(fd_count(pid) - fds_before) <= 2, timeout=5)
+        wait_for(lambda: abs(fds() - fds_before) <= 2, timeout=5)
     except AssertionError:
-        raise AssertionError("fds: %d before, %d after: %s" % (
-            fds_before, fd_count(pid),
-            sorted(os.readlink("/proc/%d/fd/%s" % (pid, f))
-                   for f in os.listdir("/proc/%d/fd" % pid))))
+        raise AssertionError("fds: %d before, %d after: %s" % (fds_before, fds(), fd_targets()))
+    # No memfd segment is kept by either side of a stub (none by the server in-process either).
+    memfds = {p: [t for t in ts if t.startswith("/memfd:")] for p, ts in fd_targets().items()}
+    assert not any(memfds.values()), memfds
+    for p in pids:
+        with open("/proc/%d/maps" % p) as f:
+            mapped = [ln for ln in f if "memfd:vramd-remote" in ln]
+        assert not mapped, (p, mapped[:5])
+    if py_server.hosting == "stub":
+        # The same host served them all: no restart hid a leak.
+        assert host_of(py_server, "py_stress") == pids[1]
     # The ledger: nothing left for the model's requests.
     report = memory_report(mc)
     node = owner_node(report, model_path)
@@ -729,17 +913,42 @@ GROWTH_LINE = (r"memory growth: server/model:{}/version:1/instance:(\S+) rose on
 ARRAY_BYTES = 64 * 1024 * 4
 
 
+def warm_up_host(client, model):
+    """A host's resident memory rises by ~6 MiB over its first ~30 requests (malloc's arenas,
+    the interpreter's caches), then stays flat: measured after these."""
+    for v in range(40):
+        client.infer(model, [Input("IN", "INT32", int32(v))])
+
+
 def model_leaks(report, model):
     return [leak for leak in report["leaks"]
             if leak["owner"].startswith("server/model:%s/" % model)]
 
 
 def test_growth_of_a_model_keeping_its_outputs_is_reported(py_server, client):
+    stub = py_server.hosting == "stub"
+    if stub:
+        host = host_of(py_server, "py_leaky")
+        warm_up_host(client, "py_leaky")
+        rss_before = rss_bytes(host)
     for v in range(40):
         result = client.infer("py_leaky", [Input("IN", "INT32", int32(v))])
         assert result.outputs["OUT"].shape == (64 * 1024,)
         assert result.outputs["OUT"][0] == v
     report = memory_report(client)
+    if stub:
+        # What a stub does not give (docs/remote-backends.md, "Memory"): numpy's arrays live in
+        # the host's own malloc, outside vramd's ledger. The 40 kept arrays (10 MiB) show only as
+        # the host's resident memory; the ledger has nothing under the model, no leak names a
+        # request, and the growth detector, which reads the ledger, says nothing.
+        assert rss_bytes(host) - rss_before >= 40 * ARRAY_BYTES * 0.9, (rss_before,
+                                                                         rss_bytes(host))
+        node = owner_node(report, "server/model:py_leaky")
+        assert node is not None and node["subtree_live_bytes"] == 0, node
+        assert not model_leaks(report, "py_leaky"), model_leaks(report, "py_leaky")[:3]
+        time.sleep(0.2)
+        assert not re.search(GROWTH_LINE.format("py_leaky"), py_server.log())
+        return
     node = owner_node(report, "server/model:py_leaky")
     assert node is not None
     assert node["subtree_live_bytes"] >= 40 * ARRAY_BYTES, node
@@ -759,10 +968,17 @@ def test_growth_of_a_model_keeping_its_outputs_is_reported(py_server, client):
 def test_the_same_model_without_the_history_is_not_reported(py_server, client):
     path = "server/model:py_no_history"
     before = owner_node(memory_report(client), path)
+    if py_server.hosting == "stub":
+        host = host_of(py_server, "py_no_history")
+        warm_up_host(client, "py_no_history")
+        rss_before = rss_bytes(host)
     for v in range(40):
         result = client.infer("py_no_history", [Input("IN", "INT32", int32(v))])
         assert result.outputs["OUT"][0] == v
     report = memory_report(client)
+    if py_server.hosting == "stub":
+        # The stub's equivalent: its host does not keep the arrays (py_leaky's rose >= 9 MiB).
+        assert rss_bytes(host) - rss_before < 8 * ARRAY_BYTES, (rss_before, rss_bytes(host))
     assert not model_leaks(report, "py_no_history"), model_leaks(report, "py_no_history")[:3]
     node = owner_node(report, path)
     assert node["subtree_live_bytes"] == before["subtree_live_bytes"], (before, node)
