@@ -131,3 +131,44 @@ def test_a_model_killing_its_stub_fails_that_request_and_serves_again(server, sh
     infer(c, "pid_in_process", [1.0])
     infer(c, "pid_ppi", [1.0])
     assert set(os.listdir("/dev/shm")) == shm_before
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--backend-config=python,default-hosting=stubb",
+     '--backend-config=python,default-hosting=stubb: default-hosting is "stubb"; it takes '
+     "in_process, stub or process_per_instance"),
+    ("--backend-config=python", "--backend-config=python: no '='"),
+    ("--backend-config=,default-hosting=stub", "--backend-config=,default-hosting=stub: the "
+     "backend name before ',' is empty"),
+])
+def test_a_malformed_backend_config_stops_start_up_naming_the_flag(start_server, tmp_path,
+                                                                     flag, message):
+    s = start_server([tmp_path], ["--backend-directory", str(BACKEND_DIR), flag],
+                     name="bad-backend-config", launch_only=True)
+    assert s.wait(timeout=10) == 1
+    assert message in s.stderr_text(), s.stderr_text()
+
+
+def test_default_hosting_flag_and_ignored_settings(start_server, tmp_path_factory):
+    # One model without VRAMD_PYTHON_HOSTING, one that asks for in_process: the flag moves
+    # only the first; Triton's other python settings are logged once as ignored.
+    repo = tmp_path_factory.mktemp("python-default-hosting")
+    for name, extra in (("pid_default", ""), ("pid_pinned", 'parameters { key: '
+                        '"VRAMD_PYTHON_HOSTING" value { string_value: "in_process" } }\n')):
+        shutil.copytree(MODEL, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        config = repo / name / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "pid_model"', 'name: "%s"' % name)
+                          + extra)
+    s = start_server([repo], ["--backend-directory", str(BACKEND_DIR),
+                              "--backend-config=python,shm-default-byte-size=1048576",
+                              "--backend-config=default-hosting=in_process",
+                              "--backend-config=python,default-hosting=process_per_instance"],
+                     name="python-default-hosting", ready_models=["pid_default", "pid_pinned"])
+    c = s.client()
+    _, pid = infer(c, "pid_default", [1.0])
+    assert pid != s.proc.pid and len(hosts_of(s, "pid_default")) == 2  # one per instance
+    assert infer(c, "pid_pinned", [1.0])[1] == s.proc.pid
+    assert hosts_of(s, "pid_pinned") == []
+    ignored = [ln for ln in s.stderr_text().splitlines()
+               if "--backend-config=python,shm-default-byte-size=1048576: ignored" in ln]
+    assert len(ignored) == 1, ignored

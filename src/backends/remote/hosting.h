@@ -6,7 +6,9 @@
 //
 // The choice, per model, from its config's parameters:
 //   VRAMD_<BACKEND>_HOSTING (VRAMD_PYTHON_HOSTING for backend "python"):
-//     "in_process"            the default: the library in vramd's process (DESIGN.md 6);
+//     "in_process"            the default (unless --backend-config's default-hosting says
+//                             otherwise: backends/backend_config.h): the library in vramd's
+//                             process (DESIGN.md 6);
 //     "stub"                  one host process per model and device, running all that model's
 //                             instances on the device as threads (one extra CUDA context per
 //                             model per GPU, never per instance);
