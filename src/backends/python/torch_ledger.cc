@@ -41,23 +41,45 @@ void LogOnce(const ModelShared& model, const std::string& reason) {
 
 py::object TorchPool(const ModelShared& model, bool gpu_instance, int32_t device,
                      const std::string& instance) {
-  if (!gpu_instance || !model.ledger_torch || model.ledger_table == nullptr) return py::none();
+  if (!gpu_instance) return py::none();
+  // Whether torch's memory can go through the ledger here: asked for, and the server gives GPU
+  // memory (a stub host gives none: docs/remote-backends.md), checked with one small block.
+  std::string why_not;
+  if (!model.ledger_torch || model.ledger_table == nullptr) {
+    why_not = "VRAMD_PYTHON_LEDGER_TORCH is off";
+  } else {
+    VramdError error{};
+    void* probe = LedgerAllocate(model.ledger_table, 0, VRAMD_DEVICE_GPU, device, 256, nullptr,
+                                 &error);
+    if (probe == nullptr) {
+      why_not = std::string("the server gives this process no GPU memory (") + error.message +
+                "): torch keeps its own allocator";
+    } else {
+      LedgerFree(model.ledger_table, VRAMD_DEVICE_GPU, device, probe);
+    }
+  }
   py::tuple made = py::module_::import("vramd_python_host")
-                       .attr("torch_pool")(LibraryDirectory() + "/libvramd_python.so", device);
-  if (!made[0].is_none()) {
+                       .attr("torch_instance")(LibraryDirectory() + "/libvramd_python.so", device,
+                                               why_not.empty());
+  if (made[0].is_none()) {
+    LogOnce(model, made[1].cast<std::string>());
+    return py::none();
+  }
+  const std::string pool_reason = made[1].cast<std::string>();
+  if (!why_not.empty() || !pool_reason.empty()) {
+    LogOnce(model, !why_not.empty() ? why_not : pool_reason);
+  } else {
     Log(model.server, VRAMD_LOG_VERBOSE,
         "python model '" + model.name + "': instance '" + instance +
             "' allocates torch's CUDA memory through the ledger (a MemPool of its own)");
-    return made[0];
   }
-  LogOnce(model, made[1].cast<std::string>());
-  return py::none();
+  return made[0];
 }
 
 py::object TorchPoolCall(const py::object& pool, int32_t device, const py::object& fn,
                          const py::tuple& args) {
   if (pool.is_none()) return fn(*args);
-  return py::module_::import("vramd_python_host").attr("call_in_pool")(pool, device, fn, *args);
+  return pool.attr("call")(fn, *args);
 }
 
 uint64_t TorchLedgerLiveSegments() {

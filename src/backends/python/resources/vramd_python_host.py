@@ -249,8 +249,29 @@ class InstanceLoop:
 _torch_allocator = None
 
 
-def torch_pool(library, device):
-    """(a torch.cuda.MemPool on cuda:`device` backed by vramd's allocator, "") or (None, why)."""
+class TorchInstance:
+    """What a KIND_GPU instance of a torch model runs under: a CUDA stream of its own (each
+    Triton instance is a process with its own default stream; threads sharing one process would
+    otherwise serialize on the legacy default stream) and, where the ledger takes torch's memory,
+    a MemPool over vramd's allocator."""
+
+    def __init__(self, torch, device, pool):
+        self.torch = torch
+        self.device = torch.device("cuda", int(device))
+        self.stream = torch.cuda.Stream(device=self.device)
+        self.pool = pool
+
+    def call(self, fn, *args):
+        torch = self.torch
+        with torch.cuda.stream(self.stream):
+            if self.pool is None:
+                return fn(*args)
+            with torch.cuda.use_mem_pool(self.pool, device=self.device):
+                return fn(*args)
+
+
+def torch_instance(library, device, want_pool):
+    """(a TorchInstance for cuda:`device`, why it has no MemPool or "") or (None, why not)."""
     global _torch_allocator
     torch = sys.modules.get("torch")
     if torch is None:
@@ -264,24 +285,23 @@ def torch_pool(library, device):
         return None, "torch %s cannot use CUDA (%s)" % (version, error)
     if not cuda:
         return None, "torch %s has no CUDA (a CPU-only build, or no device)" % version
+    if not want_pool:
+        return TorchInstance(torch, device, None), ""
     memory = getattr(torch.cuda, "memory", None)
     if (not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool")
             or not hasattr(memory, "CUDAPluggableAllocator")):
-        return None, ("torch %s has no torch.cuda.MemPool / use_mem_pool / "
-                      "CUDAPluggableAllocator (torch >= 2.5 has them)" % version)
+        return TorchInstance(torch, device, None), (
+            "torch %s has no torch.cuda.MemPool / use_mem_pool / CUDAPluggableAllocator "
+            "(torch >= 2.5 has them)" % version)
     try:
         if _torch_allocator is None:
             _torch_allocator = memory.CUDAPluggableAllocator(
                 library, "vramd_torch_malloc", "vramd_torch_free")
         with torch.cuda.device(int(device)):  # a MemPool belongs to the current device
-            return torch.cuda.MemPool(_torch_allocator.allocator()), ""
+            pool = torch.cuda.MemPool(_torch_allocator.allocator())
     except Exception as error:
-        return None, "torch %s refused vramd's allocator: %s: %s" % (
+        # E.g. another user of the process's LibTorch (the pytorch backend) replaced its
+        # allocator: "pluggable does not yet support createOrIncrefPool".
+        return TorchInstance(torch, device, None), "torch %s refused vramd's allocator: %s: %s" % (
             version, type(error).__name__, error)
-
-
-def call_in_pool(pool, device, fn, *args):
-    """fn(*args) with torch's allocations on cuda:`device` routed to `pool`."""
-    import torch
-    with torch.cuda.use_mem_pool(pool, device=torch.device("cuda", int(device))):
-        return fn(*args)
+    return TorchInstance(torch, device, pool), ""
