@@ -19,6 +19,9 @@ namespace {
 
 py::module_ Host() { return py::module_::import("vramd_python_host"); }
 
+// Outputs up to this many bytes in all are copied into a response with the GIL held.
+constexpr size_t kCopyWithGilBytes = 64 * 1024;
+
 // Logs the whole traceback and returns it (the caller's error keeps its tail).
 std::string Traceback(const ModelShared& model, const std::string& what,
                       const py::error_already_set& e) {
@@ -365,9 +368,17 @@ void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestSt
   // Build every response (outputs copied to the server), then drop the model's objects (the
   // numpy arrays charged to the requests, numpy_ledger.h), and only then send: the final flag
   // closes a request's ledger owner, and an array still referenced then would read as its leak.
+  // Small outputs are copied with the GIL held: releasing it once more would hand it to the
+  // other instance threads waiting for it before the drop below could run.
+  size_t output_bytes = 0;
+  for (const auto& response : typed) {
+    if (!response) continue;
+    for (const auto& tensor : response->outputs) output_bytes += tensor ? tensor->byte_size() : 0;
+  }
   std::vector<std::unique_ptr<PreparedResponse>> prepared(states.size());
   {
-    py::gil_scoped_release release;
+    std::optional<py::gil_scoped_release> release;
+    if (output_bytes > kCopyWithGilBytes) release.emplace();
     for (size_t i = 0; i < states.size(); ++i) {
       if (typed[i]) prepared[i] = states[i]->Prepare(*typed[i]);
     }

@@ -17,9 +17,10 @@
 // Small arrays stay out (a documented trade-off): data under kNumpyLedgerMinBytes (512) comes
 // from malloc, uncharged, unless the model's parameter VRAMD_PYTHON_LEDGER_NUMPY_MIN_BYTES says
 // otherwise ("0" charges every array). Measured with bench/python/numpy_ledger_cost.py
-// (2026-12-02, 2 loaded cores): np.empty + free costs about 140 ns with numpy's allocator and
-// 390-640 ns through the ledger (+250 ns from 256 B to 64 KiB, +500 ns at 16 B), and the
-// server's pool rounds every block up to 512 bytes (plus this handler's 64-byte header): a
+// (2026-12-02, best of 5-9 rounds, noisy machines): np.empty + free costs 140-270 ns with
+// numpy's allocator and 440-800 ns through the ledger on the 2-core build host (numpy 1.24),
+// 240-510 ns and 880-1050 ns on the H200 host (numpy 2.5): +250 to +750 ns per array. The
+// server's pool also rounds every block up to 512 bytes (plus this handler's 64-byte header): a
 // 16-byte array would hold 512. A model that keeps many arrays under 512 bytes each is then not
 // seen by the ledger.
 //
