@@ -16,7 +16,8 @@ one run, each pair measured back to back.
    first then the python model. Ratio python / built-in at each c; PASS when every ratio is at
    least --identity-target.
 2. --torch: bench/torch/make_model.py's TorchScript model (a ResNet-18-like net by default)
-   served twice: `torch_ts` by the pytorch backend, and `torch_py` by a model.py that
+   served twice, each in a server of its own (two LibTorch users in one process crashed a
+   server at start-up): `torch_ts` by the pytorch backend, and `torch_py` by a model.py that
    torch.jit.load's the same file onto its instance's device and runs forward under
    torch.inference_mode (input via as_numpy -> torch.from_numpy -> .to(device); output .cpu()),
    both --torch-instances instances of --kind. The ratio at saturation is max over c of
@@ -195,18 +196,30 @@ def main():
                        check=True, stdout=subprocess.DEVNULL, timeout=300)
         with open(os.path.join(work, "meta.json")) as f:
             meta = json.load(f)
-        os.rename(os.path.join(work, "repo", "torch_ts"), os.path.join(repo, "torch_ts")) \
-            if os.path.abspath(meta["repository"]) != os.path.abspath(repo) else None
+        # The TorchScript model is served by a server of its own: two LibTorch users in one
+        # process (the pytorch backend swaps LibTorch's CUDA allocator for its own, the python
+        # model's torch may already be allocating) crashed a server at start-up on the H200.
+        ts_repo = os.path.join(work, "repo_ts")
+        os.makedirs(ts_repo, exist_ok=True)
+        os.rename(os.path.join(work, "repo", "torch_ts"), os.path.join(ts_repo, "torch_ts"))
         ts_config = meta["config"]
         py_config = (ts_config.replace('name: "torch_ts"', 'name: "torch_py"')
                      .replace('platform: "pytorch_libtorch"', 'backend: "python"')
                      + 'parameters { key: "torchscript" value { string_value: "%s" } }\n'
-                     % os.path.join(repo, "torch_ts", "1", "model.pt"))
+                     % os.path.join(ts_repo, "torch_ts", "1", "model.pt"))
         write(os.path.join(repo, "torch_py", "config.pbtxt"), py_config)
         write(os.path.join(repo, "torch_py", "1", "model.py"), TORCH_MODEL)
 
     result = {"duration_s": a.duration, "warmup_s": a.warmup, "machine": os.uname().nodename}
     ok = True
+    tc = [int(c) for c in a.torch_concurrency.split(",")]
+    tor = {"concurrency": tc, "instances": a.torch_instances, "kind": a.kind, "arch": a.arch,
+           "servers": "torch_py with the identity models; torch_ts in a server of its own"}
+    want = None
+    if meta is not None:
+        with open(meta["output_bin"], "rb") as f:
+            ref = f.read()
+        want = struct.unpack("<%df" % (len(ref) // 4), ref)
     server = Vramd(a.vramd, [repo], a.server_log, backends, ["--exit-on-error"])
     try:
         body, hlen, raw = identity_body(work)
@@ -233,34 +246,40 @@ def main():
         update_json(a.out, "python_throughput", result)
 
         if meta is not None:
-            tc = [int(c) for c in a.torch_concurrency.split(",")]
-            tor = {"concurrency": tc, "instances": a.torch_instances, "kind": a.kind,
-                   "arch": a.arch}
+            tor["python_rps"] = None
             try:
-                with open(meta["output_bin"], "rb") as f:
-                    ref = f.read()
-                want = struct.unpack("<%df" % (len(ref) // 4), ref)
-                for model in ("torch_ts", "torch_py"):
-                    server.ready(model, timeout=300)
-                    check_binary(server.port, model, meta["request_bin"], meta["header_length"],
-                                 want_floats=want)
-                rows_t = series(a, server, "torch_ts", meta["request_bin"], meta["header_length"], tc)
+                server.ready("torch_py", timeout=300)
+                check_binary(server.port, "torch_py", meta["request_bin"], meta["header_length"],
+                             want_floats=want)
                 rows_q = series(a, server, "torch_py", meta["request_bin"], meta["header_length"], tc)
-                tor["torchscript_rps"] = [r["rps"] for r in rows_t]
                 tor["python_rps"] = [r["rps"] for r in rows_q]
-                ratio = max(tor["python_rps"]) / max(tor["torchscript_rps"])
-                tor["ratio_at_saturation"] = ratio
-                figure("python_torch_vs_torchscript_saturation", ratio, "ratio")
-                ok &= verdict(ratio >= a.torch_target,
-                              f"torch model.py at saturation: {ratio:.3f} of the TorchScript "
-                              f"model through the pytorch backend (>= {a.torch_target})")
             except Exception as e:  # noqa: BLE001
                 tor["error"] = str(e)[:2000]
-                ok &= verdict(False, f"torch series failed: {e}")
-            result["torch"] = tor
     finally:
         code = server.stop()
         log(f"vramd exit code {code}")
+    if meta is not None:
+        ts = Vramd(a.vramd, [ts_repo], a.server_log, backends, ["--exit-on-error"])
+        try:
+            ts.ready("torch_ts", timeout=300)
+            check_binary(ts.port, "torch_ts", meta["request_bin"], meta["header_length"],
+                         want_floats=want)
+            rows_t = series(a, ts, "torch_ts", meta["request_bin"], meta["header_length"], tc)
+            tor["torchscript_rps"] = [r["rps"] for r in rows_t]
+        except Exception as e:  # noqa: BLE001
+            tor["torchscript_error"] = str(e)[:2000]
+        finally:
+            ts.stop()
+        if tor.get("python_rps") and tor.get("torchscript_rps"):
+            ratio = max(tor["python_rps"]) / max(tor["torchscript_rps"])
+            tor["ratio_at_saturation"] = ratio
+            figure("python_torch_vs_torchscript_saturation", ratio, "ratio")
+            ok &= verdict(ratio >= a.torch_target,
+                          f"torch model.py at saturation: {ratio:.3f} of the TorchScript model "
+                          f"through the pytorch backend (>= {a.torch_target})")
+        else:
+            ok &= verdict(False, f"torch series failed: {tor.get('error') or tor.get('torchscript_error')}")
+        result["torch"] = tor
     result["ok"] = bool(ok)
     update_json(a.out, "python_throughput", result)
     return 0 if ok else 1

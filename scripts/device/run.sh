@@ -247,14 +247,15 @@ if has_step python; then
     export VRAMD_BACKEND_HOST="$PWD/$BIN/vramd_backend_host"
     PYTHONPATH="$(python3 -c 'import site; print(":".join(site.getsitepackages()))')${PYTHONPATH:+:$PYTHONPATH}"
     export PYTHONPATH
-    if [ -f tests/device/python_gpu_check.py ]; then
+    parts=" ${PYTHON_PARTS:-check mem tput} "  # which of the three to run
+    if [[ "$parts" == *" check "* ]] && [ -f tests/device/python_gpu_check.py ]; then
       timeout "${PYTHON_CHECK_TIMEOUT:-150}" python3 tests/device/python_gpu_check.py --vramd "$BIN"/vramd \
         --backend-directory "$pytmp/backends" --log "$pytmp/check_server.log" > "$pytmp/check.out" 2>&1
       rc=$?
       grep -E '^(PASS|FAIL|FIGURE) ' "$pytmp/check.out" | tee -a "$summary"
       [ "$rc" -eq 0 ] || { say "FAIL python GPU check (exit $rc)"; tail -40 "$pytmp/check.out" >> "$OUT/benchmarks.log"; status=1; }
     fi
-    timeout "${PYTHON_MEM_TIMEOUT:-300}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
+    [[ "$parts" == *" mem "* ]] && { timeout "${PYTHON_MEM_TIMEOUT:-300}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
       --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" --python-backend-dir "$pytmp/backends" \
       --skip "${PYTHON_MEM_SKIP:-vramd,threads}" --counts "${PYTHON_MEM_COUNTS:-1,2,4,8}" \
       --width "${PYTHON_MEM_WIDTH:-32}" --work "$pytmp/mem" --out "$OUT/python_bench.json" \
@@ -262,14 +263,14 @@ if has_step python; then
       > "$pytmp/mem.out" 2> "$pytmp/mem.err"
     rc=$?
     grep -E '^(PASS|FAIL|FIGURE|#|!!!) ' "$pytmp/mem.out" | tee -a "$summary"
-    [ "$rc" -eq 0 ] || { say "FAIL python memory comparison (exit $rc)"; status=1; }
-    timeout "${PYTHON_TPUT_TIMEOUT:-200}" python3 bench/python/throughput_compare.py --vramd "$BIN"/vramd \
+    [ "$rc" -eq 0 ] || { say "FAIL python memory comparison (exit $rc)"; status=1; }; }
+    [[ "$parts" == *" tput "* ]] && { timeout "${PYTHON_TPUT_TIMEOUT:-200}" python3 bench/python/throughput_compare.py --vramd "$BIN"/vramd \
       --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" --torch \
       --torch-instances "${PYTHON_TPUT_INSTANCES:-8}" --work "$pytmp/tput" --out "$OUT/python_bench.json" \
       --server-log "$pytmp/server.log" ${PYTHON_TPUT_ARGS:-} > "$pytmp/tput.out" 2> "$pytmp/tput.err"
     rc=$?
     grep -E '^(PASS|FAIL|FIGURE|#) ' "$pytmp/tput.out" | tee -a "$summary"
-    [ "$rc" -eq 0 ] || { say "FAIL python throughput comparison (exit $rc)"; status=1; }
+    [ "$rc" -eq 0 ] || { say "FAIL python throughput comparison (exit $rc)"; status=1; }; }
   else
     say "FAIL python build (scripts/device/build_python.sh or build_torch.sh; log in benchmarks.log)"; status=1
   fi
