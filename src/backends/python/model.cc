@@ -71,7 +71,9 @@ VramdCode ReadConfig(ModelShared* model, std::string* error) {
     // The memory hooks (numpy_ledger.h, torch_ledger.h): "on" (the default) or "off".
     for (auto [key, flag] : {std::pair<const char*, bool*>{"VRAMD_PYTHON_LEDGER_NUMPY",
                                                            &model->ledger_numpy},
-                             {"VRAMD_PYTHON_LEDGER_TORCH", &model->ledger_torch}}) {
+                             {"VRAMD_PYTHON_LEDGER_TORCH", &model->ledger_torch},
+                             {"VRAMD_PYTHON_TORCH_INSTANCE_STREAM",
+                              &model->torch_instance_stream}}) {
       auto setting = value(key);
       if (!setting) continue;
       if (*setting == "off" || *setting == "on") {

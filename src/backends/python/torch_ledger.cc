@@ -42,6 +42,11 @@ void LogOnce(const ModelShared& model, const std::string& reason) {
 py::object TorchPool(const ModelShared& model, bool gpu_instance, int32_t device,
                      const std::string& instance) {
   if (!gpu_instance) return py::none();
+  // A model without torch costs nothing here (the probe below would reserve a pool segment).
+  if (py::module_::import("importlib.util").attr("find_spec")("torch").is_none()) {
+    LogOnce(model, "torch is not installed");
+    return py::none();
+  }
   // Whether torch's memory can go through the ledger here: asked for, and the server gives GPU
   // memory (a stub host gives none: docs/remote-backends.md), checked with one small block.
   std::string why_not;
@@ -60,9 +65,9 @@ py::object TorchPool(const ModelShared& model, bool gpu_instance, int32_t device
   }
   py::tuple made = py::module_::import("vramd_python_host")
                        .attr("torch_instance")(LibraryDirectory() + "/libvramd_python.so", device,
-                                               why_not.empty());
+                                               why_not.empty(), model.torch_instance_stream);
   if (made[0].is_none()) {
-    LogOnce(model, made[1].cast<std::string>());
+    LogOnce(model, why_not.empty() ? made[1].cast<std::string>() : why_not);
     return py::none();
   }
   const std::string pool_reason = made[1].cast<std::string>();

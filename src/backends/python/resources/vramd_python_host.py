@@ -250,28 +250,36 @@ _torch_allocator = None
 
 
 class TorchInstance:
-    """What a KIND_GPU instance of a torch model runs under: a CUDA stream of its own (each
-    Triton instance is a process with its own default stream; threads sharing one process would
-    otherwise serialize on the legacy default stream) and, where the ledger takes torch's memory,
-    a MemPool over vramd's allocator."""
+    """What a KIND_GPU instance of a torch model runs under: where the ledger takes torch's
+    memory, a MemPool over vramd's allocator; with VRAMD_PYTHON_TORCH_INSTANCE_STREAM on, a CUDA
+    stream of its own (each Triton instance is a process with its own default stream, and
+    threads of one process share the legacy one). The stream is opt-in: on the H200 it raised
+    memory (N=1 654 -> 724 MiB, 37.6 -> 43.2 MiB per extra instance) and what it does to
+    throughput is not measured yet (docs/benchmarks.md)."""
 
-    def __init__(self, torch, device, pool):
+    def __init__(self, torch, device, pool, stream):
         self.torch = torch
         self.device = torch.device("cuda", int(device))
-        self.stream = torch.cuda.Stream(device=self.device)
+        self.stream = torch.cuda.Stream(device=self.device) if stream else None
         self.pool = pool
 
     def call(self, fn, *args):
         torch = self.torch
+        if self.stream is None:
+            return self._in_pool(fn, *args)
         with torch.cuda.stream(self.stream):
-            if self.pool is None:
-                return fn(*args)
-            with torch.cuda.use_mem_pool(self.pool, device=self.device):
-                return fn(*args)
+            return self._in_pool(fn, *args)
+
+    def _in_pool(self, fn, *args):
+        if self.pool is None:
+            return fn(*args)
+        with self.torch.cuda.use_mem_pool(self.pool, device=self.device):
+            return fn(*args)
 
 
-def torch_instance(library, device, want_pool):
-    """(a TorchInstance for cuda:`device`, why it has no MemPool or "") or (None, why not)."""
+def torch_instance(library, device, want_pool, want_stream=False):
+    """(a TorchInstance for cuda:`device`, why it has no MemPool or "") or (None, why not):
+    None also when it would hold neither a pool nor a stream."""
     global _torch_allocator
     torch = sys.modules.get("torch")
     if torch is None:
@@ -286,11 +294,13 @@ def torch_instance(library, device, want_pool):
     if not cuda:
         return None, "torch %s has no CUDA (a CPU-only build, or no device)" % version
     if not want_pool:
-        return TorchInstance(torch, device, None), ""
+        if not want_stream:
+            return None, "VRAMD_PYTHON_LEDGER_TORCH is off or the server gives no GPU memory here"
+        return TorchInstance(torch, device, None, want_stream), ""
     memory = getattr(torch.cuda, "memory", None)
     if (not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool")
             or not hasattr(memory, "CUDAPluggableAllocator")):
-        return TorchInstance(torch, device, None), (
+        return (TorchInstance(torch, device, None, want_stream) if want_stream else None), (
             "torch %s has no torch.cuda.MemPool / use_mem_pool / CUDAPluggableAllocator "
             "(torch >= 2.5 has them)" % version)
     try:
@@ -302,6 +312,6 @@ def torch_instance(library, device, want_pool):
     except Exception as error:
         # E.g. another user of the process's LibTorch (the pytorch backend) replaced its
         # allocator: "pluggable does not yet support createOrIncrefPool".
-        return TorchInstance(torch, device, None), "torch %s refused vramd's allocator: %s: %s" % (
-            version, type(error).__name__, error)
-    return TorchInstance(torch, device, pool), ""
+        why = "torch %s refused vramd's allocator: %s: %s" % (version, type(error).__name__, error)
+        return (TorchInstance(torch, device, None, want_stream) if want_stream else None), why
+    return TorchInstance(torch, device, pool, want_stream), ""
