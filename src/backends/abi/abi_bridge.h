@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/load_timing.h"
+#include "backends/abi/vramd_codes.h"
 #include "core/status.h"
 #include "memory/allocator.h"
 #include "memory/device.h"
@@ -21,16 +22,6 @@ class ServerServices;  // backends/server_services.h
 }
 
 namespace vramd::backends::abi {
-
-VramdCode ToVramdCode(StatusCode code);
-
-// A backend's failure as a Status: the code mapped, the message prefixed with `context` and ": "
-// unless `context` is empty (an empty message says the backend gave none; an unknown code is
-// named).
-Status FromVramd(VramdCode code, const VramdError& error, std::string_view context);
-
-// Writes `message` into `error` (may be null), truncated and NUL-terminated.
-void SetError(VramdError* error, std::string_view message);
 
 // VRAMD_DEVICE_GPU -> cuda:<id>, CUDA_HOST -> cuda_host, CPU -> cpu; InvalidArgument otherwise.
 Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id);

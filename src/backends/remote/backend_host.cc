@@ -271,7 +271,7 @@ class Host {
     info.struct_size = sizeof info;
     info.name = wire.name.c_str();
     info.index = wire.index;
-    info.kind = static_cast<VramdDeviceKind>(wire.kind);
+    info.kind = static_cast<VramdDeviceKind>(wire.kind);  // CPU or GPU, checked above
     info.device_id = wire.device_id;
     info.owner = wire.owner;
     VramdError error{};
@@ -411,7 +411,7 @@ class Host {
     WireReader r(f.data(), f.size(), "InferResult");
     const uint64_t context = r.U64("context");
     const bool final = r.U8("final") != 0;
-    result->code = static_cast<VramdCode>(r.U32("code"));
+    result->code = CodeFromWire(r.U32("code"));
     result->message = std::string(r.Str("message"));
     result->parameters_json = std::string(r.Str("parameters_json"));
     result->outputs = DecodeTensors(r);

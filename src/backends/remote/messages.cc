@@ -4,38 +4,6 @@
 
 namespace vramd::backends::remote {
 
-VramdCode ToVramdCode(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return VRAMD_OK;
-    case StatusCode::kInvalidArgument: return VRAMD_INVALID_ARGUMENT;
-    case StatusCode::kNotFound: return VRAMD_NOT_FOUND;
-    case StatusCode::kUnavailable: return VRAMD_UNAVAILABLE;
-    case StatusCode::kUnsupported: return VRAMD_UNSUPPORTED;
-    case StatusCode::kResourceExhausted: return VRAMD_RESOURCE_EXHAUSTED;
-    case StatusCode::kAlreadyExists: return VRAMD_ALREADY_EXISTS;
-    case StatusCode::kCancelled: return VRAMD_CANCELLED;
-    case StatusCode::kUnknown: return VRAMD_UNKNOWN;
-    case StatusCode::kInternal: return VRAMD_INTERNAL;
-  }
-  return VRAMD_INTERNAL;
-}
-
-StatusCode ToStatusCode(VramdCode code) {
-  switch (code) {
-    case VRAMD_OK: return StatusCode::kOk;
-    case VRAMD_INVALID_ARGUMENT: return StatusCode::kInvalidArgument;
-    case VRAMD_NOT_FOUND: return StatusCode::kNotFound;
-    case VRAMD_UNAVAILABLE: return StatusCode::kUnavailable;
-    case VRAMD_UNSUPPORTED: return StatusCode::kUnsupported;
-    case VRAMD_RESOURCE_EXHAUSTED: return StatusCode::kResourceExhausted;
-    case VRAMD_ALREADY_EXISTS: return StatusCode::kAlreadyExists;
-    case VRAMD_CANCELLED: return StatusCode::kCancelled;
-    case VRAMD_UNKNOWN: return StatusCode::kUnknown;
-    case VRAMD_INTERNAL: return StatusCode::kInternal;
-  }
-  return StatusCode::kInternal;
-}
-
 namespace {
 
 std::vector<std::string> DecodeStrings(WireReader& r, const char* field) {
@@ -59,6 +27,16 @@ std::optional<std::string> DecodeOptStr(WireReader& r, const char* field) {
 
 }  // namespace
 
+VramdCode CodeFromWire(uint32_t value) {
+  return value <= static_cast<uint32_t>(VRAMD_UNKNOWN) ? static_cast<VramdCode>(value)
+                                                        : VRAMD_INTERNAL;
+}
+
+VramdDeviceKind DeviceKindFromWire(int32_t value, bool* valid) {
+  *valid = value >= VRAMD_DEVICE_CPU && value <= VRAMD_DEVICE_CUDA_HOST;
+  return *valid ? static_cast<VramdDeviceKind>(value) : VRAMD_DEVICE_CPU;
+}
+
 void EncodeTensor(WireWriter& w, const char* name, VramdDataType datatype, const int64_t* shape,
                   size_t rank, const void* data, size_t byte_size) {
   w.Str(name != nullptr ? name : "");
@@ -75,7 +53,7 @@ WireTensor DecodeTensor(WireReader& r) {
   if (r.ok() && (type <= VRAMD_TYPE_INVALID || type > VRAMD_TYPE_BF16)) {
     r.Refuse("tensor datatype", fmt::format("is {}, not a known datatype", type));
   }
-  t.datatype = static_cast<VramdDataType>(type);
+  t.datatype = r.ok() ? static_cast<VramdDataType>(type) : VRAMD_TYPE_INVALID;
   const uint32_t rank = r.Count("tensor rank", 8);
   if (rank > kMaxRank) r.Refuse("tensor rank", fmt::format("is {}, over {}", rank, kMaxRank));
   t.shape.reserve(rank);
@@ -196,7 +174,7 @@ void WireRequest::Bind() {
 WireRespond DecodeRespond(WireReader& r) {
   WireRespond out;
   out.responder = r.U64("responder");
-  out.code = static_cast<VramdCode>(r.U32("code"));
+  out.code = CodeFromWire(r.U32("code"));
   out.message = std::string(r.Str("message"));
   out.flags = r.U32("flags");
   out.has_response = r.U8("has_response") != 0;

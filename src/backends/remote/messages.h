@@ -13,14 +13,21 @@
 #include <string>
 #include <vector>
 
+#include "backends/abi/vramd_codes.h"
 #include "backends/remote/wire.h"
 #include "vramd/backend.h"
 
 namespace vramd::backends::remote {
 
-// VramdCode <-> StatusCode (as abi_bridge.h maps them), for both processes.
-VramdCode ToVramdCode(StatusCode code);
-StatusCode ToStatusCode(VramdCode code);
+// VramdCode <-> StatusCode, for both processes (abi/vramd_codes.h).
+using abi::ToStatusCode;
+using abi::ToVramdCode;
+
+// Values read off the wire as the C enums: a value the enum does not have would be undefined
+// behaviour once stored, so it becomes VRAMD_INTERNAL (a code: the error stays an error) or
+// VRAMD_DEVICE_CPU with *valid false (a device kind the caller must refuse).
+VramdCode CodeFromWire(uint32_t value);
+VramdDeviceKind DeviceKindFromWire(int32_t value, bool* valid);
 
 struct WireTensor {
   std::string name;

@@ -5,20 +5,10 @@
 #include <cassert>
 #include <cmath>
 
+#include "runtime/custom_metrics.h"
+
 namespace vramd::metrics {
 namespace {
-
-[[maybe_unused]] bool ValidName(std::string_view name, bool allow_colon) {
-  if (name.empty()) return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                        (allow_colon && c == ':');
-    const bool digit = c >= '0' && c <= '9';
-    if (!letter && !(digit && i > 0)) return false;
-  }
-  return true;
-}
 
 std::string_view TypeName(MetricType type) {
   switch (type) {
@@ -65,7 +55,7 @@ std::string FormatValue(double value) {
 }
 
 void PrometheusText::Family(std::string_view name, std::string_view help, MetricType type) {
-  assert(ValidName(name, /*allow_colon=*/true) && "invalid metric name");
+  assert(runtime::IsValidMetricName(name) && "invalid metric name");
   family_ = std::string(name);
   out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, EscapeHelp(help), name,
                       TypeName(type));
@@ -77,7 +67,7 @@ void PrometheusText::WriteSample(const Label* begin, const Label* end, std::stri
   if (begin != end) {
     out_ += '{';
     for (const Label* l = begin; l != end; ++l) {
-      assert(ValidName(l->first, /*allow_colon=*/false) && "invalid label name");
+      assert(runtime::IsValidLabelName(l->first) && "invalid label name");
       if (l != begin) out_ += ',';
       out_ += l->first;
       out_ += "=\"";

@@ -108,9 +108,12 @@ TEST(WireTest, HostileCountsAndValuesAreRefusedWithoutAllocating) {
   EXPECT_TRUE(DecodeTensors(r).empty());
   EXPECT_THAT(r.status().message(), HasSubstr("more than the 0 bytes left"));
 
-  WireWriter t;
+  WireWriter t;  // one tensor of datatype 99, written by hand (no VramdDataType holds 99)
   t.U32(1);
-  EncodeTensor(t, "x", static_cast<VramdDataType>(99), nullptr, 0, nullptr, 0);
+  t.Str("x");
+  t.U32(99);
+  t.U32(0);
+  t.AlignedBytes(nullptr, 0);
   WireReader rt(reinterpret_cast<const std::byte*>(t.buffer().data()), t.size(), "Respond");
   DecodeTensors(rt);
   EXPECT_THAT(rt.status().message(), HasSubstr("not a known datatype"));
