@@ -14,11 +14,11 @@ struct LedgerTable {
 
 namespace {
 
-std::mutex& RegistryMutex() {
+std::mutex& TablesMutex() {
   static auto* mu = new std::mutex;
   return *mu;
 }
-std::vector<LedgerTable*>& Registry() {  // the live tables
+std::vector<LedgerTable*>& Tables() {  // the live tables
   static auto* tables = new std::vector<LedgerTable*>;
   return *tables;
 }
@@ -29,8 +29,8 @@ std::atomic<uint64_t> orphaned_frees{0};
 LedgerTable* AcquireLedgerTable(const VramdServerApi* api) {
   auto* table = new LedgerTable;  // never freed (ledger_table.h)
   table->api = api;
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  Registry().push_back(table);
+  std::lock_guard<std::mutex> lock(TablesMutex());
+  Tables().push_back(table);
   return table;
 }
 
@@ -40,8 +40,8 @@ void ReleaseLedgerTable(LedgerTable* table) {
     std::unique_lock<std::shared_mutex> lock(table->mu);
     table->api = nullptr;
   }
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  auto& tables = Registry();
+  std::lock_guard<std::mutex> lock(TablesMutex());
+  auto& tables = Tables();
   for (auto it = tables.begin(); it != tables.end(); ++it) {
     if (*it == table) {
       tables.erase(it);
@@ -74,8 +74,8 @@ void LedgerFree(LedgerTable* table, VramdDeviceKind kind, int32_t device, void* 
     }
   }
   // The rare path: the allocating model is gone.
-  std::lock_guard<std::mutex> registry(RegistryMutex());
-  for (LedgerTable* other : Registry()) {
+  std::lock_guard<std::mutex> registry(TablesMutex());
+  for (LedgerTable* other : Tables()) {
     std::shared_lock<std::shared_mutex> lock(other->mu);
     if (other->api != nullptr) {
       other->api->free(other->api->server, kind, device, ptr);

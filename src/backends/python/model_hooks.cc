@@ -14,7 +14,7 @@
 namespace vramd::python {
 namespace {
 
-py::module_ Host() { return py::module_::import("vramd_python_host"); }
+py::module_ HostModule() { return py::module_::import("vramd_python_host"); }
 
 }  // namespace
 
@@ -24,12 +24,12 @@ VramdCode PythonInstance::Ready(VramdError* error) {
   ContextScope scope(Context(Phase::kExecute, owner_));
   try {
     py::object result = Call(object_->attr("is_ready"));
-    if (Host().attr("is_coroutine")(result).cast<bool>()) {
+    if (HostModule().attr("is_coroutine")(result).cast<bool>()) {
       if (!readiness_loop_) {
         CallContext context = Context(Phase::kExecute, owner_);
         py::cpp_function bind([context]() { BindThread(context); });
         readiness_loop_ = std::shared_ptr<py::object>(
-            new py::object(Host().attr("InstanceLoop")(name_ + "_is_ready", bind)),
+            new py::object(HostModule().attr("InstanceLoop")(name_ + "_is_ready", bind)),
             [](py::object* loop) {
               py::gil_scoped_acquire gil;
               try {
@@ -83,7 +83,7 @@ VramdCode AutoCompleteConfig(const VramdModelInfo& info, std::string* completed,
     if (!std::filesystem::is_regular_file(shared->model_file)) return VRAMD_OK;
 
     // A package of its own, dropped below: the model's load imports model.py afresh.
-    package = Host()
+    package = HostModule()
                   .attr("create_package")(shared->name, shared->version, shared->version_dir,
                                           shared->model_dir)
                   .cast<std::string>();
@@ -92,7 +92,7 @@ VramdCode AutoCompleteConfig(const VramdModelInfo& info, std::string* completed,
     py::object cls;
     {
       ContextScope scope(CallContext{shared, nullptr, Phase::kImport, 0});
-      py::object module = Host().attr("import_model")(package, file_name);
+      py::object module = HostModule().attr("import_model")(package, file_name);
       cls = module.attr("TritonPythonModel");
     }
     if (py::hasattr(cls, "auto_complete_config")) {
@@ -121,7 +121,7 @@ VramdCode AutoCompleteConfig(const VramdModelInfo& info, std::string* completed,
   UnregisterModel(shared.get());
   if (!package.empty()) {
     try {
-      Host().attr("remove_package")(package);
+      HostModule().attr("remove_package")(package);
     } catch (const py::error_already_set& e) {
       Log(info.server, VRAMD_LOG_WARNING, "python model '" + shared->name +
                                               "': removing the modules auto-complete imported "
