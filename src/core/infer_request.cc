@@ -8,6 +8,7 @@
 namespace vramd {
 
 std::string ParametersToJson(const std::vector<InferParameter>& parameters) {
+  if (parameters.empty()) return "{}";  // most requests: no writer per request
   // A later duplicate wins: write each name once, at its last occurrence's value.
   rapidjson::StringBuffer buffer;
   JsonWriter w(buffer);
