@@ -120,6 +120,11 @@ class BackendInstance {
   // runtime's (readiness_probe.h), never twice at once for one instance, possibly while the
   // instance executes on another thread. It may block: the runtime stops waiting after 5 s.
   virtual Status Ready() { return Status::Ok(); }
+  // What the instance knows of whether it can serve without asking its framework: OK, or why
+  // not (a hosted instance whose process is restarting: remote/stub.h). For every backend,
+  // whether it ChecksReadiness() or not. Never blocks; from any thread while the instance
+  // exists (the repository index asks it of every serving instance).
+  virtual Status Available() const { return Status::Ok(); }
 };
 
 class BackendModel {

@@ -12,13 +12,16 @@ namespace {
 // The settings read server-side, and the values each takes.
 struct KnownSetting {
   std::string_view name;
-  std::vector<std::string_view> values;
+  std::vector<std::string_view> values;  // empty: a whole number (digits only)
   std::string_view reader;  // for the log: who reads it
 };
 const std::vector<KnownSetting>& Known() {
   static const auto* known = new std::vector<KnownSetting>{
       {"default-hosting", {"in_process", "stub", "process_per_instance"},
        "the hosting of a model whose config has no VRAMD_<BACKEND>_HOSTING parameter"},
+      {"stub-call-timeout-ms", {},
+       "the call timeout of a hosted model whose config has no VRAMD_STUB_CALL_TIMEOUT_MS "
+       "parameter"},
   };
   return *known;
 }
@@ -62,7 +65,14 @@ Result<BackendSetting> ParseBackendSetting(std::string_view arg) {
   }
   if (s.setting.empty()) return bad("the setting name before '=' is empty");
   s.value = std::string(arg.substr(eq + 1));
-  if (const KnownSetting* k = FindKnown(s.setting); k != nullptr) {
+  if (const KnownSetting* k = FindKnown(s.setting); k != nullptr && k->values.empty()) {
+    // At most 9 digits: whatever reads it gets a number that fits in an int32.
+    if (s.value.empty() || s.value.size() > 9 ||
+        s.value.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::InvalidArgument(fmt::format("{}: {} is \"{}\"; it takes a whole number",
+                                                 s.Flag(), s.setting, s.value));
+    }
+  } else if (k != nullptr) {
     bool ok = false;
     for (std::string_view v : k->values) ok = ok || v == s.value;
     if (!ok) {

@@ -7,6 +7,9 @@
 //   default-hosting = in_process | stub | process_per_instance
 //     the hosting of a model of a backend library whose config has no VRAMD_<BACKEND>_HOSTING
 //     parameter (remote/hosting.h; docs/remote-backends.md). Default: in_process.
+//   stub-call-timeout-ms = <whole number>
+//     the call timeout of a hosted model whose config has no VRAMD_STUB_CALL_TIMEOUT_MS
+//     parameter (remote/stub.h); 0 for none. Default: 300000.
 // Any other setting is logged once, at SetBackendSettings, as ignored.
 //
 // Thread safety: SetBackendSettings before any model loads; the readers from any thread after.

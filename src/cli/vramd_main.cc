@@ -351,8 +351,8 @@ int main(int argc, char** argv) {
   serve->add_option("--backend-config", options.backend_configs,
                     "<backend>,<setting>=<value>, or <setting>=<value> for every backend "
                     "(Triton's flag); repeat for several. vramd reads default-hosting="
-                    "in_process|stub|process_per_instance (docs/remote-backends.md) and logs "
-                    "any other setting as ignored");
+                    "in_process|stub|process_per_instance and stub-call-timeout-ms=<ms> "
+                    "(docs/remote-backends.md) and logs any other setting as ignored");
   serve->add_option("--load-model", options.load_models,
                     "Explicit mode: a model to load at start-up; repeat for several, '*' for all");
 

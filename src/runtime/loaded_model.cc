@@ -329,11 +329,19 @@ Status LoadedModel::CheckReady() const {
   return future.get();
 }
 
+Status LoadedModel::Available() const {
+  for (const Instance& instance : instances_) {
+    Status available = instance.backend->Available();
+    if (!available.ok()) return available;
+  }
+  return Status::Ok();
+}
+
 void LoadedModel::CheckReadyAsync(std::function<void(Status)> done) const {
+  auto where = [this] { return fmt::format("model '{}' version {} is not ready", name(), version_); };
+  if (Status available = Available(); !available.ok()) return done(available.WithContext(where()));
   if (readiness_ == nullptr) return done(Status::Ok());
-  readiness_->CheckAsync([where = fmt::format("model '{}' version {} is not ready", name(),
-                                              version_),
-                          done = std::move(done)](Status ready) {
+  readiness_->CheckAsync([where = where(), done = std::move(done)](Status ready) {
     if (!ready.ok()) {
       ready = ready.WithContext(where);
       spdlog::info("{}", ready.message());

@@ -162,6 +162,9 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   void CheckReadyAsync(std::function<void(Status)> done) const;
   // Whether CheckReady asks the backend (and may block).
   bool ChecksReadiness() const { return readiness_ != nullptr; }
+  // The first instance's BackendInstance::Available error, or OK: what CheckReady answers at
+  // once, before asking the backend; never blocks.
+  Status Available() const;
 
   // Ready once this version's destruction is complete (its memory returned, its owners
   // closed); wait on it from any thread. Unlike a weak_ptr's expiry, which comes when the last

@@ -957,6 +957,14 @@ std::vector<ModelIndexEntry> ModelManager::Index() const {
     for (const auto& [v, m] : entry.serving.ready) {
       rows[v] = {name, v, std::string(TritonStateName(serving_state)), serving_state,
                  entry.lifecycle.reason()};
+      // A ready version whose instances know they cannot serve (a hosted model restarting its
+      // process) is not READY to a client; its lifecycle is unchanged (the manager did not move it).
+      if (serving_state == LifecycleState::kReady) {
+        if (Status available = m->Available(); !available.ok()) {
+          rows[v].state = std::string(TritonStateName(LifecycleState::kFailed));
+          rows[v].reason = available.message();
+        }
+      }
     }
     for (const auto& [v, why] : entry.serving.failed) {
       rows[v] = {name, v, std::string(TritonStateName(LifecycleState::kFailed)),

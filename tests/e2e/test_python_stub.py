@@ -3,7 +3,10 @@ the same model.py (python_stub_models/pid_model) served in-process, with
 VRAMD_PYTHON_HOSTING=stub (one vramd_backend_host process for both instances) and with
 =process_per_instance (Triton's one process per instance). Answers equal the in-process ones;
 a model that SIGKILLs its own process inside execute fails that request, the model serves again
-after the restart, and /dev/shm is left as it was.
+after the restart, and /dev/shm is left as it was. A copy whose execute hangs (pid_hang, under a
+1 s VRAMD_STUB_CALL_TIMEOUT_MS) has its process killed at the timeout, that request failing
+with why, and reads not ready until the restarted process serves; a copy whose is_ready() is
+False (pid_unready) reads not ready, asked in its process.
 
 Needs libvramd_python.so and vramd_backend_host (VRAMD_PYTHON_BACKEND_DIR, else
 <dir of VRAMD_BIN>/../../backends). Skips when either is missing.
@@ -13,11 +16,12 @@ import concurrent.futures
 import os
 import pathlib
 import shutil
+import time
 
 import numpy as np
 import pytest
 
-from e2e_helpers import VRAMD_BIN, wait_for
+from e2e_helpers import VRAMD_BIN, index_rows, wait_for
 from v2client import Input
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -32,6 +36,12 @@ if not LIBRARY.is_file() or not HOST.is_file():
                 allow_module_level=True)
 
 MODES = {"pid_in_process": "in_process", "pid_stub": "stub", "pid_ppi": "process_per_instance"}
+HANG_TIMEOUT_MS = 1000  # python's model_create and instance_create take ~0.15 s each here
+# Stub copies with parameters of their own.
+EXTRA = {
+    "pid_hang": {"VRAMD_PYTHON_HOSTING": "stub", "VRAMD_STUB_CALL_TIMEOUT_MS": str(HANG_TIMEOUT_MS)},
+    "pid_unready": {"VRAMD_PYTHON_HOSTING": "stub", "PID_NOT_READY": "1"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +52,24 @@ def shm_before():
 @pytest.fixture(scope="module")
 def server(start_server, tmp_path_factory, shm_before):
     repo = tmp_path_factory.mktemp("python-stub-repo")
-    for name, mode in MODES.items():
+    models = {name: {"VRAMD_PYTHON_HOSTING": mode} for name, mode in MODES.items()}
+    models.update(EXTRA)
+    for name, parameters in models.items():
         shutil.copytree(MODEL, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
         config = repo / name / "config.pbtxt"
         text = config.read_text().replace('name: "pid_model"', 'name: "%s"' % name)
-        text += 'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n' % mode
+        for key, value in parameters.items():
+            text += 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, value)
         config.write_text(text)
-    return start_server([repo], ["--backend-directory", str(BACKEND_DIR),
-                                 "--http-thread-count", "8"],
-                        name="python-stub", ready_models=list(MODES))
+    s = start_server([repo], ["--backend-directory", str(BACKEND_DIR),
+                              "--http-thread-count", "8"],
+                     name="python-stub", ready_models=list(MODES) + ["pid_hang"])
+    # pid_unready never reads ready; loaded is when the index lists it READY (it asks no model).
+    c = s.client()
+    wait_for(lambda: [r for r in index_rows(c, "pid_unready") if r["state"] == "READY"],
+             timeout=30, what="pid_unready loaded")
+    c.close()
+    return s
 
 
 def hosts_of(server, model):
@@ -69,6 +88,10 @@ def hosts_of(server, model):
         if ppid == server.proc.pid and any(b"model '%s'" % model.encode() in a for a in argv):
             pids.append(int(entry))
     return sorted(pids)
+
+
+def open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
 
 
 def infer(client, model, values):
@@ -111,6 +134,7 @@ def test_stub_shares_one_process_per_instance_does_not(server):
 def test_a_model_killing_its_stub_fails_that_request_and_serves_again(server, shm_before):
     c = server.client()
     _, before = infer(c, "pid_stub", [1.0])
+    fds = open_fds(server.proc.pid)
     r = c.infer_raw("pid_stub", [Input("INPUT0", "FP32", np.array([-9.0], dtype=np.float32))])
     assert r.status != 200
     assert b"killed by signal 9" in r.body, r.body
@@ -127,10 +151,51 @@ def test_a_model_killing_its_stub_fails_that_request_and_serves_again(server, sh
     assert after != before
     assert hosts_of(server, "pid_stub") == [after]
     assert "restarting it (restart 1" in server.stderr_text()
+    assert open_fds(server.proc.pid) == fds  # the dead process's socket and pidfd are closed
     # The other modes were not touched, and nothing was left in /dev/shm.
     infer(c, "pid_in_process", [1.0])
     infer(c, "pid_ppi", [1.0])
     assert set(os.listdir("/dev/shm")) == shm_before
+
+
+def test_a_hung_stub_is_killed_at_its_timeout_and_unready_until_it_serves_again(server,
+                                                                                  shm_before):
+    c = server.client()
+    _, before = infer(c, "pid_hang", [1.0])
+    fds = open_fds(server.proc.pid)
+    start = time.monotonic()
+    r = c.infer_raw("pid_hang", [Input("INPUT0", "FP32", np.array([-7.0], dtype=np.float32))])
+    assert time.monotonic() - start >= HANG_TIMEOUT_MS / 1000
+    assert r.status != 200
+    hung = b"hung: execute_requests did not return within %d ms" % HANG_TIMEOUT_MS
+    assert hung in r.body and b"killed" in r.body and b"model 'pid_hang'" in r.body, r.body
+
+    # Not ready from the error on (the endpoint and the index), until the new process serves.
+    assert c.get("/v2/models/pid_hang/ready").status == 400
+    [row] = index_rows(c, "pid_hang")
+    assert row["state"] == "UNAVAILABLE" and "is restarting" in row["reason"], row
+    wait_for(lambda: c.get("/v2/models/pid_hang/ready").status == 200, timeout=30,
+             what="pid_hang ready again after its restart")
+    assert index_rows(c, "pid_hang")[0]["state"] == "READY"
+    _, after = infer(c, "pid_hang", [1.0])
+    assert after != before
+    assert hosts_of(server, "pid_hang") == [after]
+    log = server.stderr_text()
+    assert ("stub for model 'pid_hang' version 1 on CPU (pid %d) %s" % (before, hung.decode())
+            in log), log
+    assert "restarting it (restart 1 of this stub" in log.split(hung.decode(), 1)[1]
+    # The old process's descriptors went with it, and nothing is in /dev/shm.
+    assert open_fds(server.proc.pid) == fds
+    assert set(os.listdir("/dev/shm")) == shm_before
+
+
+def test_a_hosted_models_is_ready_is_asked_in_its_process(server):
+    c = server.client()
+    assert c.get("/v2/models/pid_unready/ready").status == 400
+    assert c.get("/v2/models/pid_stub/ready").status == 200
+    assert c.get("/v2/models/pid_ppi/ready").status == 200
+    # Not ready is what clients are told; the model still serves, from its own process.
+    assert infer(c, "pid_unready", [1.0])[1] in hosts_of(server, "pid_unready")
 
 
 @pytest.mark.parametrize("flag,message", [

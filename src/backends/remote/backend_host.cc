@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
@@ -188,6 +189,12 @@ class Host {
       case MessageType::kInferResult:
         callbacks_.Post([this, f = std::move(f)] { DeliverInferResult(f); });
         return Status::Ok();
+      case MessageType::kInstanceReady:
+        // On a thread of its own: the instance's own thread may be busy executing (vramd asks
+        // while it executes, as in-process), and a slow is_ready must not hold up instance
+        // creation on the control thread.
+        readiness_.Post([this, f = std::move(f)] { InstanceReady(f); });
+        return Status::Ok();
       default:
         return Status::InvalidArgument(fmt::format(
             "vramd sent a {} frame, which only a host sends",
@@ -312,6 +319,30 @@ class Host {
     MutexLock lock(mu_);
     model_destroyed_ = true;
     return Status::Ok();
+  }
+
+  // vramd asks only between an instance's create and destroy (its probe goes first), one
+  // question at a time per instance.
+  void InstanceReady(const Frame& f) EXCLUDES(mu_) {
+    WireReader r(f.data(), f.size(), "InstanceReady");
+    const uint32_t slot = r.U32("slot");
+    Status status = r.Finish();
+    void* instance = status.ok() ? InstanceOf(slot) : nullptr;
+    if (status.ok() && instance == nullptr) {
+      status = Status::InvalidArgument(fmt::format("no instance in slot {}", slot));
+    }
+    constexpr size_t kEnd = offsetof(VramdBackendApi, instance_ready) + sizeof(VramdBackendApi::instance_ready);
+    if (status.ok() && api_->struct_size >= kEnd && api_->instance_ready != nullptr) {
+      VramdError error{};
+      VramdCode code = VRAMD_INTERNAL;
+      try {
+        code = api_->instance_ready(instance, &error);
+      } catch (...) {
+        SetError(&error, "instance_ready threw");
+      }
+      status = FromCode(code, error);
+    }
+    static_cast<void>(ReplyStatus(f.id, status));
   }
 
   void* InstanceOf(uint32_t slot) EXCLUDES(mu_) {
@@ -845,6 +876,7 @@ class Host {
   // Threads last: they stop (joining) before the state above goes.
   Worker control_;
   Worker callbacks_;
+  Worker readiness_;  // instance_ready
   Peer peer_;
 };
 

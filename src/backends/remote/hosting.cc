@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <system_error>
 #include <utility>
@@ -47,6 +49,10 @@ class RemoteInstance final : public BackendInstance {
   Status ExecuteRequests(std::span<const ListedRequest> requests) override {
     return stub_->ExecuteRequests(slot_, requests);
   }
+  // Asked only for a library that checks readiness (HostingBackend::ChecksReadiness); a stub
+  // restarting is not ready whatever the library would say.
+  Status Ready() override { return stub_->Ready(slot_); }
+  Status Available() const override { return stub_->Available(); }
 
  private:
   const std::shared_ptr<RemoteShared> shared_;  // declared first: goes after the stub
@@ -152,6 +158,31 @@ Result<Hosting> ChooseHosting(const config::ModelConfig& config, std::string_vie
   return hosting;
 }
 
+Result<std::chrono::milliseconds> ChooseCallTimeout(const config::ModelConfig& config,
+                                                    std::string_view backend) {
+  std::string value;
+  std::string from;
+  const auto& parameters = config.parameters();
+  if (auto it = parameters.find(std::string(kCallTimeoutKey)); it != parameters.end()) {
+    value = it->second.string_value();
+    from = fmt::format("model '{}': parameter {}", config.name(), kCallTimeoutKey);
+  } else if (auto setting = BackendSettingValue(backend, kCallTimeoutSetting); setting.has_value()) {
+    value = *setting;  // checked by ParseBackendSetting already; checked again, cheaply
+    from = fmt::format("--backend-config {}", kCallTimeoutSetting);
+  } else {
+    return kDefaultCallTimeout;
+  }
+  uint64_t ms = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size() ||
+      ms > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return Status::InvalidArgument(fmt::format(
+        "{} is \"{}\"; it takes a whole number of milliseconds up to {} (0: no timeout)", from,
+        value, std::numeric_limits<int32_t>::max()));
+  }
+  return std::chrono::milliseconds(ms);
+}
+
 Result<fs::path> BackendHostExecutable(const fs::path& library) {
   std::vector<fs::path> tried;
   if (const char* env = std::getenv("VRAMD_BACKEND_HOST"); env != nullptr && *env != '\0') {
@@ -177,6 +208,8 @@ Result<std::unique_ptr<BackendModel>> HostingBackend::LoadModel(const ModelConte
   if (ctx.config == nullptr || ctx.allocator == nullptr) return in_process_->LoadModel(ctx);
   VRAMD_ASSIGN_OR_RETURN(Hosting hosting, ChooseHosting(*ctx.config, name()));
   if (hosting.mode == HostingMode::kInProcess) return in_process_->LoadModel(ctx);
+  VRAMD_ASSIGN_OR_RETURN(const std::chrono::milliseconds call_timeout,
+                         ChooseCallTimeout(*ctx.config, name()));
 
   auto shared = std::make_shared<RemoteShared>();
   shared->mode = hosting.mode;
@@ -201,6 +234,7 @@ Result<std::unique_ptr<BackendModel>> HostingBackend::LoadModel(const ModelConte
   base.model.config_json = config::ModelConfigToJson(*ctx.config);
   base.model.owner = ctx.owner;
   base.server = shared->server->table();
+  base.call_timeout = call_timeout;
   return std::unique_ptr<BackendModel>(std::make_unique<RemoteModel>(std::move(shared)));
 }
 

@@ -15,6 +15,9 @@
 //     "process_per_instance"  one host process per instance: Triton's python backend exactly.
 //   EXECUTION_ENV_PATH (Triton's): a conda-pack env for the host (remote/execution_env.h); it
 //     makes "stub" the default, and "in_process" with it is refused.
+//   VRAMD_STUB_CALL_TIMEOUT_MS: how long a call into a hosted model's process may take before
+//     the process counts as hung and is killed (remote/stub.h); "0" for no limit. Default: the
+//     backend's --backend-config stub-call-timeout-ms, else kDefaultCallTimeout (5 minutes).
 // Anything else is InvalidArgument naming the key and the values.
 //
 // Hosted models go through remote/stub.h; their instances keep the library's
@@ -23,6 +26,7 @@
 // Thread safety: as Backend.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -44,6 +48,12 @@ Result<Hosting> ChooseHosting(const config::ModelConfig& config, std::string_vie
 
 // The config parameter key for `backend`: "VRAMD_" + upper-case name + "_HOSTING".
 std::string HostingKey(std::string_view backend);
+
+inline constexpr std::string_view kCallTimeoutKey = "VRAMD_STUB_CALL_TIMEOUT_MS";
+inline constexpr std::string_view kCallTimeoutSetting = "stub-call-timeout-ms";  // --backend-config
+// A hosted model's call timeout, read as above (0: none).
+Result<std::chrono::milliseconds> ChooseCallTimeout(const config::ModelConfig& config,
+                                                    std::string_view backend);
 
 // Where vramd_backend_host is: $VRAMD_BACKEND_HOST, else vramd_backend_host in the backend
 // directory above the library's own (<backend-directory>/<name>/lib.so), else where the build

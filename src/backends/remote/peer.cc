@@ -35,6 +35,8 @@ void Peer::Stop() {
   if (reader_.joinable()) reader_.join();
 }
 
+void Peer::Shutdown() { channel_.Shutdown(); }
+
 void Peer::ReadLoop() {
   Status receive;
   while (true) {
@@ -49,6 +51,7 @@ void Peer::ReadLoop() {
       MutexLock lock(mu_);
       auto it = pending_.find(f.id);
       if (it == pending_.end()) {
+        if (abandoned_.erase(f.id) > 0) continue;  // too late: its caller gave up
         receive = Status::InvalidArgument(fmt::format("a reply to call {}, which is not waiting", f.id));
         break;
       }
@@ -93,6 +96,13 @@ void Peer::Close(const Status& receive) {
 }
 
 Result<Frame> Peer::Call(MessageType type, std::string_view payload) {
+  VRAMD_ASSIGN_OR_RETURN(std::optional<Frame> frame,
+                         CallUntil(type, payload, std::chrono::steady_clock::time_point::max()));
+  return std::move(*frame);
+}
+
+Result<std::optional<Frame>> Peer::CallUntil(MessageType type, std::string_view payload,
+                                             std::chrono::steady_clock::time_point deadline) {
   Pending pending;
   uint64_t id;
   {
@@ -108,8 +118,22 @@ Result<Frame> Peer::Call(MessageType type, std::string_view payload) {
     pending_.erase(id);
     return closed_ ? reason_ : sent;
   }
-  lock.Wait(replied_, [&]() REQUIRES(mu_) { return pending.done; });
-  return std::move(pending.result);
+  const auto done = [&]() REQUIRES(mu_) { return pending.done; };
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    lock.Wait(replied_, done);
+  } else if (!lock.WaitUntil(replied_, deadline, done)) {
+    pending_.erase(id);
+    abandoned_.insert(id);
+    return std::optional<Frame>();
+  }
+  VRAMD_ASSIGN_OR_RETURN(Frame frame, std::move(pending.result));
+  return std::optional<Frame>(std::move(frame));
+}
+
+Status Peer::WaitClosed() const {
+  MutexLock lock(mu_);
+  lock.Wait(replied_, [this]() REQUIRES(mu_) { return closed_; });
+  return reason_;
 }
 
 Status Peer::Notify(MessageType type, std::string_view payload) {

@@ -3,7 +3,8 @@
 // every other frame to a handler.
 //
 // Calls carry an id; the other side answers with a kReply frame of that id. Any number of
-// threads may call at once. When the stream ends (the other process closed its end or died) or
+// threads may call at once. A call may give up at a deadline (CallUntil); its reply, should it
+// still come, is dropped. When the stream ends (the other process closed its end or died) or
 // a frame fails the checks (channel.h, or the handler refused it), the reader asks on_closed
 // for the reason, fails every waiting call with it, and every later call fails at once with it.
 //
@@ -14,10 +15,13 @@
 // shuts the socket down and joins the reader; it must not run on the reader thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -49,10 +53,20 @@ class Peer {
   void Start();
   // Shuts the socket down and joins the reader (idempotent).
   void Stop();
+  // Shuts the socket down without waiting: the reader ends (as at end of stream) on its own.
+  void Shutdown();
 
   // Sends a call and waits for its reply's payload. Fails with the closing reason once the
   // conversation ended.
   Result<Frame> Call(MessageType type, std::string_view payload) EXCLUDES(mu_);
+  // Call, giving up at `deadline`: nullopt then (the conversation goes on; the call's reply,
+  // should it come later, is dropped).
+  Result<std::optional<Frame>> CallUntil(MessageType type, std::string_view payload,
+                                         std::chrono::steady_clock::time_point deadline)
+      EXCLUDES(mu_);
+  // Waits for the conversation to end (someone must end it: Shutdown, or the other side) and
+  // returns why it ended.
+  Status WaitClosed() const EXCLUDES(mu_);
   Status Notify(MessageType type, std::string_view payload);
   Status Reply(uint64_t id, std::string_view payload);
 
@@ -74,9 +88,11 @@ class Peer {
   std::thread reader_;
 
   mutable Mutex mu_;
-  std::condition_variable replied_;
+  mutable std::condition_variable replied_;  // a reply came, or the conversation ended
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Pending*> pending_ GUARDED_BY(mu_);
+  // Calls given up at their deadline: a reply to one is not the other side's mistake.
+  std::set<uint64_t> abandoned_ GUARDED_BY(mu_);
   bool closed_ GUARDED_BY(mu_) = false;
   Status reason_ GUARDED_BY(mu_);
 };

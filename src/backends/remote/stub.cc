@@ -60,11 +60,34 @@ VramdCode CallCode(VramdError* error, const Status& s) {
   return abi::ToVramdCode(s.code());
 }
 
+// The library entry point a call runs in the host, for the messages that say it hung.
+const char* EntryPoint(MessageType type) {
+  switch (type) {
+    case MessageType::kModelCreate: return "model_create";
+    case MessageType::kInstanceCreate: return "instance_create";
+    case MessageType::kInstanceDestroy: return "instance_destroy";
+    case MessageType::kModelDestroy: return "model_destroy";
+    case MessageType::kExecute: return "execute";
+    case MessageType::kExecuteRequests: return "execute_requests";
+    case MessageType::kInstanceReady: return "instance_ready";
+    default: return "a call";
+  }
+}
+
+void Answer(Responder& responder, const Status& error) {
+  // A request not completed gets the error; one that had its one response needs the flag.
+  if (!responder.Respond(std::optional<Result<BackendResponse>>(error), true).ok()) {
+    static_cast<void>(responder.Respond(std::nullopt, true));
+  }
+}
+
 }  // namespace
 
 // One host process and its conversation. Its reader thread performs the host's calls on the
 // server table; when the conversation ends it reaps the process, answers every request the
-// process had not completed, releases its metric handles and tells the stub.
+// process had not completed, releases its metric handles and tells the stub. A call that runs
+// past the call timeout ends the conversation (the reader then kills the process); a watchdog
+// thread ends the requests the host went silent on once their calls returned (stub.h).
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using ClosedCallback = std::function<void(const Connection*)>;
@@ -84,17 +107,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   ~Connection() {
+    if (watchdog_.joinable()) {
+      watchdog_.request_stop();
+      watchdog_.join();
+    }
     peer_->Stop();
     slow_.reset();  // its calls may still answer (into a closed socket) through peer_
   }
 
   pid_t pid() const { return pid_; }
   bool dead() const { return dead_.load(); }
-  Status closed_reason() const { return peer_->closed_reason(); }
+  // Why the conversation ended, once it has (the stub hears of the end a little before).
+  Status WaitClosed() const { return peer_->WaitClosed(); }
 
-  // A call whose reply starts with a status; that status is the result's when it fails.
-  Result<Frame> CallStatus(MessageType type, std::string_view payload) {
-    VRAMD_ASSIGN_OR_RETURN(Frame frame, peer_->Call(type, payload));
+  // A call whose reply starts with a status; that status is the result's when it fails. One
+  // that does not return within the call timeout fails with why the process was killed.
+  Result<Frame> CallStatus(MessageType type, std::string_view payload) EXCLUDES(mu_) {
+    VRAMD_ASSIGN_OR_RETURN(Frame frame, Call(type, payload));
     WireReader r(frame.data(), frame.size(), MessageTypeName(static_cast<uint32_t>(type)) + " reply");
     Status status = DecodeStatus(r);
     if (!status.ok()) return status;
@@ -104,26 +133,110 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Ends the conversation (the host exits at end of stream) and reaps the process.
   void Close() { peer_->Stop(); }
 
-  uint64_t AddResponder(std::shared_ptr<Responder> responder) EXCLUDES(mu_) {
+  // `request` names the request in the error of a request the host goes silent on.
+  uint64_t AddResponder(std::shared_ptr<Responder> responder, std::string request) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     const uint64_t id = next_id_++;
-    responders_[id] = std::move(responder);
+    responders_[id] = Owed{std::move(responder), std::move(request), kNever};
     return id;
   }
   void DropResponder(uint64_t id) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     responders_.erase(id);
   }
+  // The call that carried these requests returned: from now on each owes its next response
+  // within the call timeout.
+  void Owe(std::span<const uint64_t> ids) EXCLUDES(mu_) {
+    if (!watchdog_.joinable()) return;  // no timeout
+    MutexLock lock(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + options_.call_timeout;
+    for (uint64_t id : ids) {
+      if (auto it = responders_.find(id); it != responders_.end()) it->second.deadline = deadline;
+    }
+    ++owed_changes_;
+    owed_changed_.notify_one();
+  }
 
  private:
+  // What a request owes: a response by `deadline` (kNever while its call runs).
+  struct Owed {
+    std::shared_ptr<Responder> responder;
+    std::string request;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  static constexpr std::chrono::steady_clock::time_point kNever = std::chrono::steady_clock::time_point::max();
+
   Connection(const StubOptions& options, HostProcess process, UniqueFd socket, ClosedCallback on_closed)
       : options_(options), pid_(process.pid()), process_(std::move(process)), on_closed_(std::move(on_closed)) {
     peer_ = std::make_unique<Peer>(
         std::move(socket), [this](Frame f) { return OnFrame(std::move(f)); },
         [this](const Status& s) { return OnClosed(s); });
+    if (options_.call_timeout.count() > 0) {
+      watchdog_ = std::jthread([this](std::stop_token stop) { Watch(stop); });
+    }
   }
 
   const VramdServerApi* server() const { return options_.server; }
+
+  Result<Frame> Call(MessageType type, std::string_view payload) EXCLUDES(mu_) {
+    if (options_.call_timeout.count() <= 0) return peer_->Call(type, payload);
+    VRAMD_ASSIGN_OR_RETURN(
+        std::optional<Frame> frame,
+        peer_->CallUntil(type, payload, std::chrono::steady_clock::now() + options_.call_timeout));
+    if (frame.has_value()) return std::move(*frame);
+    {
+      MutexLock lock(mu_);
+      if (!hang_.has_value()) {  // the first call to time out names the hang
+        hang_ = fmt::format(
+            "hung: {} did not return within {} ms (VRAMD_STUB_CALL_TIMEOUT_MS), so it was "
+            "killed (SIGKILL)", EntryPoint(type), options_.call_timeout.count());
+      }
+    }
+    // The reader kills the process at the end of stream this makes, and fails every call and
+    // request with the hang: waiting for that makes this call's error the same as theirs, and
+    // the stub restarting by the time it returns.
+    peer_->Shutdown();
+    return peer_->WaitClosed();
+  }
+
+  // The watchdog: ends each request whose deadline passed (Owe, OnRespond).
+  void Watch(std::stop_token stop) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    while (!stop.stop_requested()) {
+      const auto now = std::chrono::steady_clock::now();
+      auto next = kNever;
+      std::vector<Owed> late;
+      for (auto it = responders_.begin(); it != responders_.end();) {
+        if (it->second.deadline <= now) {
+          late.push_back(std::move(it->second));
+          it = responders_.erase(it);
+        } else {
+          next = std::min(next, it->second.deadline);
+          ++it;
+        }
+      }
+      if (!late.empty()) {
+        lock.Unlock();
+        for (Owed& owed : late) {
+          const Status error = Status::Unavailable(fmt::format(
+              "stub for {} (pid {}) sent no response to request '{}' for {} ms after its "
+              "execute_requests returned; vramd ended the request (VRAMD_STUB_CALL_TIMEOUT_MS)",
+              options_.label, pid_, owed.request, options_.call_timeout.count()));
+          spdlog::warn("{}", error.message());
+          Answer(*owed.responder, error);
+        }
+        lock.Lock();
+        continue;
+      }
+      const uint64_t seen = owed_changes_;
+      const auto changed = [this, seen]() REQUIRES(mu_) { return owed_changes_ != seen; };
+      if (next == kNever) {
+        lock.Wait(owed_changed_, stop, changed);
+      } else {
+        lock.WaitUntil(owed_changed_, stop, next, changed);
+      }
+    }
+  }
 
   Status Reply(uint64_t id, const Status& status) {
     WireWriter w;
@@ -133,14 +246,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Status OnClosed(const Status& receive) EXCLUDES(mu_) {
     dead_.store(true);
-    if (!receive.ok()) {
+    std::optional<std::string> hang;
+    {
+      MutexLock lock(mu_);
+      hang = hang_;
+    }
+    if (hang.has_value()) {
+      spdlog::error("stub for {} (pid {}) {}", options_.label, pid_, *hang);
+      process_.Kill();
+    } else if (!receive.ok()) {
       spdlog::error("stub for {} (pid {}) sent a bad frame, killing it: {}", options_.label, pid_,
                     receive.message());
       process_.Kill();
     }
     const std::string ended = process_.Reap(options_.exit_grace);
-    const Status reason = Status::Unavailable(fmt::format("stub for {} (pid {}) {}", options_.label, pid_, ended));
-    std::map<uint64_t, std::shared_ptr<Responder>> responders;
+    const Status reason = Status::Unavailable(
+        fmt::format("stub for {} (pid {}) {}", options_.label, pid_, hang.value_or(ended)));
+    std::map<uint64_t, Owed> responders;
     std::map<uint64_t, void*> families, metrics;
     {
       MutexLock lock(mu_);
@@ -148,15 +270,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       families.swap(families_);
       metrics.swap(metrics_);
     }
-    for (auto& [id, responder] : responders) {
-      // A request not completed gets the error; one that had its one response needs the flag.
-      if (!responder->Respond(std::optional<Result<BackendResponse>>(reason), true).ok()) {
-        static_cast<void>(responder->Respond(std::nullopt, true));
-      }
-    }
+    // The stub first: a client that got its error then finds the model restarting (not ready).
+    on_closed_(this);
+    for (auto& [id, owed] : responders) Answer(*owed.responder, reason);
     for (auto& [id, metric] : metrics) server()->metric_release(server()->server, metric);
     for (auto& [id, family] : families) server()->metric_family_release(server()->server, family);
-    on_closed_(this);
     return reason;
   }
 
@@ -187,7 +305,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         std::shared_ptr<Responder> responder;
         {
           MutexLock lock(mu_);
-          if (auto it = responders_.find(id); it != responders_.end()) responder = it->second;
+          if (auto it = responders_.find(id); it != responders_.end()) responder = it->second.responder;
         }
         WireWriter w;
         EncodeStatus(w, Status::Ok());
@@ -332,16 +450,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status OnRespond(uint64_t call, WireReader& r) EXCLUDES(mu_) {
     WireRespond m = DecodeRespond(r);
     VRAMD_RETURN_IF_ERROR(r.Finish());
+    const bool final = (m.flags & VRAMD_RESPONSE_FLAG_FINAL) != 0;
     std::shared_ptr<Responder> responder;
     {
       MutexLock lock(mu_);
-      if (auto it = responders_.find(m.responder); it != responders_.end()) responder = it->second;
+      if (auto it = responders_.find(m.responder); it != responders_.end()) {
+        responder = it->second.responder;
+        // A response after the call returned: the next one is owed from now.
+        if (!final && it->second.deadline != kNever) {
+          it->second.deadline = std::chrono::steady_clock::now() + options_.call_timeout;
+        }
+      }
     }
     if (responder == nullptr) {
       return Reply(call, Status::InvalidArgument(
                              "respond: the request was already completed (its final response was sent)"));
     }
-    const bool final = (m.flags & VRAMD_RESPONSE_FLAG_FINAL) != 0;
     std::optional<Result<BackendResponse>> payload;
     if (m.code != VRAMD_OK) {
       VramdError text{};
@@ -469,11 +593,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Mutex mu_;
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
-  std::map<uint64_t, std::shared_ptr<Responder>> responders_ GUARDED_BY(mu_);
+  std::map<uint64_t, Owed> responders_ GUARDED_BY(mu_);
   std::map<uint64_t, void*> families_ GUARDED_BY(mu_);
   std::map<uint64_t, void*> metrics_ GUARDED_BY(mu_);
+  std::optional<std::string> hang_ GUARDED_BY(mu_);  // set when a call ran past its timeout
+  std::condition_variable_any owed_changed_;          // a deadline moved earlier; with mu_
+  uint64_t owed_changes_ GUARDED_BY(mu_) = 0;
 
-  std::unique_ptr<Peer> peer_;  // last: its reader stops before the rest goes
+  std::unique_ptr<Peer> peer_;  // its reader stops before the rest goes
+  std::jthread watchdog_;  // Watch, when there is a call timeout; stopped first
 };
 
 // ---- Stub ----
@@ -523,6 +651,8 @@ void Stub::OnConnectionClosed(const Connection* connection) {
   }
 }
 
+Status Stub::Available() const { return Serving().status(); }
+
 Result<std::shared_ptr<Connection>> Stub::Serving() const {
   MutexLock lock(mu_);
   if (connection_ == nullptr || connection_dead_) {
@@ -570,8 +700,10 @@ void Stub::Supervise() {
     started_ = true;
     start_status_ = first.ok() ? Status::Ok() : first.status();
     if (first.ok()) {
-      connection_ = *first;
-      connection_dead_ = (*first)->dead();
+      // Moved, not copied: a copy kept here would keep the first process's descriptors and
+      // threads until the stub goes, however long ago that process died.
+      connection_ = std::move(*first);
+      connection_dead_ = connection_->dead();
     }
     changed_.notify_all();
   }
@@ -589,7 +721,7 @@ void Stub::Supervise() {
       restart = ++restarts_;
     }
     ++g_total_restarts;
-    const Status reason = dead != nullptr ? dead->closed_reason()
+    const Status reason = dead != nullptr ? dead->WaitClosed()
                                           : Status::Unavailable(fmt::format("stub for {} did not start", options_.label));
     dead.reset();  // joins its reader (ended already)
     spdlog::warn("{}; restarting it (restart {} of this stub, {} in all)", reason.message(), restart,
@@ -702,16 +834,29 @@ Status Stub::ExecuteRequests(uint32_t slot, std::span<const ListedRequest> reque
   w.U32(slot);
   w.U32(static_cast<uint32_t>(requests.size()));
   for (const ListedRequest& listed : requests) {
-    ids.push_back(connection->AddResponder(listed.responder));
+    ids.push_back(connection->AddResponder(listed.responder, listed.request->id));
     RequestView view;
     ViewRequest(*listed.request, &view);
     EncodeRequest(w, view.request, ids.back());
   }
   auto reply = connection->CallStatus(MessageType::kExecuteRequests, w.buffer());
-  if (reply.ok()) return Status::Ok();
+  if (reply.ok()) {
+    connection->Owe(ids);
+    return Status::Ok();
+  }
   // Handed back: the runtime answers what is not complete (a dead process's requests are
   // answered already, with how it ended).
   for (uint64_t id : ids) connection->DropResponder(id);
+  if (connection->dead() && reply.status().code() == StatusCode::kUnavailable) return reply.status();
+  return reply.status().WithContext(fmt::format("backend '{}'", options_.backend_name));
+}
+
+Status Stub::Ready(uint32_t slot) {
+  VRAMD_ASSIGN_OR_RETURN(auto connection, Serving());
+  WireWriter w;
+  w.U32(slot);
+  auto reply = connection->CallStatus(MessageType::kInstanceReady, w.buffer());
+  if (reply.ok()) return Status::Ok();
   if (connection->dead() && reply.status().code() == StatusCode::kUnavailable) return reply.status();
   return reply.status().WithContext(fmt::format("backend '{}'", options_.backend_name));
 }

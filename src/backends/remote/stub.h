@@ -13,8 +13,19 @@
 // restart (restarts(), logged as a warning) and starts a new process on its supervisor thread,
 // re-running model_create and every instance_create, after a back-off that grows from 100 ms to
 // 5 s while restarts keep failing. Until it serves again, execute fails at once with
-// Unavailable "stub for model 'X' is restarting". No timeout applies to a call (a hung host
-// hangs its calls; a later version adds one).
+// Unavailable "stub for model 'X' is restarting", and Available() and Ready() say the same (the
+// model reads not ready).
+//
+// Hangs: every call into the process (model_create, instance_create, execute,
+// execute_requests, instance_ready, the destroys) has StubOptions::call_timeout to return. A
+// process that lets one run past it is hung: it is killed with SIGKILL and ends as a killed
+// process does (above), except that what its requests and calls get says so: "stub for ...
+// (pid N) hung: execute_requests did not return within T ms ..., so it was killed". A request
+// whose execute_requests returned may still be answered later (a decoupled model streams its
+// responses after the call); that is not a hung process, whose calls still return, but a
+// request the host may have dropped: a request that gets no response for call_timeout after
+// its call returned (or after its last response) is ended with an Unavailable error saying so,
+// and the process is left alone. Without that, a lost request would wait forever.
 //
 // Nothing outlives the process: its tensors cross in memfd segments (channel.h), so there is no
 // named shared memory to clean up, and the host's memory is not charged to vramd's ledger.
@@ -25,6 +36,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
@@ -45,6 +57,11 @@ namespace vramd::backends::remote {
 
 class Connection;  // stub.cc: one process and its conversation
 
+// Long enough for any call a client still waits for (HTTP clients and proxies give up after
+// about 60 s by default) and for an instance_create that loads weights, short enough that a
+// hung host is replaced within minutes instead of never (hosting.h: VRAMD_STUB_CALL_TIMEOUT_MS).
+inline constexpr std::chrono::milliseconds kDefaultCallTimeout{300000};
+
 struct StubOptions {
   std::filesystem::path host_executable;
   std::filesystem::path library;
@@ -58,6 +75,9 @@ struct StubOptions {
   const VramdServerApi* server = nullptr;
   // How long a process gets to exit after model_destroy before it is killed.
   std::chrono::milliseconds exit_grace{5000};
+  // How long a call into the process may take before the process counts as hung (above); 0 for
+  // no limit (Triton's behaviour).
+  std::chrono::milliseconds call_timeout = kDefaultCallTimeout;
 };
 
 class Stub {
@@ -77,6 +97,12 @@ class Stub {
   Status Execute(uint32_t slot, const InferRequest& request, std::vector<Tensor>* outputs)
       EXCLUDES(mu_);
   Status ExecuteRequests(uint32_t slot, std::span<const ListedRequest> requests) EXCLUDES(mu_);
+  // The library's instance_ready for the instance in `slot` (OK when the library has none), or
+  // why the stub cannot ask (restarting).
+  Status Ready(uint32_t slot) EXCLUDES(mu_);
+  // OK while a process serves; Unavailable "stub for ... is restarting" otherwise. Asks the
+  // process nothing, so it never blocks.
+  Status Available() const EXCLUDES(mu_);
 
   // The serving process's pid (-1 while restarting), and how many times it was restarted.
   pid_t pid() const EXCLUDES(mu_);

@@ -34,6 +34,8 @@ enum class MessageType : uint32_t {
   kExecuteRequests = 7,
   // vramd -> host, no answer: one response of an infer_async call.
   kInferResult = 8,
+  // vramd -> host (answered by a kReply): the library's instance_ready for one slot.
+  kInstanceReady = 9,
   // host -> vramd, no answer.
   kLog = 20,
   kRecordLoadPhase = 21,

@@ -374,7 +374,7 @@ std::optional<HttpResponse> KServeRoutes::ModelReady(const std::string& model, i
                                                      bool ask_backend) const {
   auto found = manager_->Find(model, version);
   if (found.ok()) {
-    if (!(*found)->ChecksReadiness()) return Empty(200);
+    if (!(*found)->ChecksReadiness()) return Empty((*found)->Available().ok() ? 200 : 400);
     if (!ask_backend) return std::nullopt;
     return Empty((*found)->CheckReady().ok() ? 200 : 400);
   }
@@ -512,7 +512,8 @@ HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
   JsonWriter w(sb);
   w.StartArray();
   for (const auto& entry : manager_->Index()) {
-    if (ready_only && entry.lifecycle != runtime::LifecycleState::kReady) continue;
+    // The state, not the lifecycle: a ready version that cannot serve now is not listed.
+    if (ready_only && entry.state != runtime::TritonStateName(runtime::LifecycleState::kReady)) continue;
     w.StartObject();
     w.Key("name");
     WriteJsonString(w, entry.name);

@@ -4,7 +4,10 @@
  * INPUT0 (INT32, [-1]) comes back as OUTPUT0; OUTPUT1 (INT64, [2]) is the process id serving the
  * request and the number of instances this process created so far. A request whose first
  * element is PROBE_HANG (9999) never returns: its execute creates the file $PROBE_HANG_MARKER and
- * waits forever (for a test to kill the process under it). One whose first element is PROBE_FAIL (7777) makes execute_requests fail.
+ * waits forever (for a test to kill the process under it, or for vramd's call timeout to). One whose first element is PROBE_FAIL (7777) makes execute_requests fail.
+ * One whose first element is PROBE_SILENT (5555) is never answered: execute_requests returns
+ * without responding (a request the backend lost).
+ * instance_ready answers not ready when the config's parameters name "probe_not_ready".
  * GPU allocate is tried at model_create when the config's parameters name "try_gpu_allocate",
  * and its error becomes model_create's. */
 #include <pthread.h>
@@ -17,9 +20,11 @@
 
 #define PROBE_HANG 9999
 #define PROBE_FAIL 7777
+#define PROBE_SILENT 5555
 
 typedef struct ProbeModel {
   const VramdServerApi* server;
+  int not_ready;
 } ProbeModel;
 
 static int g_instances = 0;
@@ -41,6 +46,7 @@ static VramdCode model_create(const VramdModelInfo* info, void** model, VramdErr
     free(m);
     return code == VRAMD_OK ? VRAMD_INTERNAL : code;
   }
+  m->not_ready = strstr(info->config_json, "probe_not_ready") != NULL;
   m->server->log(m->server->server, VRAMD_LOG_INFO, "remote_probe model created");
   *model = m;
   return VRAMD_OK;
@@ -91,6 +97,7 @@ static VramdCode execute_requests(void* instance, VramdRequest* const* requests,
       pthread_mutex_lock(&g_mu);
       for (;;) pthread_cond_wait(&g_never, &g_mu);
     }
+    if (first == PROBE_SILENT) continue;
     if (first == PROBE_FAIL) {
       set_error(error, "remote_probe: asked to fail");
       return VRAMD_INVALID_ARGUMENT;
@@ -122,11 +129,17 @@ static VramdCode execute_requests(void* instance, VramdRequest* const* requests,
   return VRAMD_OK;
 }
 
+static VramdCode instance_ready(void* instance, VramdError* error) {
+  if (!((ProbeModel*)instance)->not_ready) return VRAMD_OK;
+  set_error(error, "remote_probe: asked to be not ready");
+  return VRAMD_UNAVAILABLE;
+}
+
 static const VramdBackendApi kApi = {
     sizeof(VramdBackendApi), VRAMD_BACKEND_ABI_VERSION, "remote_probe", 0,
     model_create, model_destroy, instance_create, instance_destroy, execute,
     1, /* execute_on_instance_threads */
-    execute_requests,
+    execute_requests, instance_ready, NULL, /* auto_complete_config */
 };
 
 __attribute__((visibility("default"))) const VramdBackendApi* vramd_backend_get_api(

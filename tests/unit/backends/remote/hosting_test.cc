@@ -2,7 +2,10 @@
 // echo_c and remote_probe loaded by the ModelManager with VRAMD_<BACKEND>_HOSTING, answered by
 // vramd_backend_host processes; a host killed with SIGKILL in the middle of a request (the
 // request errors naming the model and the signal, the restart is counted, the next request is
-// served by a new process); nothing left behind (descriptors, /dev/shm, child processes).
+// served by a new process); a host that hangs past VRAMD_STUB_CALL_TIMEOUT_MS is killed the same
+// way, the model reading not ready (CheckReady, the index) until it serves again; a request the
+// host drops is ended after that timeout; instance_ready asked across the wire; nothing left
+// behind (descriptors, /dev/shm, child processes).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -20,6 +23,8 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/backend_config.h"
+#include "backends/remote/hosting.h"
 #include "backends/remote/stub.h"
 #include "support/scratch_repository.h"
 
@@ -102,11 +107,35 @@ class HostingTest : public ::testing::Test {
     ASSERT_TRUE(manager.ok()) << manager.status().ToString();
     manager_ = std::move(manager).value();
   }
+  std::string State(const std::string& model) {
+    for (const auto& e : manager_->Index()) {
+      if (e.name == model) return e.state;
+    }
+    return "";
+  }
   std::string Reason(const std::string& model) {
     for (const auto& e : manager_->Index()) {
       if (e.name == model) return e.state + ": " + e.reason;
     }
     return "";
+  }
+  // The pid of the process that serves `model`'s first request (-1 when it fails).
+  static pid_t ServingPid(runtime::LoadedModel& model) {
+    auto first = model.Infer(Request({1}));
+    EXPECT_TRUE(first.ok()) << first.status().ToString();
+    return first.ok() ? static_cast<pid_t>(PidOf(first->response).first) : -1;
+  }
+  // A request once `model` serves again after a restart; until then requests fail at once,
+  // saying it is restarting.
+  static Result<runtime::InferOutcome> ServedAgain(runtime::LoadedModel& model) {
+    Result<runtime::InferOutcome> next = Status::Unavailable("not yet");
+    for (int i = 0; i < 500; ++i) {
+      next = model.Infer(Request({2}));
+      if (next.ok()) break;
+      EXPECT_THAT(next.status().message(), HasSubstr("is restarting"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return next;
   }
   // OUTPUT1 of a probe response: {pid, instances created in that process}.
   static std::pair<int64_t, int64_t> PidOf(const InferResponse& response) {
@@ -180,9 +209,9 @@ TEST_F(HostingTest, AKilledHostFailsItsRequestAndIsRestarted) {
   Start();
   auto model = manager_->Find("probe", 0);
   ASSERT_TRUE(model.ok()) << Reason("probe");
-  auto first = (*model)->Infer(Request({1}));
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  const pid_t pid = static_cast<pid_t>(PidOf(first->response).first);
+  const pid_t pid = ServingPid(**model);
+  ASSERT_GT(pid, 0);
+  const size_t fds_serving = OpenFds();
   const uint64_t restarts_before = backends::remote::Stub::TotalRestarts();
 
   auto hung = std::async(std::launch::async, [&] { return (*model)->Infer(Request({9999})); });
@@ -198,17 +227,12 @@ TEST_F(HostingTest, AKilledHostFailsItsRequestAndIsRestarted) {
   fs::remove(marker);
 
   // Served again by a new process once restarted; until then requests fail fast.
-  Result<runtime::InferOutcome> next = Status::Unavailable("not yet");
-  for (int i = 0; i < 500; ++i) {
-    next = (*model)->Infer(Request({2}));
-    if (next.ok()) break;
-    EXPECT_THAT(next.status().message(), HasSubstr("is restarting"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto next = ServedAgain(**model);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_NE(PidOf(next->response).first, pid);
   EXPECT_EQ(PidOf(next->response).second, 2);  // both instances created again
   EXPECT_EQ(backends::remote::Stub::TotalRestarts(), restarts_before + 1);
+  EXPECT_EQ(OpenFds(), fds_serving) << "the killed process's descriptors outlived it";
   EXPECT_EQ(Children().size(), 1u);
   ::unsetenv("PROBE_HANG_MARKER");
 }
@@ -228,6 +252,115 @@ TEST_F(HostingTest, ExecuteErrorsAndRefusalsNameTheirCause) {
   EXPECT_TRUE((*model)->Infer(Request({1})).ok());
   EXPECT_THAT(Reason("gpu"), HasSubstr("cannot be allocated in the backend host process"));
   EXPECT_THAT(Reason("bad"), HasSubstr("VRAMD_REMOTE_PROBE_HOSTING is \"sideways\""));
+}
+
+// A short call timeout: the probe's own calls (a C library) take milliseconds.
+const std::string kShortTimeout =
+    "parameters { key: \"VRAMD_STUB_CALL_TIMEOUT_MS\" value { string_value: \"500\" } }\n";
+
+TEST_F(HostingTest, AHungHostIsKilledAtTheCallTimeoutAndTheModelIsUnreadyUntilItServes) {
+  repo_.AddModel("probe", Config("remote_probe", "stub", 2, kShortTimeout), {"1"});
+  Start();
+  auto model = manager_->Find("probe", 0);
+  ASSERT_TRUE(model.ok()) << Reason("probe");
+  const pid_t pid = ServingPid(**model);
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE((*model)->CheckReady().ok());
+  const size_t fds_serving = OpenFds();
+  const uint64_t restarts_before = backends::remote::Stub::TotalRestarts();
+
+  const auto start = std::chrono::steady_clock::now();
+  auto hung = (*model)->Infer(Request({9999}));  // the probe never returns from it
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  ASSERT_FALSE(hung.ok());
+  EXPECT_EQ(hung.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(hung.status().message(), HasSubstr("model 'probe' version 1"));
+  EXPECT_THAT(hung.status().message(),
+              HasSubstr("hung: execute_requests did not return within 500 ms"));
+  EXPECT_THAT(hung.status().message(), HasSubstr("killed"));
+
+  // Not ready from the moment the request has its error until the new process serves.
+  Status ready = (*model)->CheckReady();
+  EXPECT_THAT(ready.message(), HasSubstr("is restarting"));
+  EXPECT_EQ(State("probe"), "UNAVAILABLE");
+  EXPECT_THAT(Reason("probe"), HasSubstr("is restarting"));
+  auto next = ServedAgain(**model);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_NE(PidOf(next->response).first, pid);
+  EXPECT_EQ(PidOf(next->response).second, 2);  // both instances created again
+  EXPECT_TRUE((*model)->CheckReady().ok());
+  EXPECT_EQ(State("probe"), "READY");
+  EXPECT_EQ(backends::remote::Stub::TotalRestarts(), restarts_before + 1);
+  EXPECT_EQ(OpenFds(), fds_serving) << "the hung process's descriptors outlived it";
+  EXPECT_EQ(Children().size(), 1u);
+}
+
+TEST_F(HostingTest, ARequestTheHostDropsIsEndedAfterTheTimeoutAndTheHostKept) {
+  repo_.AddModel("probe", Config("remote_probe", "stub", 1, kShortTimeout), {"1"});
+  Start();
+  auto model = manager_->Find("probe", 0);
+  ASSERT_TRUE(model.ok()) << Reason("probe");
+  const uint64_t restarts_before = backends::remote::Stub::TotalRestarts();
+  const auto start = std::chrono::steady_clock::now();
+  auto dropped = (*model)->Infer(Request({5555}));  // execute_requests returns, never responds
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  ASSERT_FALSE(dropped.ok());
+  EXPECT_THAT(dropped.status().message(), HasSubstr("sent no response to request 'r' for 500 ms"));
+  // The process answered its call: it is not hung, and goes on serving.
+  auto after = (*model)->Infer(Request({3}));
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(backends::remote::Stub::TotalRestarts(), restarts_before);
+}
+
+TEST_F(HostingTest, InstanceReadyIsAskedInTheHost) {
+  repo_.AddModel("ready", Config("remote_probe", "process_per_instance", 2), {"1"});
+  repo_.AddModel("unready", Config("remote_probe", "stub", 1,
+                                   "parameters { key: \"probe_not_ready\" value { string_value: \"1\" } }\n"),
+                 {"1"});
+  Start();
+  auto ready = manager_->Find("ready", 0);
+  auto unready = manager_->Find("unready", 0);
+  ASSERT_TRUE(ready.ok() && unready.ok()) << Reason("unready");
+  EXPECT_TRUE((*ready)->CheckReady().ok());
+  Status no = (*unready)->CheckReady();
+  EXPECT_EQ(no.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(no.message(), HasSubstr("asked to be not ready"));
+  EXPECT_THAT(no.message(), HasSubstr("model 'unready' version 1 is not ready"));
+  // It still serves (readiness is what clients are told, not a gate), and the index, which
+  // asks no backend, lists it as loaded.
+  EXPECT_TRUE((*unready)->Infer(Request({1})).ok());
+  EXPECT_EQ(State("unready"), "READY");
+}
+
+TEST(CallTimeoutTest, ReadFromTheConfigElseTheBackendSettingElseTheDefault) {
+  using backends::remote::ChooseCallTimeout;
+  config::ModelConfig config;
+  config.set_name("m");
+  auto chosen = ChooseCallTimeout(config, "python");
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(*chosen, backends::remote::kDefaultCallTimeout);
+
+  auto flag = backends::ParseBackendSetting("python,stub-call-timeout-ms=1234");
+  ASSERT_TRUE(flag.ok()) << flag.status().ToString();
+  backends::SetBackendSettings({*flag});
+  chosen = ChooseCallTimeout(config, "python");
+  EXPECT_TRUE(chosen.ok() && *chosen == std::chrono::milliseconds(1234));
+  chosen = ChooseCallTimeout(config, "other");
+  EXPECT_TRUE(chosen.ok() && *chosen == backends::remote::kDefaultCallTimeout);
+  EXPECT_THAT(backends::ParseBackendSetting("stub-call-timeout-ms=soon").status().message(),
+              HasSubstr("stub-call-timeout-ms is \"soon\"; it takes a whole number"));
+
+  (*config.mutable_parameters())["VRAMD_STUB_CALL_TIMEOUT_MS"].set_string_value("0");
+  chosen = ChooseCallTimeout(config, "python");  // the parameter wins; 0 is no timeout
+  EXPECT_TRUE(chosen.ok() && chosen->count() == 0);
+  for (const char* bad : {"", "-5", "12ms", "99999999999"}) {
+    (*config.mutable_parameters())["VRAMD_STUB_CALL_TIMEOUT_MS"].set_string_value(bad);
+    chosen = ChooseCallTimeout(config, "python");
+    ASSERT_FALSE(chosen.ok()) << bad;
+    EXPECT_THAT(chosen.status().message(),
+                HasSubstr("model 'm': parameter VRAMD_STUB_CALL_TIMEOUT_MS is \"" + std::string(bad) + "\""));
+  }
+  backends::SetBackendSettings({});
 }
 
 }  // namespace
