@@ -25,6 +25,14 @@ bool StartInterpreter(std::string* error);
 // The directory this library was loaded from.
 std::string LibraryDirectory();
 
+// Keeps the calling thread's Python thread state until the thread ends. pybind11 deletes a
+// thread's PyThreadState when its outermost gil_scoped_acquire ends, so a thread that enters
+// Python once per request (an instance thread) would build and free one each time, with its
+// frame stack: an mmap and a munmap (and the TLB shootdown on every core) per request,
+// measured with strace on the python identity model. REQUIRES: the GIL. Call it from threads
+// that come back (vramd's instance threads), not from one-off ones.
+void KeepThreadState();
+
 }  // namespace vramd::python
 
 #endif  // VRAMD_BACKENDS_PYTHON_INTERPRETER_H_

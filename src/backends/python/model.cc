@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common.h"
+#include "interpreter.h"
 #include "ledger_table.h"
 #include "numpy_ledger.h"
 #include "py_types.h"
@@ -400,6 +401,7 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
   std::string failure;
   {
     py::gil_scoped_acquire gil;
+    KeepThreadState();
     ContextScope scope(Context(Phase::kExecute, count > 0 ? requests[0]->owner : owner_));
     NumpyLedgerScope numpy(*model_);
     try {
