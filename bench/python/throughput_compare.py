@@ -171,6 +171,9 @@ def main():
     ap.add_argument("--torch-concurrency", default="1,4,8,16,32")
     ap.add_argument("--torch-instances", type=int, default=8)
     ap.add_argument("--torch-target", type=float, default=0.80)
+    # Two torch model.py models loading at once crashed the server on the H200 (SIGSEGV,
+    # 2026-12-02): the stream series is off until that is fixed.
+    ap.add_argument("--torch-stream", action="store_true")
     ap.add_argument("--arch", default="resnet")
     ap.add_argument("--image", type=int, default=112)
     ap.add_argument("--width", type=int, default=64)
@@ -211,6 +214,7 @@ def main():
         write(os.path.join(repo, "torch_py", "1", "model.py"), TORCH_MODEL)
         # The same model.py with a CUDA stream per instance (opt-in: docs/python.md), measured
         # beside the default; its own series, never the default's figure.
+    if a.torch and a.torch_stream:
         write(os.path.join(repo, "torch_py_stream", "config.pbtxt"),
               py_config.replace('name: "torch_py"', 'name: "torch_py_stream"')
               + 'parameters { key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" '
@@ -263,6 +267,8 @@ def main():
             except Exception as e:  # noqa: BLE001
                 tor["error"] = str(e)[:2000]
             try:
+                if not a.torch_stream:
+                    raise RuntimeError("not asked (--torch-stream)")
                 server.ready("torch_py_stream", timeout=300)
                 check_binary(server.port, "torch_py_stream", meta["request_bin"],
                              meta["header_length"], want_floats=want)
