@@ -212,9 +212,9 @@ def main():
                      % os.path.join(ts_repo, "torch_ts", "1", "model.pt"))
         write(os.path.join(repo, "torch_py", "config.pbtxt"), py_config)
         write(os.path.join(repo, "torch_py", "1", "model.py"), TORCH_MODEL)
+    if a.torch and a.torch_stream:
         # The same model.py with a CUDA stream per instance (opt-in: docs/python.md), measured
         # beside the default; its own series, never the default's figure.
-    if a.torch and a.torch_stream:
         write(os.path.join(repo, "torch_py_stream", "config.pbtxt"),
               py_config.replace('name: "torch_py"', 'name: "torch_py_stream"')
               + 'parameters { key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" '
@@ -266,17 +266,16 @@ def main():
                 tor["python_rps"] = [r["rps"] for r in rows_q]
             except Exception as e:  # noqa: BLE001
                 tor["error"] = str(e)[:2000]
-            try:
-                if not a.torch_stream:
-                    raise RuntimeError("not asked (--torch-stream)")
-                server.ready("torch_py_stream", timeout=300)
-                check_binary(server.port, "torch_py_stream", meta["request_bin"],
-                             meta["header_length"], want_floats=want)
-                rows_s = series(a, server, "torch_py_stream", meta["request_bin"],
-                                meta["header_length"], tc)
-                tor["python_stream_rps"] = [r["rps"] for r in rows_s]
-            except Exception as e:  # noqa: BLE001
-                tor["stream_error"] = str(e)[:2000]
+            if a.torch_stream:
+                try:
+                    server.ready("torch_py_stream", timeout=300)
+                    check_binary(server.port, "torch_py_stream", meta["request_bin"],
+                                 meta["header_length"], want_floats=want)
+                    rows_s = series(a, server, "torch_py_stream", meta["request_bin"],
+                                    meta["header_length"], tc)
+                    tor["python_stream_rps"] = [r["rps"] for r in rows_s]
+                except Exception as e:  # noqa: BLE001
+                    tor["stream_error"] = str(e)[:2000]
     finally:
         code = server.stop()
         log(f"vramd exit code {code}")
