@@ -5,6 +5,7 @@ one run, each pair measured back to back.
   throughput_compare.py --vramd BIN --infer-load BIN --backend-dir DIR
                         [--work DIR] [--out F] [--server-log F] [--duration 3] [--warmup 1]
                         [--identity-concurrency 1,16] [--identity-instances 2]
+                        [--identity-variant KEY=VALUE[,KEY=VALUE]]...
                         [--torch] [--torch-concurrency 1,4,8,16,32] [--torch-instances 8]
                         [--arch resnet --image 112 --width 64] [--kind gpu|cpu]
                         [--identity-target 0.50] [--torch-target 0.80]
@@ -13,8 +14,11 @@ one run, each pair measured back to back.
    Triton model.py returning its input: pb_utils.Tensor("OUTPUT0", in.as_numpy())), both FP32
    [-1], --identity-instances KIND_CPU instances each, no batching; infer_load with c keep-alive
    connections (Triton's binary tensor extension both ways, 16 floats) at each c, the built-in
-   first then the python model. Ratio python / built-in at each c; PASS when every ratio is at
-   least --identity-target.
+   first then the python model, then the same model.py with one instance (identity_python_1:
+   a GIL-bound model gains nothing from a second in-process instance; its own figures). Ratio
+   python / built-in at each c; PASS when every ratio is at least --identity-target.
+   --identity-variant KEY=VALUE[,...] (repeatable) runs the round again in a server started with
+   that environment (e.g. VRAMD_INSTANCE_IDLE_SPIN_US=50), reported as its own figures.
 2. --torch: bench/torch/make_model.py's TorchScript model (a ResNet-18-like net by default)
    served twice, each in a server of its own (two LibTorch users in one process crashed a
    server at start-up): `torch_ts` by the pytorch backend, and `torch_py` by a model.py that
@@ -154,6 +158,28 @@ def series(a, server, model, body, hlen, concurrency):
     return rows
 
 
+def identity_round(a, server, body, hlen, raw, conc):
+    """The identity series on `server`: built-in, python with --identity-instances instances,
+    python with one (a GIL-bound model gains nothing from a second in-process instance)."""
+    ident = {"concurrency": conc, "instances": a.identity_instances}
+    try:
+        for model in ("identity_builtin", "identity_python", "identity_python_1"):
+            server.ready(model, timeout=120)
+            check_binary(server.port, model, body, hlen, want_raw=raw)
+        rows_b = series(a, server, "identity_builtin", body, hlen, conc)
+        rows_p = series(a, server, "identity_python", body, hlen, conc)
+        rows_1 = series(a, server, "identity_python_1", body, hlen, conc)
+        ident["builtin_rps"] = [r["rps"] for r in rows_b]
+        ident["python_rps"] = [r["rps"] for r in rows_p]
+        ident["python_one_instance_rps"] = [r["rps"] for r in rows_1]
+        ident["ratio"] = [p / b for p, b in zip(ident["python_rps"], ident["builtin_rps"])]
+        ident["ratio_one_instance"] = [p / b for p, b in zip(ident["python_one_instance_rps"],
+                                                             ident["builtin_rps"])]
+    except Exception as e:  # noqa: BLE001
+        ident["error"] = str(e)[:2000]
+    return ident
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vramd", required=True)
@@ -167,12 +193,14 @@ def main():
     ap.add_argument("--identity-concurrency", default="1,16")
     ap.add_argument("--identity-instances", type=int, default=2)
     ap.add_argument("--identity-target", type=float, default=0.50)
+    ap.add_argument("--identity-variant", action="append", default=[],
+                    help="KEY=VALUE[,KEY=VALUE]: the identity round again in a server with "
+                         "this environment, reported as its own figures")
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--torch-concurrency", default="1,4,8,16,32")
     ap.add_argument("--torch-instances", type=int, default=8)
     ap.add_argument("--torch-target", type=float, default=0.80)
-    # Two torch model.py models loading at once crashed the server on the H200 (SIGSEGV,
-    # 2026-12-02): the stream series is off until that is fixed.
+    # The torch model.py again with a CUDA stream per instance, in a server of its own.
     ap.add_argument("--torch-stream", action="store_true")
     ap.add_argument("--arch", default="resnet")
     ap.add_argument("--image", type=int, default=112)
@@ -185,11 +213,17 @@ def main():
     a.server_log = a.server_log or os.path.join(work, "server.log")
     backends = merged_backend_dir(a.backend_dir, work)
     repo = os.path.join(work, "repo")
-    for name, backend in (("identity_builtin", "identity"), ("identity_python", "python")):
-        write(os.path.join(repo, name, "config.pbtxt"),
-              IDENTITY_CONFIG.format(name=name, backend=backend, count=a.identity_instances))
-        os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
-    write(os.path.join(repo, "identity_python", "1", "model.py"), IDENTITY_MODEL)
+    os.makedirs(repo, exist_ok=True)
+    # The identity models in a repository of their own, so a variant server can serve just them.
+    id_repo = os.path.join(work, "repo_identity")
+    for name, backend, count in (("identity_builtin", "identity", a.identity_instances),
+                                 ("identity_python", "python", a.identity_instances),
+                                 ("identity_python_1", "python", 1)):
+        write(os.path.join(id_repo, name, "config.pbtxt"),
+              IDENTITY_CONFIG.format(name=name, backend=backend, count=count))
+        os.makedirs(os.path.join(id_repo, name, "1"), exist_ok=True)
+    for name in ("identity_python", "identity_python_1"):
+        write(os.path.join(id_repo, name, "1", "model.py"), IDENTITY_MODEL)
     meta = None
     if a.torch:
         subprocess.run([a.python, os.path.join(HERE, "..", "torch", "make_model.py"), work,
@@ -212,14 +246,15 @@ def main():
                      % os.path.join(ts_repo, "torch_ts", "1", "model.pt"))
         write(os.path.join(repo, "torch_py", "config.pbtxt"), py_config)
         write(os.path.join(repo, "torch_py", "1", "model.py"), TORCH_MODEL)
+    stream_repo = os.path.join(work, "repo_stream")
     if a.torch and a.torch_stream:
         # The same model.py with a CUDA stream per instance (opt-in: docs/python.md), measured
-        # beside the default; its own series, never the default's figure.
-        write(os.path.join(repo, "torch_py_stream", "config.pbtxt"),
+        # in a server of its own after the default; its own series, never the default's figure.
+        write(os.path.join(stream_repo, "torch_py_stream", "config.pbtxt"),
               py_config.replace('name: "torch_py"', 'name: "torch_py_stream"')
               + 'parameters { key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" '
                 'value { string_value: "on" } }\n')
-        write(os.path.join(repo, "torch_py_stream", "1", "model.py"), TORCH_MODEL)
+        write(os.path.join(stream_repo, "torch_py_stream", "1", "model.py"), TORCH_MODEL)
 
     result = {"duration_s": a.duration, "warmup_s": a.warmup, "machine": os.uname().nodename}
     ok = True
@@ -231,28 +266,21 @@ def main():
         with open(meta["output_bin"], "rb") as f:
             ref = f.read()
         want = struct.unpack("<%df" % (len(ref) // 4), ref)
-    server = Vramd(a.vramd, [repo], a.server_log, backends, ["--exit-on-error"])
+    body, hlen, raw = identity_body(work)
+    conc = [int(c) for c in a.identity_concurrency.split(",")]
+    server = Vramd(a.vramd, [id_repo, repo], a.server_log, backends, ["--exit-on-error"])
     try:
-        body, hlen, raw = identity_body(work)
-        conc = [int(c) for c in a.identity_concurrency.split(",")]
-        ident = {"concurrency": conc, "instances": a.identity_instances}
-        try:
-            for model in ("identity_builtin", "identity_python"):
-                server.ready(model, timeout=120)
-                check_binary(server.port, model, body, hlen, want_raw=raw)
-            rows_b = series(a, server, "identity_builtin", body, hlen, conc)
-            rows_p = series(a, server, "identity_python", body, hlen, conc)
-            ident["builtin_rps"] = [r["rps"] for r in rows_b]
-            ident["python_rps"] = [r["rps"] for r in rows_p]
-            ident["ratio"] = [p / b for p, b in zip(ident["python_rps"], ident["builtin_rps"])]
+        ident = identity_round(a, server, body, hlen, raw, conc)
+        if "error" in ident:
+            ok &= verdict(False, f"identity series failed: {ident['error']}")
+        else:
             for c, r in zip(conc, ident["ratio"]):
                 figure(f"python_identity_vs_builtin_c{c}", r, "ratio")
                 ok &= verdict(r >= a.identity_target,
                               f"python identity at c={c}: {r:.3f} of the built-in identity "
                               f"(>= {a.identity_target})")
-        except Exception as e:  # noqa: BLE001
-            ident["error"] = str(e)[:2000]
-            ok &= verdict(False, f"identity series failed: {e}")
+            for c, r in zip(conc, ident["ratio_one_instance"]):
+                figure(f"python_identity_one_instance_vs_builtin_c{c}", r, "ratio")
         result["identity"] = ident
         update_json(a.out, "python_throughput", result)
 
@@ -266,19 +294,49 @@ def main():
                 tor["python_rps"] = [r["rps"] for r in rows_q]
             except Exception as e:  # noqa: BLE001
                 tor["error"] = str(e)[:2000]
-            if a.torch_stream:
-                try:
-                    server.ready("torch_py_stream", timeout=300)
-                    check_binary(server.port, "torch_py_stream", meta["request_bin"],
-                                 meta["header_length"], want_floats=want)
-                    rows_s = series(a, server, "torch_py_stream", meta["request_bin"],
-                                    meta["header_length"], tc)
-                    tor["python_stream_rps"] = [r["rps"] for r in rows_s]
-                except Exception as e:  # noqa: BLE001
-                    tor["stream_error"] = str(e)[:2000]
     finally:
         code = server.stop()
         log(f"vramd exit code {code}")
+    if meta is not None and a.torch_stream:
+        try:
+            ss = Vramd(a.vramd, [stream_repo], a.server_log, backends, ["--exit-on-error"])
+            try:
+                ss.ready("torch_py_stream", timeout=300)
+                check_binary(ss.port, "torch_py_stream", meta["request_bin"],
+                             meta["header_length"], want_floats=want)
+                rows_s = series(a, ss, "torch_py_stream", meta["request_bin"],
+                                meta["header_length"], tc)
+                tor["python_stream_rps"] = [r["rps"] for r in rows_s]
+            finally:
+                ss.stop()
+        except Exception as e:  # noqa: BLE001
+            tor["stream_error"] = str(e)[:2000]
+    # Variants: the identity round again, in a server started with other environment settings
+    # (e.g. VRAMD_INSTANCE_IDLE_SPIN_US=50), each reported as its own figures, never the
+    # headline's.
+    for variant in a.identity_variant:
+        env = dict(kv.split("=", 1) for kv in variant.split(","))
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            vs = Vramd(a.vramd, [id_repo], a.server_log, backends, ["--exit-on-error"])
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            vi = identity_round(a, vs, body, hlen, raw, conc)
+        finally:
+            vs.stop()
+        vi["env"] = env
+        result.setdefault("identity_variants", []).append(vi)
+        tag = "_".join(f"{k}_{v}" for k, v in env.items()).lower()
+        for key in ("ratio", "ratio_one_instance"):
+            for c, r in zip(conc, vi.get(key, [])):
+                figure(f"python_identity_{tag}_{key}_c{c}", r, "ratio")
+        update_json(a.out, "python_throughput", result)
     if meta is not None:
         ts = Vramd(a.vramd, [ts_repo], a.server_log, backends, ["--exit-on-error"])
         try:

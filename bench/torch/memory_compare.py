@@ -12,7 +12,8 @@
       python backend; the model torch.jit.load's model.pt onto its instance's device, a forward
       per request), one series per hosting mode (parameter VRAMD_PYTHON_HOSTING): in_process
       (one interpreter in the server), stub (one host process per model and device) and
-      process_per_instance (Triton's). A fresh server per N (restart mode, named so in the
+      process_per_instance (Triton's), and in_process_stream (in-process with a CUDA stream per
+      instance, VRAMD_PYTHON_TORCH_INSTANCE_STREAM). A fresh server per N (restart mode, named so in the
       figures); the memory is the server's and its descendants' (the stubs) by NVML. In-process,
       the server's /v2/memory also gives how much of NVML's figure the ledger's pools plus the
       context baseline cover (the "coverage", target >= 0.95).
@@ -249,9 +250,13 @@ def write_python_model(meta, work, hosting, n):
     os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)
     config = (meta["config"].replace(f'name: "{meta["name"]}"', 'name: "torch_py"')
               .replace('platform: "pytorch_libtorch"', 'backend: "python"'))
+    # in_process_stream: in-process with a CUDA stream per instance
+    # (VRAMD_PYTHON_TORCH_INSTANCE_STREAM), measured beside in_process in the same run.
+    stream = hosting == "in_process_stream"
     config += ('parameters { key: "torchscript" value { string_value: "%s" } }\n'
                'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n'
-               % (meta["model_pt"], hosting))
+               'parameters { key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" value { string_value: "%s" } }\n'
+               % (meta["model_pt"], "in_process" if stream else hosting, "on" if stream else "off"))
     with open(os.path.join(model_dir, "config.pbtxt"), "w") as f:
         f.write(config)
     set_count_pbtxt(os.path.join(model_dir, "config.pbtxt"), n)
@@ -297,7 +302,7 @@ def vramd_python_series(a, meta, meter, hosting):
             m = meter.read(pids)
             m.update({"n": n, "load_seconds": round(load_s, 3), "requests": res["requests"],
                       "rps": res["rps"], "processes": len(pids)})
-            if hosting == "in_process":
+            if hosting.startswith("in_process"):
                 m["ledger"] = coverage(server.port)
             rows.append(m)
             log(f"vramd python {hosting} n={n}: {len(pids)} process(es) {fmt(m['pid_bytes'])} "
@@ -433,7 +438,7 @@ def main():
     ap.add_argument("--worker-timeout", type=float, default=240)
     ap.add_argument("--threshold-mib", type=float, default=32.0)
     ap.add_argument("--skip", default="", help="comma list of series to skip: vramd,procs,threads,"
-                    "py_in_process,py_stub,py_process_per_instance")
+                    "py_in_process,py_in_process_stream,py_stub,py_process_per_instance")
     ap.add_argument("--python-backend-dir", default=None,
                     help="a backend directory with python/libvramd_python.so: adds the python "
                     "backend's series (d)")
@@ -511,7 +516,7 @@ def main():
         save()
 
     if a.python_backend_dir:
-        for hosting in ("in_process", "stub", "process_per_instance"):
+        for hosting in ("in_process", "in_process_stream", "stub", "process_per_instance"):
             key = f"py_{hosting}"
             if key in skip:
                 continue

@@ -247,13 +247,23 @@ if has_step python; then
     export VRAMD_BACKEND_HOST="$PWD/$BIN/vramd_backend_host"
     PYTHONPATH="$(python3 -c 'import site; print(":".join(site.getsitepackages()))')${PYTHONPATH:+:$PYTHONPATH}"
     export PYTHONPATH
-    parts=" ${PYTHON_PARTS:-check mem tput} "  # which of the three to run
+    parts=" ${PYTHON_PARTS:-check mem tput} "  # which parts to run (loadloop too, below)
     if [[ "$parts" == *" check "* ]] && [ -f tests/device/python_gpu_check.py ]; then
       timeout "${PYTHON_CHECK_TIMEOUT:-150}" python3 tests/device/python_gpu_check.py --vramd "$BIN"/vramd \
         --backend-directory "$pytmp/backends" --log "$pytmp/check_server.log" > "$pytmp/check.out" 2>&1
       rc=$?
       grep -E '^(PASS|FAIL|FIGURE) ' "$pytmp/check.out" | tee -a "$summary"
       [ "$rc" -eq 0 ] || { say "FAIL python GPU check (exit $rc)"; tail -40 "$pytmp/check.out" >> "$OUT/benchmarks.log"; status=1; }
+    fi
+    # loadloop (not in the default parts): start the server on the torch model.py again and
+    # again, counting crashes at load and keeping their reports (tests/device/python_load_loop.py).
+    if [[ "$parts" == *" loadloop "* ]]; then
+      timeout "${PYTHON_LOOP_TIMEOUT:-240}" python3 tests/device/python_load_loop.py --vramd "$BIN"/vramd \
+        --backend-dir "$pytmp/backends" --starts "${PYTHON_LOOP_STARTS:-6}" --work "$pytmp/loop" \
+        --out "$OUT/python_load_crashes.txt" ${PYTHON_LOOP_ARGS:-} > "$pytmp/loop.out" 2>&1
+      rc=$?
+      grep -E '^(PASS|FAIL|FIGURE) ' "$pytmp/loop.out" | tee -a "$summary"
+      [ "$rc" -eq 0 ] || { say "FAIL python load loop (exit $rc)"; tail -60 "$pytmp/loop.out" >> "$OUT/benchmarks.log"; status=1; }
     fi
     [[ "$parts" == *" mem "* ]] && { timeout "${PYTHON_MEM_TIMEOUT:-300}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
       --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" --python-backend-dir "$pytmp/backends" \

@@ -19,6 +19,7 @@
 #include "backends/backend.h"
 #include "backends/backend_config.h"
 #include "cli/stop_signals.h"
+#include "core/crash_report.h"
 #include "core/log_format.h"
 #include "memory/allocator.h"
 #include "memory/cuda_devices.h"
@@ -244,7 +245,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // First: from here on no SIGINT/SIGTERM can kill the process, whichever thread takes it.
+  vramd::InstallCrashReport("vramd");
+  // From here on no SIGINT/SIGTERM can kill the process, whichever thread takes it.
   vramd::cli::StopSignals stop_signals;
   CLI::App app{"vramd: an inference server for Triton model repositories that accounts for "
                "every byte of GPU memory"};

@@ -215,6 +215,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
 
   Scheduler::Options options;
   options.name = where;
+  options.thread_name = config->name();
   options.instance_count = model->instances_.size();
   if (config->has_dynamic_batching()) {
     const auto& batching = config->dynamic_batching();
@@ -232,6 +233,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   }
   // A backend with per-thread state runs on its instances' threads only (backend.h).
   options.inline_execution = !(*backend)->ExecutesOnInstanceThreads();
+  options.idle_spin = Scheduler::DefaultIdleSpin();
   if ((*backend)->ChecksReadiness()) {
     LoadedModel* self = model.get();  // the probe goes before the instances (destructor)
     model->readiness_ = std::make_unique<ReadinessProbe>([self]() -> Status {

@@ -1,8 +1,11 @@
 #include "runtime/scheduler.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 namespace vramd::runtime {
 namespace {
@@ -86,13 +89,47 @@ std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request,
   return std::nullopt;
 }
 
+std::chrono::nanoseconds Scheduler::DefaultIdleSpin() {
+  static const std::chrono::nanoseconds spin = [] {
+    const char* text = std::getenv("VRAMD_INSTANCE_IDLE_SPIN_US");
+    const long us = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
+    return std::chrono::nanoseconds(std::chrono::microseconds(std::clamp(us, 0L, 100000L)));
+  }();
+  return spin;
+}
+
 void Scheduler::WakeIdleWorker() {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!busy_[i].busy && busy_[i].spinning) {
+      busy_[i].spinning = false;  // handed this request: the next one goes to another worker
+      workers_[i]->spin_ended.store(true, std::memory_order_release);
+      return;
+    }
+  }
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!busy_[i].busy) {
       workers_[i]->wake.notify_one();
       return;
     }
   }
+}
+
+void Scheduler::Spin(size_t index, MutexLock& lock) {
+  Worker& self = *workers_[index];
+  busy_[index].spinning = true;
+  self.spin_ended.store(false, std::memory_order_relaxed);
+  lock.Unlock();
+  const auto deadline = SchedulerClock::now() + options_.idle_spin;
+  while (!self.spin_ended.load(std::memory_order_acquire)) {
+    for (int i = 0; i < 64; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (SchedulerClock::now() >= deadline) break;
+  }
+  lock.Lock();
+  busy_[index].spinning = false;
 }
 
 bool Scheduler::ShortEnoughToRunInline(SchedulerClock::time_point now) {
@@ -117,11 +154,23 @@ void Scheduler::RecordExecution(SchedulerClock::duration length) {
 }
 
 void Scheduler::WorkerLoop(size_t index) {
+  if (!options_.thread_name.empty()) {
+    const std::string suffix = "#" + std::to_string(index);
+    const size_t room = suffix.size() < 15 ? 15 - suffix.size() : 0;
+    const std::string name = options_.thread_name.substr(0, room) + suffix;
+    pthread_setname_np(pthread_self(), name.c_str());
+  }
   Worker& self = *workers_[index];
   MutexLock lock(mu_);
+  bool may_spin = false;  // once after each execution (see Options::idle_spin)
   while (true) {
     if (queue_.empty() || busy_[index].busy) {  // busy: an inline caller holds this instance
       if (stopping_ && queue_.empty()) break;
+      if (may_spin && !busy_[index].busy) {
+        may_spin = false;
+        Spin(index, lock);
+        continue;
+      }
       lock.Wait(self.wake);
       continue;
     }
@@ -160,6 +209,7 @@ void Scheduler::WorkerLoop(size_t index) {
     lock.Lock();
     RecordExecution(end - busy_[index].since);
     busy_[index].busy = false;
+    may_spin = options_.idle_spin.count() > 0;
   }
 }
 
@@ -188,7 +238,10 @@ void Scheduler::Shutdown() {
   {
     MutexLock lock(mu_);
     stopping_ = true;
-    for (auto& worker : workers_) worker->wake.notify_all();
+    for (auto& worker : workers_) {
+      worker->spin_ended.store(true, std::memory_order_release);
+      worker->wake.notify_all();
+    }
   }
   for (auto& worker : workers_) {
     if (worker->thread.joinable()) worker->thread.join();

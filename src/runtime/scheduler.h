@@ -26,6 +26,14 @@
 //     An execution still running past the budget counts as soon as a Submit sees it, so when
 //     a model's execution time jumps, one slow inline execution holds one caller, not every
 //     caller that arrives while it runs.
+//     Idle spin (Options::idle_spin, off unless set): an instance thread that finds the queue
+//     empty after an execution polls for the next request for that long before it sleeps on
+//     its condition variable, and Submit hands a request to a polling thread by a flag, not a
+//     wake-up. Where the fast path is off (python models run on their instance threads only),
+//     each request otherwise pays a futex wake-up of its instance thread, which costs little on
+//     a bare kernel but tens of microseconds under a sandboxing kernel such as gVisor. One spin
+//     per idle stretch: a thread that polled in vain sleeps until woken, so an idle server
+//     burns no CPU.
 //   - Dynamic batching: every request goes through the queue and its RequestQueue::Policy
 //     (max_queue_size, timeouts); an idle instance thread forms batches with ChooseBatch
 //     (dynamic_batcher.h), waiting at most max_queue_delay from the oldest request's arrival.
@@ -49,6 +57,7 @@
 // lock held. A request's callback runs on an instance thread or on Submit's caller.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -75,6 +84,9 @@ class Scheduler {
 
   struct Options {
     std::string name;  // "model 'm' version 1", for errors
+    // Instance threads are named "<thread_name>#<i>" (cut to the system's 15 bytes), as top,
+    // gdb and crash reports (core/crash_report.h) show them; empty: left unnamed.
+    std::string thread_name;
     size_t instance_count = 1;  // at least 1
     // Dynamic batching; unset: the default mode (one request per execution, fast path).
     std::optional<BatcherOptions> batching;
@@ -89,7 +101,13 @@ class Scheduler {
     // the requests queued behind it on its I/O thread, far below what a health probe or
     // client timeout notices.
     std::chrono::nanoseconds inline_budget = std::chrono::milliseconds(1);
+    // How long an idle instance thread polls for work before it sleeps (see the top of this
+    // file); 0: never. DefaultIdleSpin() is the server's setting.
+    std::chrono::nanoseconds idle_spin{0};
   };
+
+  // VRAMD_INSTANCE_IDLE_SPIN_US, in microseconds (0 or unset: no spin), read once.
+  static std::chrono::nanoseconds DefaultIdleSpin();
 
   // Starts one thread per instance. `run` and `stats` must outlive the Scheduler.
   Scheduler(Options options, RunBatch run, InferenceStatistics* stats);
@@ -122,17 +140,25 @@ class Scheduler {
  private:
   struct Worker {
     std::condition_variable wake;  // waited on with mu_
+    // Set (with mu_ held) to end the thread's spin: a request was handed to it, or stopping.
+    std::atomic<bool> spin_ended{false};
     std::thread thread;
   };
   // An instance's state, beside its Worker so that mu_ can guard it.
   struct Busy {
     bool busy = false;  // running an execution, on its thread or inline
     SchedulerClock::time_point since;  // when that execution began
+    // Polling for work without mu_ and not yet handed a request (WakeIdleWorker's first pick).
+    bool spinning = false;
   };
 
   void WorkerLoop(size_t index) EXCLUDES(mu_);
-  // Notifies one worker that is not busy, if any.
+  // Hands the queue's news to one worker that is not busy, if any: a spinning one by its flag,
+  // else a sleeping one by its condition variable.
   void WakeIdleWorker() REQUIRES(mu_);
+  // Polls (without mu_) for at most idle_spin until a request is handed to worker `index`.
+  // Returns with mu_ held again and the worker no longer spinning.
+  void Spin(size_t index, MutexLock& lock) REQUIRES(mu_);
   // Whether a request submitted at `now` may run on the caller's thread: the estimate is
   // known and below the budget, and no execution in flight has run past it (which raises the
   // estimate).

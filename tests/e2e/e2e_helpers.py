@@ -39,6 +39,7 @@ CRASH_MARKERS = [
     "terminate called",
     "Assertion `",
     "stack smashing",
+    "end of crash report",  # core/crash_report.h, from vramd or a backend host
     "double free",
     "free(): invalid",
 ]

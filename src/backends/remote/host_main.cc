@@ -13,10 +13,12 @@
 #include <string>
 
 #include "backends/remote/backend_host.h"
+#include "core/crash_report.h"
 #include "vramd/backend.h"
 
 int main(int argc, char** argv) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // also set before exec; kept for a host started otherwise
+  vramd::InstallCrashReport("vramd_backend_host");
   if (argc != 3 || ::fcntl(3, F_GETFD) < 0) {
     std::fprintf(stderr,
                  "vramd_backend_host: started by vramd only (usage: vramd_backend_host "

@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <exception>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include "server/http/http_connection.h"
 #include "server/http/http_server_impl.h"
@@ -25,13 +29,35 @@ constexpr auto kLastAcceptRetry = std::chrono::milliseconds(1000);
 // How long Shutdown gives connections closing gracefully once no request is in flight.
 constexpr auto kCloseGrace = std::chrono::milliseconds(1500);
 
+int ThreadCount(const HttpServer::Options& options) {
+  return options.threads > 0 ? options.threads
+                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// TEMPORARY (A/B on the GPU machine, 2026-12-02): VRAMD_HTTP_SHARED_LOOP=1 gives every thread
+// one shared loop, as before.
+bool SharedLoop() { return std::getenv("VRAMD_HTTP_SHARED_LOOP") != nullptr; }
+
+std::vector<std::unique_ptr<net::io_context>> MakeContexts(const HttpServer::Options& options) {
+  const int n = SharedLoop() ? 1 : ThreadCount(options);
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  contexts.reserve(n);
+  // Concurrency hint 1: each loop is run by one thread only.
+  for (int i = 0; i < n; ++i) {
+    contexts.push_back(SharedLoop() ? std::make_unique<net::io_context>()
+                                    : std::make_unique<net::io_context>(1));
+  }
+  return contexts;
+}
+
 }  // namespace
 
 HttpServer::Impl::Impl(const Options& options, Handler handler)
     : options_(options),
       handler_(std::move(handler)),
       body_budget_(options.max_body_memory_bytes),
-      acceptor_(net::make_strand(ioc_)),
+      contexts_(MakeContexts(options)),
+      acceptor_(net::make_strand(*contexts_.front())),
       accept_retry_(acceptor_.get_executor()) {}
 
 void HttpServer::Impl::RequestFinished() {
@@ -101,7 +127,9 @@ Status HttpServer::Impl::Listen() {
 }
 
 void HttpServer::Impl::Accept() {
-  acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+  net::io_context& home = *contexts_[next_context_];
+  next_context_ = (next_context_ + 1) % contexts_.size();
+  acceptor_.async_accept(net::make_strand(home), [this](beast::error_code ec, tcp::socket socket) {
     if (ec) return OnAcceptError(ec);
     accept_backoff_ = std::chrono::milliseconds(0);
     if (stopping()) return;
@@ -134,13 +162,13 @@ void HttpServer::Impl::OnAcceptError(const beast::error_code& ec) {
   });
 }
 
-void HttpServer::Impl::RunThread() {
+void HttpServer::Impl::RunThread(net::io_context& context) {
   // run() returns only once stopped (the work guard keeps it running while no socket
   // operation is pending); an exception from a handler ends that handler's connection, not
   // the thread, and run() may be called again after one.
   for (;;) {
     try {
-      ioc_.run();
+      context.run();
       return;
     } catch (const std::exception& e) {
       if (auto held_back = error_log_.Allow()) {
@@ -159,12 +187,13 @@ void HttpServer::Impl::RunThread() {
 }
 
 void HttpServer::Impl::Run() {
-  work_.emplace(ioc_.get_executor());
+  for (auto& context : contexts_) work_.emplace_back(context->get_executor());
   Accept();
-  int n = options_.threads > 0 ? options_.threads
-                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int n = ThreadCount(options_);
   threads_.reserve(n);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { RunThread(); });
+  for (int i = 0; i < n; ++i) {
+    threads_.emplace_back([this, c = contexts_[i % contexts_.size()].get()] { RunThread(*c); });
+  }
 }
 
 void HttpServer::Impl::Shutdown() {
@@ -207,8 +236,8 @@ void HttpServer::Impl::Shutdown() {
                  [this]() REQUIRES(mu_) { return connections_.empty(); });
   lock.Unlock();
 
-  work_.reset();
-  ioc_.stop();
+  work_.clear();
+  for (auto& context : contexts_) context->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
   WriterLock gate(gate_->mu);

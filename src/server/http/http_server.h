@@ -30,6 +30,13 @@
 // Handler answers later from its own thread. A Responder called after Shutdown drops its
 // response.
 //
+// Threads: each I/O thread runs an event loop (an io_context) of its own, and a connection
+// lives on one of them (given out in turn at accept) for its whole life. An answer made on
+// another thread (an instance thread) then wakes exactly the thread that writes it, where one
+// loop shared by every thread had threads waking and handing over to each other (~14 futex
+// calls per request for a model answered on its instance thread, against ~5 for one answered
+// inline). A connection busy on its thread delays only the connections of that thread.
+//
 // Thread safety: Start and Shutdown from one controlling thread; the Handler is called
 // concurrently from the pool's threads.
 #pragma once

@@ -58,7 +58,7 @@ class HttpServer::Impl {
   // already has max_connections.
   std::shared_ptr<Connection> Register(boost::asio::ip::tcp::socket socket) EXCLUDES(mu_);
   void Refuse(boost::asio::ip::tcp::socket socket);
-  void RunThread();
+  void RunThread(boost::asio::io_context& context);
 
   const Options options_;
   const Handler handler_;
@@ -67,7 +67,7 @@ class HttpServer::Impl {
   LogThrottle error_log_{std::chrono::seconds(10)};
   LogThrottle accept_log_{std::chrono::seconds(10)};
 
-  // Declared before ioc_: destroying ioc_ destroys pending handlers, whose connections
+  // Declared before contexts_: destroying them destroys pending handlers, whose connections
   // unregister and release their budget.
   Mutex mu_;
   std::condition_variable changed_;  // a connection left, or a request finished while stopping
@@ -77,8 +77,10 @@ class HttpServer::Impl {
   std::atomic<size_t> busy_{0};  // requests between their first byte and their answer
   std::atomic<bool> stopping_{false};
 
-  boost::asio::io_context ioc_;
-  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  // One per I/O thread (see http_server.h); the acceptor lives on the first.
+  std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  size_t next_context_ = 0;  // on the acceptor's strand: where the next connection goes
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer accept_retry_;      // on the acceptor's strand
   std::chrono::milliseconds accept_backoff_{0};  // on the acceptor's strand

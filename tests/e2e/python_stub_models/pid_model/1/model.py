@@ -1,8 +1,10 @@
 """Doubles INPUT0 and says which process served it; INPUT0[0] == -9 kills that process
-(os.kill(os.getpid(), 9)) inside execute, as a crashing model would, and INPUT0[0] == -7 hangs
-in execute (time.sleep(3600)), as a deadlocked one would. is_ready() is False when the config's
+(os.kill(os.getpid(), 9)) inside execute, as a crashing model would, INPUT0[0] == -11 reads
+address 0 (a real SIGSEGV, as a faulty native extension would), and INPUT0[0] == -7 hangs in
+execute (time.sleep(3600)), as a deadlocked one would. is_ready() is False when the config's
 parameters have PID_NOT_READY (test_python_stub.py sets it on one copy)."""
 
+import ctypes
 import os
 import time
 
@@ -24,6 +26,8 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             if x.size and x.reshape(-1)[0] == -9:
                 os.kill(os.getpid(), 9)
+            if x.size and x.reshape(-1)[0] == -11:
+                ctypes.string_at(0)
             if x.size and x.reshape(-1)[0] == -7:
                 time.sleep(3600)
             responses.append(pb_utils.InferenceResponse(output_tensors=[
