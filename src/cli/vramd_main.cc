@@ -129,6 +129,10 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::memory::MemoryReportOptions report_options;
   report_options.pid = static_cast<uint32_t>(getpid());
   if (!nvml.ok()) report_options.nvml_unavailable_reason = nvml.status().message();
+  // What GPU instances' libraries take outside the pools, charged to them (native_memory.h).
+  vramd::memory::NativeMemoryMeter native_meter(&ledger, &allocator, nvml_ptr,
+                                                static_cast<uint32_t>(getpid()));
+  report_options.native = &native_meter;
   vramd::memory::LiveMemoryReportSource memory_report(
       &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
       report_options);
@@ -153,7 +157,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   manager_options.custom_metrics = &custom_metrics;
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
   manager_options.exit_on_error = options.exit_on_error;
-  manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr, nvml_ptr};
+  manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr, nvml_ptr,
+                            &native_meter};
   manager_options.model_control_mode =
       options.model_control_mode == "explicit" ? vramd::runtime::ModelControlMode::kExplicit
       : options.model_control_mode == "poll"   ? vramd::runtime::ModelControlMode::kPoll

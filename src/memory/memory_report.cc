@@ -51,13 +51,15 @@ DeviceMemoryReport DeviceReport(int ordinal, const std::vector<PoolStats>& pools
     d.context_baseline_bytes = b.bytes;
     d.context_baseline_reason = b.bytes ? "" : b.reason;
   }
+  if (options.native != nullptr) d.native_measured_bytes = options.native->Total(ordinal);
   if (!d.process_used_bytes) {
     d.unattributed_reason = "no NVML figure for this process: " + d.process_used_reason;
   } else if (!d.context_baseline_bytes) {
     d.unattributed_reason = "no context baseline: " + d.context_baseline_reason;
   } else {
     const int64_t reserved = d.pool ? static_cast<int64_t>(d.pool->reserved_bytes) : 0;
-    d.unattributed_bytes = *d.process_used_bytes - reserved - *d.context_baseline_bytes;
+    d.unattributed_bytes = *d.process_used_bytes - reserved - *d.context_baseline_bytes -
+                           d.native_measured_bytes;
   }
   return d;
 }
@@ -169,6 +171,7 @@ void WriteDevice(JsonWriter& w, const DeviceMemoryReport& d) {
   }
   OptionalInt(w, "context_baseline_bytes", d.context_baseline_bytes);
   Text(w, "context_baseline_reason", d.context_baseline_bytes ? "" : d.context_baseline_reason);
+  Int(w, "native_measured_bytes", d.native_measured_bytes);
   OptionalInt(w, "unattributed_bytes", d.unattributed_bytes);
   Text(w, "unattributed_reason", d.unattributed_bytes ? "" : d.unattributed_reason);
   w.EndObject();
@@ -329,6 +332,7 @@ std::string MemoryReportToJson(const MemoryReport& report) {
     OptionalInt(w, "nvml_process_used_bytes", d.process_used_bytes);
     Int(w, "pool_reserved_bytes", d.pool ? static_cast<int64_t>(d.pool->reserved_bytes) : 0);
     OptionalInt(w, "context_baseline_bytes", d.context_baseline_bytes);
+    Int(w, "native_measured_bytes", d.native_measured_bytes);
     Text(w, "reason", d.unattributed_bytes ? "" : d.unattributed_reason);
     w.EndObject();
   }

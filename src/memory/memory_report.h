@@ -35,6 +35,7 @@
 #include "memory/allocator.h"
 #include "memory/caching_pool.h"
 #include "memory/device.h"
+#include "memory/native_memory.h"
 #include "memory/ledger.h"
 #include "memory/nvml.h"
 
@@ -54,6 +55,9 @@ struct DeviceMemoryReport {
   std::optional<PoolStats> pool;  // absent until something was allocated on the device
   std::optional<int64_t> context_baseline_bytes;
   std::string context_baseline_reason;
+  // What instances' libraries took outside the pools, measured and charged to them
+  // (native_memory.h); 0 without a meter.
+  int64_t native_measured_bytes = 0;
   std::optional<int64_t> unattributed_bytes;  // see the file comment; may be negative
   std::string unattributed_reason;
 };
@@ -87,6 +91,9 @@ struct MemoryReportOptions {
   uint32_t pid = 0;
   // The report's time, from which allocation ages are counted; unset means now.
   std::optional<std::chrono::system_clock::time_point> now;
+  // Native memory charged to instances (native_memory.h), subtracted from unattributed; null:
+  // none measured. Must outlive the report source.
+  const NativeMemoryMeter* native = nullptr;
 };
 
 // Reads the ledger, the allocator's pools and NVML (null: unavailable). `baselines` come from

@@ -200,12 +200,24 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
                               instance_ctx.name);
     instance_ctx.owner = owner.id();
     memory::OwnerScope scope(owner.id());
-    auto instance = model->backend_model_->CreateInstance(instance_ctx);
+    memory::NativeCharges native;
+    if (memory.native != nullptr && instance_ctx.kind == backends::DeviceKind::kGpu) {
+      native = memory::NativeCharges(memory.native, owner.id(), instance_ctx.device_id);
+    }
+    Result<std::unique_ptr<backends::BackendInstance>> instance =
+        Status::Internal("instance not created");
+    auto create = [&] { instance = model->backend_model_->CreateInstance(instance_ctx); };
+    if (native.active()) {
+      memory.native->Measure(native, create);
+    } else {
+      create();
+    }
     if (!instance.ok()) {
       return instance.status().WithContext(
           fmt::format("{}: instance '{}'", where, instance_ctx.name));
     }
-    model->instances_.emplace_back(std::move(owner), std::move(instance).value());
+    model->instances_.emplace_back(std::move(owner), std::move(instance).value(),
+                                   std::move(native));
   }
   if (timing != nullptr) {
     const std::chrono::duration<double> elapsed =
@@ -271,10 +283,19 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
     hold.reset();  // else this instance thread may hold the last reference once they ran
   }
   Instance& instance = instances_[index];
-  if (request_lists_) {
-    executor_.RunRequests(*instance.backend, instance.owner.id(), decoupled_, std::move(batch));
+  auto run = [&] {
+    if (request_lists_) {
+      executor_.RunRequests(*instance.backend, instance.owner.id(), decoupled_, std::move(batch));
+    } else {
+      executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));
+    }
+  };
+  // One execution at a time per instance, so its count needs no lock.
+  if (memory::NativeMemoryMeter::WantsExecution(instance.native)) {
+    ++instance.native.executions_measured;
+    memory_.native->Measure(instance.native, run);
   } else {
-    executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));
+    run();
   }
 }
 

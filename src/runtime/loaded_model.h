@@ -186,8 +186,11 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   struct Instance {
     memory::ScopedOwner owner;  // closed after the backend instance is destroyed
     std::unique_ptr<backends::BackendInstance> backend;
-    Instance(memory::ScopedOwner o, std::unique_ptr<backends::BackendInstance> b)
-        : owner(std::move(o)), backend(std::move(b)) {}
+    // What its libraries took outside the pools (released first, before the owner closes).
+    memory::NativeCharges native;
+    Instance(memory::ScopedOwner o, std::unique_ptr<backends::BackendInstance> b,
+             memory::NativeCharges n)
+        : owner(std::move(o)), backend(std::move(b)), native(std::move(n)) {}
   };
 
   // First, so destroyed last: signals the end of the whole destruction.

@@ -6,6 +6,7 @@
 #include "memory/allocator.h"
 #include "memory/growth_detector.h"
 #include "memory/ledger.h"
+#include "memory/native_memory.h"
 #include "memory/nvml.h"
 
 namespace vramd::runtime {
@@ -17,6 +18,9 @@ struct MemoryContext {
   // Optional: the per-execute memory log (execute_memory_log.h) shows NVML's process figure
   // when set.
   const memory::Nvml* nvml = nullptr;
+  // Optional: measures what GPU instances' libraries take outside the pools while they are
+  // created and run their first executions, and charges it to them (native_memory.h).
+  memory::NativeMemoryMeter* native = nullptr;
 };
 
 }  // namespace vramd::runtime

@@ -92,7 +92,12 @@ std::optional<QueuedRequest> Scheduler::SubmitOrReturn(QueuedRequest request,
 std::chrono::nanoseconds Scheduler::DefaultIdleSpin() {
   static const std::chrono::nanoseconds spin = [] {
     const char* text = std::getenv("VRAMD_INSTANCE_IDLE_SPIN_US");
-    const long us = text != nullptr ? std::strtol(text, nullptr, 10) : 0;
+    long us = kDefaultIdleSpinUs;
+    if (text != nullptr) {
+      us = std::strtol(text, nullptr, 10);
+    } else if (std::thread::hardware_concurrency() < kIdleSpinMinCpus) {
+      us = 0;  // a spinning thread would take the core its client or another thread needs
+    }
     return std::chrono::nanoseconds(std::chrono::microseconds(std::clamp(us, 0L, 100000L)));
   }();
   return spin;
@@ -155,9 +160,10 @@ void Scheduler::RecordExecution(SchedulerClock::duration length) {
 
 void Scheduler::WorkerLoop(size_t index) {
   if (!options_.thread_name.empty()) {
-    const std::string suffix = "#" + std::to_string(index);
-    const size_t room = suffix.size() < 15 ? 15 - suffix.size() : 0;
-    const std::string name = options_.thread_name.substr(0, room) + suffix;
+    const std::string suffix = fmt::format("#{}", index);
+    std::string name = options_.thread_name;
+    name.resize(std::min(name.size(), suffix.size() < 15 ? 15 - suffix.size() : 0));
+    name += suffix;
     pthread_setname_np(pthread_self(), name.c_str());
   }
   Worker& self = *workers_[index];

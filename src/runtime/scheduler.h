@@ -26,14 +26,16 @@
 //     An execution still running past the budget counts as soon as a Submit sees it, so when
 //     a model's execution time jumps, one slow inline execution holds one caller, not every
 //     caller that arrives while it runs.
-//     Idle spin (Options::idle_spin, off unless set): an instance thread that finds the queue
-//     empty after an execution polls for the next request for that long before it sleeps on
-//     its condition variable, and Submit hands a request to a polling thread by a flag, not a
+//     Idle spin (Options::idle_spin; the server's setting is DefaultIdleSpin(): 50 us on a
+//     machine of 8 or more hardware threads): an instance thread that finds the queue empty
+//     after an execution polls for the next request for that long before it sleeps on its
+//     condition variable, and Submit hands a request to a polling thread by a flag, not a
 //     wake-up. Where the fast path is off (python models run on their instance threads only),
-//     each request otherwise pays a futex wake-up of its instance thread, which costs little on
-//     a bare kernel but tens of microseconds under a sandboxing kernel such as gVisor. One spin
-//     per idle stretch: a thread that polled in vain sleeps until woken, so an idle server
-//     burns no CPU.
+//     each request otherwise pays the wake-up of a sleeping thread, which in a virtual machine
+//     means waking an idle vCPU (on the H200 machine: python identity at c=1 12.8k -> 14.5k
+//     req/s, docs/benchmarks.md). One spin per idle stretch: a thread that polled in vain sleeps
+//     until woken, so an idle server burns no CPU. Small machines get none: there the spinning
+//     thread takes the core the client or the HTTP thread needs (slower on a 2-core one).
 //   - Dynamic batching: every request goes through the queue and its RequestQueue::Policy
 //     (max_queue_size, timeouts); an idle instance thread forms batches with ChooseBatch
 //     (dynamic_batcher.h), waiting at most max_queue_delay from the oldest request's arrival.
@@ -106,8 +108,12 @@ class Scheduler {
     std::chrono::nanoseconds idle_spin{0};
   };
 
-  // VRAMD_INSTANCE_IDLE_SPIN_US, in microseconds (0 or unset: no spin), read once.
+  // The server's idle spin, read once: VRAMD_INSTANCE_IDLE_SPIN_US in microseconds (0: none)
+  // when set, else kDefaultIdleSpinUs on a machine with at least kIdleSpinMinCpus hardware
+  // threads and none on a smaller one.
   static std::chrono::nanoseconds DefaultIdleSpin();
+  static constexpr long kDefaultIdleSpinUs = 50;
+  static constexpr unsigned kIdleSpinMinCpus = 8;
 
   // Starts one thread per instance. `run` and `stats` must outlive the Scheduler.
   Scheduler(Options options, RunBatch run, InferenceStatistics* stats);

@@ -6,10 +6,11 @@ Why: on the H200 the server exited with SIGSEGV while loading that model in 2 of
 (2026-12-02), with nothing but the exit status to go on; there is no gdb on the GPU machine.
 
     python3 tests/device/python_load_loop.py --vramd <vramd> --backend-dir <dir> [--starts 6]
-        [--instances 8] [--stream] [--work DIR] [--out crashes.txt]
+        [--instances 8] [--stream] [--with-identity] [--work DIR] [--out crashes.txt]
 
 Each start loads torch_py (--instances GPU instances; with --stream also torch_py_stream, the
-same model with a CUDA stream per instance, loading beside it as in the run that crashed), waits
+same model with a CUDA stream per instance, loading beside it; with --with-identity the python
+identity models of throughput_compare.py too, as in the server that crashed in run 6), waits
 until they are ready, checks one answer against make_model.py's reference and stops the server,
 which must exit 0. Prints PASS when no start crashed, FAIL with the first report otherwise.
 """
@@ -26,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "torch"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "python"))
 from common import Vramd, figure, log, verdict  # noqa: E402
-from throughput_compare import TORCH_MODEL, check_binary, merged_backend_dir, write  # noqa: E402
+from throughput_compare import (IDENTITY_CONFIG, IDENTITY_MODEL, TORCH_MODEL,  # noqa: E402
+                                check_binary, merged_backend_dir, write)
 
 
 def make_repo(a, work):
@@ -51,6 +53,14 @@ def make_repo(a, work):
                 'value { string_value: "on" } }\n')
         write(os.path.join(repo, "torch_py_stream", "1", "model.py"), TORCH_MODEL)
         models.append("torch_py_stream")
+    if a.with_identity:
+        # As throughput_compare's first server: python identity models loading beside torch_py
+        # (the server that crashed at start-up in run 6 of 2026-12-02).
+        for name, count in (("identity_python", 2), ("identity_python_1", 1)):
+            write(os.path.join(repo, name, "config.pbtxt"),
+                  IDENTITY_CONFIG.format(name=name, backend="python", count=count))
+            write(os.path.join(repo, name, "1", "model.py"), IDENTITY_MODEL)
+            models.append(name)
     with open(meta["output_bin"], "rb") as f:
         ref = f.read()
     import struct
@@ -65,6 +75,8 @@ def main():
     ap.add_argument("--starts", type=int, default=6)
     ap.add_argument("--instances", type=int, default=8)
     ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--with-identity", action="store_true",
+                    help="python identity models in the same repository, loading beside")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=None, help="where to write every crash's log")
     ap.add_argument("--python", default=sys.executable)
@@ -86,8 +98,9 @@ def main():
         try:
             for m in models:
                 server.ready(m, timeout=300)
-                check_binary(server.port, m, meta["request_bin"], meta["header_length"],
-                             want_floats=want)
+                if m.startswith("torch_py"):
+                    check_binary(server.port, m, meta["request_bin"], meta["header_length"],
+                                 want_floats=want)
             code = server.stop()
             if code != 0:
                 raise RuntimeError(f"exit {code} at stop")

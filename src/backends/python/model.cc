@@ -123,7 +123,7 @@ VramdCode PythonModel::Create(const VramdModelInfo& info, std::unique_ptr<Python
   shared->server = info.server;
   shared->owner = info.owner;
 
-  py::gil_scoped_acquire gil;
+  ScopedGil gil;
   std::unique_ptr<PythonModel> model(new PythonModel());
   try {
     if (VramdCode rc = ReadConfig(shared.get(), error); rc != VRAMD_OK) return rc;
@@ -162,7 +162,7 @@ VramdCode PythonModel::Create(const VramdModelInfo& info, std::unique_ptr<Python
 }
 
 PythonModel::~PythonModel() {
-  py::gil_scoped_acquire gil;
+  ScopedGil gil;
   class_.reset();
   if (!shared_) return;
   shared_->alive.store(false);
@@ -203,7 +203,7 @@ VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& in
   instance->device_ = info.device_id < 0 ? 0 : info.device_id;
   const ModelShared& shared = *instance->model_;
 
-  py::gil_scoped_acquire gil;
+  ScopedGil gil;
   ContextScope scope(instance->Context(Phase::kInitialize, info.owner));
   NumpyLedgerScope numpy(shared);
   try {
@@ -242,7 +242,7 @@ PythonInstance::~PythonInstance() {
   const std::string destroyed = "instance '" + name_ + "' of python model '" + model_->name +
                                 "' destroyed before the model sent the final response";
   {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     const bool call_finalize = status_->initialized.load();
     status_->finalizing.store(true);
     ContextScope scope(Context(Phase::kFinalize, owner_));
@@ -400,8 +400,7 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
   std::vector<std::shared_ptr<RequestState>> states;
   std::string failure;
   {
-    py::gil_scoped_acquire gil;
-    KeepThreadState();
+    ScopedGil gil;
     ContextScope scope(Context(Phase::kExecute, count > 0 ? requests[0]->owner : owner_));
     NumpyLedgerScope numpy(*model_);
     try {

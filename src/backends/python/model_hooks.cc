@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common.h"
+#include "interpreter.h"
 #include "context.h"
 #include "model.h"
 
@@ -19,7 +20,7 @@ py::module_ HostModule() { return py::module_::import("vramd_python_host"); }
 }  // namespace
 
 VramdCode PythonInstance::Ready(VramdError* error) {
-  py::gil_scoped_acquire gil;
+  ScopedGil gil;
   if (!object_ || !py::hasattr(*object_, "is_ready")) return VRAMD_OK;
   ContextScope scope(Context(Phase::kExecute, owner_));
   try {
@@ -31,7 +32,7 @@ VramdCode PythonInstance::Ready(VramdError* error) {
         readiness_loop_ = std::shared_ptr<py::object>(
             new py::object(HostModule().attr("InstanceLoop")(name_ + "_is_ready", bind)),
             [](py::object* loop) {
-              py::gil_scoped_acquire gil;
+              ScopedGil gil;
               try {
                 loop->attr("stop")();
               } catch (const py::error_already_set&) {
@@ -70,7 +71,7 @@ VramdCode AutoCompleteConfig(const VramdModelInfo& info, std::string* completed,
   shared->server = info.server;
   if (shared->version_dir.empty()) return VRAMD_OK;  // no version: the load says so
 
-  py::gil_scoped_acquire gil;
+  ScopedGil gil;
   std::string package;
   try {
     py::dict config = py::module_::import("json").attr("loads")(shared->config_json);

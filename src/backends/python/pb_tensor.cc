@@ -1,5 +1,6 @@
 // pb_utils.Tensor: see pb_tensor.h.
 #include "backends/python/pb_tensor.h"
+#include "interpreter.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -197,7 +198,7 @@ std::shared_ptr<void> HoldManaged(DLManagedTensor* managed) {
     auto* m = static_cast<DLManagedTensor*>(p);
     if (m->deleter == nullptr) return;
     if (!PythonAlive()) return;  // at exit: leak rather than run Python code without a runtime
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     m->deleter(m);
   });
 }
@@ -225,7 +226,7 @@ std::shared_ptr<void> HoldPyObject(py::object obj) {
   PyObject* ptr = obj.release().ptr();
   return std::shared_ptr<void>(ptr, [](void* p) {
     if (p == nullptr || !PythonAlive()) return;
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     Py_DECREF(static_cast<PyObject*>(p));
   });
 }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <thread>
@@ -34,19 +33,12 @@ int ThreadCount(const HttpServer::Options& options) {
                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// TEMPORARY (A/B on the GPU machine, 2026-12-02): VRAMD_HTTP_SHARED_LOOP=1 gives every thread
-// one shared loop, as before.
-bool SharedLoop() { return std::getenv("VRAMD_HTTP_SHARED_LOOP") != nullptr; }
-
 std::vector<std::unique_ptr<net::io_context>> MakeContexts(const HttpServer::Options& options) {
-  const int n = SharedLoop() ? 1 : ThreadCount(options);
+  const int n = ThreadCount(options);
   std::vector<std::unique_ptr<net::io_context>> contexts;
   contexts.reserve(n);
   // Concurrency hint 1: each loop is run by one thread only.
-  for (int i = 0; i < n; ++i) {
-    contexts.push_back(SharedLoop() ? std::make_unique<net::io_context>()
-                                    : std::make_unique<net::io_context>(1));
-  }
+  for (int i = 0; i < n; ++i) contexts.push_back(std::make_unique<net::io_context>(1));
   return contexts;
 }
 
@@ -189,10 +181,9 @@ void HttpServer::Impl::RunThread(net::io_context& context) {
 void HttpServer::Impl::Run() {
   for (auto& context : contexts_) work_.emplace_back(context->get_executor());
   Accept();
-  const int n = ThreadCount(options_);
-  threads_.reserve(n);
-  for (int i = 0; i < n; ++i) {
-    threads_.emplace_back([this, c = contexts_[i % contexts_.size()].get()] { RunThread(*c); });
+  threads_.reserve(contexts_.size());
+  for (auto& context : contexts_) {
+    threads_.emplace_back([this, c = context.get()] { RunThread(*c); });
   }
 }
 

@@ -119,6 +119,12 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
   DeviceGauge(out, report, "vramd_memory_context_baseline_bytes",
               "NVML's figure for this process right after its CUDA context was made.",
               [&](const DeviceMemoryReport& d) { return bytes(d.context_baseline_bytes); });
+  DeviceGauge(out, report, "vramd_memory_native_measured_bytes",
+              "Device memory instances' libraries took outside the pools, measured by NVML and "
+              "charged to them.",
+              [&](const DeviceMemoryReport& d) {
+                return std::optional<double>(static_cast<double>(d.native_measured_bytes));
+              });
   DeviceGauge(out, report, "vramd_memory_unattributed_bytes",
               "NVML process bytes minus pool reserved minus context baseline (may be negative).",
               [&](const DeviceMemoryReport& d) { return bytes(d.unattributed_bytes); });

@@ -95,11 +95,17 @@ void RenderDevices(const Value& doc, std::string& out) {
       } else {
         out += "    context       unknown: " + Str(d, "context_baseline_reason") + "\n";
       }
+      const int64_t native = Int(d, "native_measured_bytes").value_or(0);
+      if (native != 0) {
+        out += "    native        " + HumanBytes(native) +
+               " measured, charged to the instances that took it\n";
+      }
       if (auto un = Int(d, "unattributed_bytes")) {
-        out += fmt::format("    unattributed  {} = process {} - pool {} - context {}\n",
+        out += fmt::format("    unattributed  {} = process {} - pool {} - context {}{}\n",
                            HumanBytes(*un), Bytes(Int(d, "process_used_bytes")),
                            HumanBytes(Int(d, "pool_reserved_bytes").value_or(0)),
-                           Bytes(Int(d, "context_baseline_bytes")));
+                           Bytes(Int(d, "context_baseline_bytes")),
+                           native != 0 ? " - native " + HumanBytes(native) : std::string());
       } else {
         out += "    unattributed  unknown: " + Str(d, "unattributed_reason") + "\n";
       }
