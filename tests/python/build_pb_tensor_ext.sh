@@ -16,6 +16,7 @@ LOCK=""
 command -v flock >/dev/null 2>&1 && LOCK="flock /tmp/vramd-build.lock"
 $LOCK "$CXX" -std=c++17 -O1 -g -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden ${EXTRA_CXXFLAGS:-} \
   $("$CONFIG" --includes) -I"$ROOT/include" -I"$ROOT/src" \
-  "$ROOT/src/backends/python/pb_tensor.cc" "$ROOT/tests/python/pb_tensor_ext.cc" \
+  "$ROOT/src/backends/python/pb_tensor.cc" "$ROOT/src/backends/python/thread_state.cc" \
+  "$ROOT/tests/python/pb_tensor_ext.cc" \
   -o "$OUT/pb_tensor_ext$SUFFIX" 1>&2
 echo "$OUT"
