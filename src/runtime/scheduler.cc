@@ -119,11 +119,7 @@ void Scheduler::WakeIdleWorker() {
   }
 }
 
-void Scheduler::Spin(size_t index, MutexLock& lock) {
-  Worker& self = *workers_[index];
-  busy_[index].spinning = true;
-  self.spin_ended.store(false, std::memory_order_relaxed);
-  lock.Unlock();
+void Scheduler::PollForWork(const Worker& self) const {
   const auto deadline = SchedulerClock::now() + options_.idle_spin;
   while (!self.spin_ended.load(std::memory_order_acquire)) {
     for (int i = 0; i < 64; ++i) {
@@ -133,8 +129,6 @@ void Scheduler::Spin(size_t index, MutexLock& lock) {
     }
     if (SchedulerClock::now() >= deadline) break;
   }
-  lock.Lock();
-  busy_[index].spinning = false;
 }
 
 bool Scheduler::ShortEnoughToRunInline(SchedulerClock::time_point now) {
@@ -174,7 +168,12 @@ void Scheduler::WorkerLoop(size_t index) {
       if (stopping_ && queue_.empty()) break;
       if (may_spin && !busy_[index].busy) {
         may_spin = false;
-        Spin(index, lock);
+        busy_[index].spinning = true;
+        self.spin_ended.store(false, std::memory_order_relaxed);
+        lock.Unlock();
+        PollForWork(self);
+        lock.Lock();
+        busy_[index].spinning = false;
         continue;
       }
       lock.Wait(self.wake);

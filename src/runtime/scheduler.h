@@ -162,9 +162,8 @@ class Scheduler {
   // Hands the queue's news to one worker that is not busy, if any: a spinning one by its flag,
   // else a sleeping one by its condition variable.
   void WakeIdleWorker() REQUIRES(mu_);
-  // Polls (without mu_) for at most idle_spin until a request is handed to worker `index`.
-  // Returns with mu_ held again and the worker no longer spinning.
-  void Spin(size_t index, MutexLock& lock) REQUIRES(mu_);
+  // Polls for at most idle_spin until a request is handed to `self` (its spin_ended is set).
+  void PollForWork(const Worker& self) const EXCLUDES(mu_);
   // Whether a request submitted at `now` may run on the caller's thread: the estimate is
   // known and below the budget, and no execution in flight has run past it (which raises the
   // estimate).
