@@ -28,6 +28,13 @@ RequestResponder::RequestResponder(const BatchExecutor* executor, bool decoupled
       enqueued_(queued.enqueued) {}
 
 RequestResponder::~RequestResponder() {
+  {
+    // Answered: the final response may have let the version go (its outcome held it), and a
+    // backend may drop its responder only after that, from its own thread, so nothing of the
+    // executor may be touched here (ASan: RequestListsTest.AResponseMayComeAfterTheCall...).
+    MutexLock lock(mu_);
+    if (final_) return;
+  }
   Fail(Status::Internal(fmt::format(
       "{}: the backend released the request without sending its final response",
       executor_->where())));
