@@ -17,6 +17,14 @@ NativeCharges& NativeCharges::operator=(NativeCharges&& other) noexcept {
   return *this;
 }
 
+void NativeCharges::Measure(const std::function<void()>& stretch) {
+  if (meter_ == nullptr) {
+    stretch();
+    return;
+  }
+  meter_->Measure(*this, stretch);
+}
+
 void NativeCharges::Release() {
   if (meter_ != nullptr) meter_->Release(*this);
   meter_ = nullptr;

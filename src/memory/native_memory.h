@@ -54,6 +54,8 @@ class NativeCharges {
   NativeCharges& operator=(const NativeCharges&) = delete;
 
   bool active() const { return meter_ != nullptr; }
+  // Runs `stretch`, measured by the meter when active (NativeMemoryMeter::Measure), else as is.
+  void Measure(const std::function<void()>& stretch);
   int64_t bytes() const { return bytes_; }
   // Executions measured so far (the meter stops after kExecutionsMeasured).
   int executions_measured = 0;

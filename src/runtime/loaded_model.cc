@@ -206,12 +206,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     }
     Result<std::unique_ptr<backends::BackendInstance>> instance =
         Status::Internal("instance not created");
-    auto create = [&] { instance = model->backend_model_->CreateInstance(instance_ctx); };
-    if (native.active()) {
-      memory.native->Measure(native, create);
-    } else {
-      create();
-    }
+    native.Measure([&] { instance = model->backend_model_->CreateInstance(instance_ctx); });
     if (!instance.ok()) {
       return instance.status().WithContext(
           fmt::format("{}: instance '{}'", where, instance_ctx.name));
@@ -293,7 +288,7 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
   // One execution at a time per instance, so its count needs no lock.
   if (memory::NativeMemoryMeter::WantsExecution(instance.native)) {
     ++instance.native.executions_measured;
-    memory_.native->Measure(instance.native, run);
+    instance.native.Measure(run);
   } else {
     run();
   }

@@ -27,6 +27,22 @@ HERE = pathlib.Path(__file__).resolve().parent
 SOURCE_DIR = pathlib.Path(os.environ.get("VRAMD_SOURCE_DIR", HERE.parent.parent)).resolve()
 VRAMD_BIN = pathlib.Path(os.environ.get("VRAMD_BIN", "/work/main/build/src/cli/vramd"))
 FIXTURE_REPO = SOURCE_DIR / "tests" / "fixtures" / "models"
+# The python backend: VRAMD_PYTHON_BACKEND_DIR (a directory holding python/libvramd_python.so
+# and vramd_backend_host), else <build>/backends beside VRAMD_BIN.
+PYTHON_BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
+                                  or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
+PYTHON_LIBRARY = PYTHON_BACKEND_DIR / "python" / "libvramd_python.so"
+BACKEND_HOST = PYTHON_BACKEND_DIR / "vramd_backend_host"
+
+
+def skip_module_without_python_backend(host=False):
+    """Skips the calling test module when libvramd_python.so (with `host`, also
+    vramd_backend_host) is not built."""
+    if not PYTHON_LIBRARY.is_file():
+        pytest.skip("no python backend at %s (build vramd_backend_python, or set "
+                    "VRAMD_PYTHON_BACKEND_DIR)" % PYTHON_LIBRARY, allow_module_level=True)
+    if host and not BACKEND_HOST.is_file():
+        pytest.skip("no backend host at %s" % BACKEND_HOST, allow_module_level=True)
 
 LISTEN_RE = re.compile(r"HTTP listening on (\[[^\]]+\]|[^\s:]+):(\d+)")
 # Signs that the process died or misbehaved in a way a clean exit code would not show.

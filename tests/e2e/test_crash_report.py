@@ -11,7 +11,6 @@ before it dies of the same signal.
 Needs libvramd_python.so and vramd_backend_host; skips when either is missing.
 """
 
-import os
 import pathlib
 import re
 import shutil
@@ -20,19 +19,13 @@ import signal
 import numpy as np
 import pytest
 
-from e2e_helpers import VRAMD_BIN, wait_for
+from e2e_helpers import PYTHON_BACKEND_DIR, skip_module_without_python_backend, wait_for
 from v2client import Input
 
 HERE = pathlib.Path(__file__).resolve().parent
 MODEL = HERE / "python_stub_models" / "pid_model"
-BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
-LIBRARY = BACKEND_DIR / "python" / "libvramd_python.so"
-HOST = BACKEND_DIR / "vramd_backend_host"
-
-if not LIBRARY.is_file() or not HOST.is_file():
-    pytest.skip("no python backend or backend host under %s" % BACKEND_DIR,
-                allow_module_level=True)
+BACKEND_DIR = PYTHON_BACKEND_DIR
+skip_module_without_python_backend(host=True)
 
 SEGV = np.array([-11.0], dtype=np.float32)
 

@@ -32,19 +32,14 @@ import urllib.request
 import numpy as np
 import pytest
 
-from e2e_helpers import VRAMD_BIN, index_rows, load_model, model_config, wait_for
+from e2e_helpers import (BACKEND_HOST, PYTHON_BACKEND_DIR, index_rows,
+                         load_model, model_config, skip_module_without_python_backend, wait_for)
 from v2client import Input, InferResult, build_infer_body
 
 HERE = pathlib.Path(__file__).resolve().parent
 MODELS = HERE / "python_models"
-BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
-LIBRARY = BACKEND_DIR / "python" / "libvramd_python.so"
-HOST = BACKEND_DIR / "vramd_backend_host"
-
-if not LIBRARY.is_file():
-    pytest.skip("no python backend at %s (build vramd_backend_python, or set "
-                "VRAMD_PYTHON_BACKEND_DIR)" % LIBRARY, allow_module_level=True)
+BACKEND_DIR, HOST = PYTHON_BACKEND_DIR, BACKEND_HOST
+skip_module_without_python_backend()
 
 # Models that must fail to load.
 BROKEN = {"py_init_error"}

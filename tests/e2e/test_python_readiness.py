@@ -16,7 +16,6 @@ The repository is a copy of python_readiness_models in a temp dir (the models wr
 files). Needs libvramd_python.so (as test_python_backend.py finds it).
 """
 
-import os
 import pathlib
 import shutil
 import threading
@@ -25,18 +24,14 @@ import time
 import numpy as np
 import pytest
 
-from e2e_helpers import VRAMD_BIN, model_config, model_lifecycle, wait_for
+from e2e_helpers import (PYTHON_BACKEND_DIR, model_config, model_lifecycle,
+                         skip_module_without_python_backend, wait_for)
 from v2client import Input, InferResult, build_infer_body
 
 HERE = pathlib.Path(__file__).resolve().parent
 MODELS = HERE / "python_readiness_models"
-BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
-LIBRARY = BACKEND_DIR / "python" / "libvramd_python.so"
-
-if not LIBRARY.is_file():
-    pytest.skip("no python backend at %s (build vramd_backend_python, or set "
-                "VRAMD_PYTHON_BACKEND_DIR)" % LIBRARY, allow_module_level=True)
+BACKEND_DIR = PYTHON_BACKEND_DIR
+skip_module_without_python_backend()
 
 NOT_READY = {"rd_false", "rd_raise", "rd_nonbool", "rd_slow"}
 FAIL_TO_LOAD = {"ac_wrong_type", "ac_raise"}

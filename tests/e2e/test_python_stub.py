@@ -21,19 +21,13 @@ import time
 import numpy as np
 import pytest
 
-from e2e_helpers import VRAMD_BIN, index_rows, wait_for
+from e2e_helpers import PYTHON_BACKEND_DIR, index_rows, skip_module_without_python_backend, wait_for
 from v2client import Input
 
 HERE = pathlib.Path(__file__).resolve().parent
 MODEL = HERE / "python_stub_models" / "pid_model"
-BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
-LIBRARY = BACKEND_DIR / "python" / "libvramd_python.so"
-HOST = BACKEND_DIR / "vramd_backend_host"
-
-if not LIBRARY.is_file() or not HOST.is_file():
-    pytest.skip("no python backend or backend host under %s" % BACKEND_DIR,
-                allow_module_level=True)
+BACKEND_DIR = PYTHON_BACKEND_DIR
+skip_module_without_python_backend(host=True)
 
 MODES = {"pid_in_process": "in_process", "pid_stub": "stub", "pid_ppi": "process_per_instance"}
 HANG_TIMEOUT_MS = 1000  # python's model_create and instance_create take ~0.15 s each here
