@@ -16,7 +16,7 @@ packages=(
   # the python backend (embedded CPython)
   python3-dev pybind11-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-numpy
+  libgtest-dev libgmock-dev libbenchmark-dev python3-pytest python3-pytest-xdist python3-numpy
   # the sanitizer build and the fuzz targets (clang's ASan, UBSan and libFuzzer runtimes)
   clang-14 libclang-rt-14-dev
   nginx-light wrk curl

@@ -63,12 +63,8 @@ VramdCode ReadConfig(ModelShared* model, std::string* error) {
       }
       return py::cast<py::dict>(entry)["string_value"].cast<std::string>();
     };
-    if (auto env = value("EXECUTION_ENV_PATH"); env && !env->empty()) {
-      *error = "python model '" + model->name +
-               "': EXECUTION_ENV_PATH is not supported by vramd's in-process python backend (a "
-               "model with its own environment needs a stub process, not available yet)";
-      return VRAMD_UNSUPPORTED;
-    }
+    // EXECUTION_ENV_PATH is the hosting layer's (remote/hosting.h): it refuses in-process hosting
+    // with one, and a host process runs with the env's Python, so here it needs nothing.
     // The memory hooks (numpy_ledger.h, torch_ledger.h): "on" (the default) or "off".
     for (auto [key, flag] : {std::pair<const char*, bool*>{"VRAMD_PYTHON_LEDGER_NUMPY",
                                                            &model->ledger_numpy},
