@@ -6,7 +6,9 @@ one run, each pair measured back to back.
                         [--work DIR] [--out F] [--server-log F] [--duration 3] [--warmup 1]
                         [--identity-concurrency 1,16] [--identity-instances 2]
                         [--identity-variant KEY=VALUE[,KEY=VALUE]]...
+                        [--identity-hosting stub|process_per_instance]...
                         [--torch] [--torch-concurrency 1,4,8,16,32] [--torch-instances 8]
+                        [--torch-variant KEY=VALUE[,KEY=VALUE]]...
                         [--arch resnet --image 112 --width 64] [--kind gpu|cpu]
                         [--identity-target 0.50] [--torch-target 0.80]
 
@@ -19,6 +21,9 @@ one run, each pair measured back to back.
    python / built-in at each c; PASS when every ratio is at least --identity-target.
    --identity-variant KEY=VALUE[,...] (repeatable) runs the round again in a server started with
    that environment (e.g. VRAMD_INSTANCE_IDLE_SPIN_US=50), reported as its own figures.
+   --identity-hosting MODE (repeatable) adds the same model.py hosted out of process
+   (identity_python_<mode>: VRAMD_PYTHON_HOSTING=MODE, --identity-instances instances) to the
+   round: its own figures, not judged (the target is about the default, in-process hosting).
 2. --torch: bench/torch/make_model.py's TorchScript model (a ResNet-18-like net by default)
    served twice, each in a server of its own (two LibTorch users in one process crashed a
    server at start-up): `torch_ts` by the pytorch backend, and `torch_py` by a model.py that
@@ -30,6 +35,11 @@ one run, each pair measured back to back.
    python backend (build-python-device/backends or <build>/backends), so --backend-dir may be
    given twice: the first that has a backend wins, per backend (vramd takes one directory, so
    the script links both into one under --work).
+   --torch-variant KEY=VALUE[,...] (repeatable): the same model.py with these model parameters
+   (e.g. VRAMD_PYTHON_TORCH_INSTANCE_STREAM=on, VRAMD_PYTHON_LEDGER_TORCH=off,
+   VRAMD_PYTHON_HOSTING=process_per_instance; the key instances=N sets the instance count
+   instead), each in a server of its own after the default, reported as its own figures, not
+   judged.
 
 Every answer is checked once before load (identity: equal to the input; torch: both models
 against make_model.py's CPU reference). A series that fails is reported as failed, never
@@ -42,7 +52,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
@@ -162,8 +171,9 @@ def identity_round(a, server, body, hlen, raw, conc):
     """The identity series on `server`: built-in, python with --identity-instances instances,
     python with one (a GIL-bound model gains nothing from a second in-process instance)."""
     ident = {"concurrency": conc, "instances": a.identity_instances}
+    hosted = ["identity_python_" + mode for mode in a.identity_hosting]
     try:
-        for model in ("identity_builtin", "identity_python", "identity_python_1"):
+        for model in ["identity_builtin", "identity_python", "identity_python_1"] + hosted:
             server.ready(model, timeout=120)
             check_binary(server.port, model, body, hlen, want_raw=raw)
         rows_b = series(a, server, "identity_builtin", body, hlen, conc)
@@ -175,6 +185,10 @@ def identity_round(a, server, body, hlen, raw, conc):
         ident["ratio"] = [p / b for p, b in zip(ident["python_rps"], ident["builtin_rps"])]
         ident["ratio_one_instance"] = [p / b for p, b in zip(ident["python_one_instance_rps"],
                                                              ident["builtin_rps"])]
+        for mode, model in zip(a.identity_hosting, hosted):
+            rows = series(a, server, model, body, hlen, conc)
+            ident[f"python_{mode}_rps"] = [r["rps"] for r in rows]
+            ident[f"ratio_{mode}"] = [r["rps"] / b for r, b in zip(rows, ident["builtin_rps"])]
     except Exception as e:  # noqa: BLE001
         ident["error"] = str(e)[:2000]
     return ident
@@ -200,8 +214,12 @@ def main():
     ap.add_argument("--torch-concurrency", default="1,4,8,16,32")
     ap.add_argument("--torch-instances", type=int, default=8)
     ap.add_argument("--torch-target", type=float, default=0.80)
-    # The torch model.py again with a CUDA stream per instance, in a server of its own.
-    ap.add_argument("--torch-stream", action="store_true")
+    ap.add_argument("--identity-hosting", action="append", default=[],
+                    choices=["stub", "process_per_instance"],
+                    help="the identity model.py hosted so as well, its own figures")
+    ap.add_argument("--torch-variant", action="append", default=[],
+                    help="KEY=VALUE[,KEY=VALUE]: the torch model.py with these model "
+                         "parameters, in a server of its own, its own figures")
     ap.add_argument("--arch", default="resnet")
     ap.add_argument("--image", type=int, default=112)
     ap.add_argument("--width", type=int, default=64)
@@ -222,7 +240,14 @@ def main():
         write(os.path.join(id_repo, name, "config.pbtxt"),
               IDENTITY_CONFIG.format(name=name, backend=backend, count=count))
         os.makedirs(os.path.join(id_repo, name, "1"), exist_ok=True)
-    for name in ("identity_python", "identity_python_1"):
+    for mode in a.identity_hosting:
+        name = "identity_python_" + mode
+        write(os.path.join(id_repo, name, "config.pbtxt"),
+              IDENTITY_CONFIG.format(name=name, backend="python", count=a.identity_instances)
+              + 'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n'
+              % mode)
+    for name in ["identity_python", "identity_python_1"] + ["identity_python_" + m
+                                                            for m in a.identity_hosting]:
         write(os.path.join(id_repo, name, "1", "model.py"), IDENTITY_MODEL)
     meta = None
     if a.torch:
@@ -246,15 +271,22 @@ def main():
                      % os.path.join(ts_repo, "torch_ts", "1", "model.pt"))
         write(os.path.join(repo, "torch_py", "config.pbtxt"), py_config)
         write(os.path.join(repo, "torch_py", "1", "model.py"), TORCH_MODEL)
-    stream_repo = os.path.join(work, "repo_stream")
-    if a.torch and a.torch_stream:
-        # The same model.py with a CUDA stream per instance (opt-in: docs/python.md), measured
-        # in a server of its own after the default; its own series, never the default's figure.
-        write(os.path.join(stream_repo, "torch_py_stream", "config.pbtxt"),
-              py_config.replace('name: "torch_py"', 'name: "torch_py_stream"')
-              + 'parameters { key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" '
-                'value { string_value: "on" } }\n')
-        write(os.path.join(stream_repo, "torch_py_stream", "1", "model.py"), TORCH_MODEL)
+    # The same model.py with other model parameters, each in a repository (and later a
+    # server) of its own; its own series, never the default's figure.
+    torch_variants = []
+    for i, variant in enumerate(a.torch_variant if a.torch else []):
+        params = dict(kv.split("=", 1) for kv in variant.split(","))
+        name = f"torch_py_v{i}"
+        variant_repo = os.path.join(work, f"repo_{name}")
+        config = py_config.replace('name: "torch_py"', f'name: "{name}"')
+        if "instances" in params:  # the bench's own key: the instance count, not a parameter
+            config = config.replace(f"count: {a.torch_instances}", f"count: {params['instances']}")
+            assert f"count: {params['instances']}" in config, config
+        write(os.path.join(variant_repo, name, "config.pbtxt"),
+              config + "".join('parameters { key: "%s" value { string_value: "%s" } }\n' % kv
+                               for kv in params.items() if kv[0] != "instances"))
+        write(os.path.join(variant_repo, name, "1", "model.py"), TORCH_MODEL)
+        torch_variants.append((name, variant_repo, params))
 
     result = {"duration_s": a.duration, "warmup_s": a.warmup, "machine": os.uname().nodename}
     ok = True
@@ -281,6 +313,9 @@ def main():
                               f"(>= {a.identity_target})")
             for c, r in zip(conc, ident["ratio_one_instance"]):
                 figure(f"python_identity_one_instance_vs_builtin_c{c}", r, "ratio")
+            for mode in a.identity_hosting:
+                for c, r in zip(conc, ident[f"ratio_{mode}"]):
+                    figure(f"python_identity_{mode}_vs_builtin_c{c}", r, "ratio")
         result["identity"] = ident
         update_json(a.out, "python_throughput", result)
 
@@ -297,20 +332,21 @@ def main():
     finally:
         code = server.stop()
         log(f"vramd exit code {code}")
-    if meta is not None and a.torch_stream:
+    for name, variant_repo, params in torch_variants:
+        entry = {"parameters": params}
+        tor.setdefault("variants", []).append(entry)
         try:
-            ss = Vramd(a.vramd, [stream_repo], a.server_log, backends, ["--exit-on-error"])
+            vs = Vramd(a.vramd, [variant_repo], a.server_log, backends, ["--exit-on-error"])
             try:
-                ss.ready("torch_py_stream", timeout=300)
-                check_binary(ss.port, "torch_py_stream", meta["request_bin"],
-                             meta["header_length"], want_floats=want)
-                rows_s = series(a, ss, "torch_py_stream", meta["request_bin"],
-                                meta["header_length"], tc)
-                tor["python_stream_rps"] = [r["rps"] for r in rows_s]
+                vs.ready(name, timeout=300)
+                check_binary(vs.port, name, meta["request_bin"], meta["header_length"],
+                             want_floats=want)
+                rows_v = series(a, vs, name, meta["request_bin"], meta["header_length"], tc)
+                entry["python_rps"] = [r["rps"] for r in rows_v]
             finally:
-                ss.stop()
+                vs.stop()
         except Exception as e:  # noqa: BLE001
-            tor["stream_error"] = str(e)[:2000]
+            entry["error"] = str(e)[:2000]
     # Variants: the identity round again, in a server started with other environment settings
     # (e.g. VRAMD_INSTANCE_IDLE_SPIN_US=50), each reported as its own figures, never the
     # headline's.
@@ -358,11 +394,14 @@ def main():
                           f"through the pytorch backend (>= {a.torch_target})")
         else:
             ok &= verdict(False, f"torch series failed: {tor.get('error') or tor.get('torchscript_error')}")
-        if tor.get("python_stream_rps") and tor.get("torchscript_rps"):
-            ratio = max(tor["python_stream_rps"]) / max(tor["torchscript_rps"])
-            tor["stream_ratio_at_saturation"] = ratio
+        for entry in tor.get("variants", []):
+            if not (entry.get("python_rps") and tor.get("torchscript_rps")):
+                continue
+            ratio = max(entry["python_rps"]) / max(tor["torchscript_rps"])
+            entry["ratio_at_saturation"] = ratio
+            tag = "_".join(f"{k}_{v}" for k, v in entry["parameters"].items()).lower()
             # Reported, not judged: the default (above) is what the target is about.
-            figure("python_torch_instance_stream_vs_torchscript_saturation", ratio, "ratio")
+            figure(f"python_torch_{tag}_vs_torchscript_saturation", ratio, "ratio")
         result["torch"] = tor
     result["ok"] = bool(ok)
     update_json(a.out, "python_throughput", result)

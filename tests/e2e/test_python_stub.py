@@ -30,7 +30,9 @@ BACKEND_DIR = PYTHON_BACKEND_DIR
 skip_module_without_python_backend(host=True)
 
 MODES = {"pid_in_process": "in_process", "pid_stub": "stub", "pid_ppi": "process_per_instance"}
-HANG_TIMEOUT_MS = 1000  # python's model_create and instance_create take ~0.15 s each here
+# Every call into the host has this long, its first (auto_complete_config, which starts the
+# interpreter: ~0.2 s alone) too; 3 s leaves room for four test files starting servers at once.
+HANG_TIMEOUT_MS = 3000
 # Stub copies with parameters of their own.
 EXTRA = {
     "pid_hang": {"VRAMD_PYTHON_HOSTING": "stub", "VRAMD_STUB_CALL_TIMEOUT_MS": str(HANG_TIMEOUT_MS)},

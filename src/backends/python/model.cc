@@ -333,9 +333,10 @@ py::object PythonInstance::Call(const py::object& fn, const py::tuple& args) {
   return TorchPoolCall(*torch_pool_, device_, fn, args);
 }
 
-void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestState>>& states,
-                                     py::object returned) {
-  if (returned.is_none()) return;
+std::vector<std::unique_ptr<PreparedResponse>> PythonInstance::ProcessReturned(
+    const std::vector<std::shared_ptr<RequestState>>& states, py::object returned) {
+  std::vector<std::unique_ptr<PreparedResponse>> prepared(states.size());
+  if (returned.is_none()) return prepared;
   if (model_->decoupled) {
     throw ModelException("Python model '" + name_ +
                          "' is using the decoupled mode and the execute function must return "
@@ -374,7 +375,6 @@ void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestSt
     if (!response) continue;
     for (const auto& tensor : response->outputs) output_bytes += tensor ? tensor->byte_size() : 0;
   }
-  std::vector<std::unique_ptr<PreparedResponse>> prepared(states.size());
   {
     std::optional<py::gil_scoped_release> release;
     if (output_bytes > kCopyWithGilBytes) release.emplace();
@@ -385,16 +385,16 @@ void PythonInstance::ProcessReturned(const std::vector<std::shared_ptr<RequestSt
   typed.clear();
   responses = py::list();
   returned = py::none();
-  py::gil_scoped_release release;
-  for (size_t i = 0; i < states.size(); ++i) {
-    if (prepared[i]) states[i]->SendPrepared(std::move(prepared[i]), VRAMD_RESPONSE_FLAG_FINAL);
-  }
+  return prepared;
 }
 
 VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t count,
                                           VramdError* error) {
   std::vector<std::shared_ptr<RequestState>> states;
+  std::vector<std::unique_ptr<PreparedResponse>> prepared;
   std::string failure;
+  // The GIL is taken once per execute: the responses are sent after it is released, since
+  // each acquisition is a hand-over when other instances' threads wait for it.
   {
     ScopedGil gil;
     ContextScope scope(Context(Phase::kExecute, count > 0 ? requests[0]->owner : owner_));
@@ -407,7 +407,9 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
         list.append(py::cast(request));
       }
       py::object returned = Call(object_->attr("execute"), py::make_tuple(list));
-      if (Host().attr("is_coroutine")(returned).cast<bool>()) {
+      // A list or None is the common answer; only anything else may be a coroutine.
+      if (!py::isinstance<py::list>(returned) && !returned.is_none() &&
+          Host().attr("is_coroutine")(returned).cast<bool>()) {
         if (model_->decoupled) {
           // Triton runs a decoupled model's coroutine in the background: execute returns now.
           auto pending = states;
@@ -426,7 +428,7 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
           returned = Loop().attr("run")(returned);
         }
       }
-      ProcessReturned(states, std::move(returned));
+      prepared = ProcessReturned(states, std::move(returned));
     } catch (const py::error_already_set& e) {
       failure = ErrorText(e);
       Log(model_->server, VRAMD_LOG_VERBOSE,
@@ -435,6 +437,15 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
       failure = e.what();
     }
   }
+  for (size_t i = 0; i < prepared.size() && failure.empty(); ++i) {
+    if (!prepared[i]) continue;
+    try {
+      states[i]->SendPrepared(std::move(prepared[i]), VRAMD_RESPONSE_FLAG_FINAL);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  prepared.clear();  // unsent after a failure: dropped
   if (!failure.empty()) {
     const std::string message =
         "Failed to process the request(s) for model '" + name_ + "', message: " + failure;

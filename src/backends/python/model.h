@@ -68,9 +68,11 @@ class PythonInstance {
   CallContext Context(Phase phase, VramdOwner owner) const;
   pybind11::object Loop();  // the instance's InstanceLoop, made on first use
   std::shared_ptr<PyInferRequest> MakeRequest(const VramdRequest& request);
-  // `returned` is taken: what it holds is dropped before the responses are sent.
-  void ProcessReturned(const std::vector<std::shared_ptr<RequestState>>& states,
-                       pybind11::object returned);
+  // Checks what execute returned and builds its responses, one per state (null where the
+  // model answered through the sender or returned None). `returned` is taken: what it holds is
+  // dropped before this returns, so before the caller sends (after releasing the GIL).
+  std::vector<std::unique_ptr<PreparedResponse>> ProcessReturned(
+      const std::vector<std::shared_ptr<RequestState>>& states, pybind11::object returned);
   // fn(*args), inside the instance's torch pool when it has one (torch_ledger.h).
   pybind11::object Call(const pybind11::object& fn,
                         const pybind11::tuple& args = pybind11::tuple());

@@ -158,6 +158,7 @@ class Host {
       case MessageType::kInstanceCreate:
       case MessageType::kInstanceDestroy:
       case MessageType::kModelDestroy:
+      case MessageType::kAutoCompleteConfig:
         control_.Post([this, f = std::move(f)] { Control(f); });
         return Status::Ok();
       case MessageType::kExecute:
@@ -226,6 +227,16 @@ class Host {
     WireReader r(f.data(), f.size(), what);
     Status status;
     try {
+      if (f.type == MessageType::kAutoCompleteConfig) {
+        std::optional<std::string> completed;
+        status = AutoComplete(r, &completed);
+        WireWriter w;
+        EncodeStatus(w, status);
+        w.U8(completed.has_value() ? 1 : 0);
+        w.Str(completed.value_or(""));
+        static_cast<void>(peer_.Reply(f.id, w.buffer()));
+        return;
+      }
       switch (f.type) {
         case MessageType::kModelCreate: status = ModelCreate(r); break;
         case MessageType::kInstanceCreate: status = InstanceCreate(r); break;
@@ -258,6 +269,36 @@ class Host {
     const VramdCode code = api_->model_create(&info, &model, &error);
     if (code != VRAMD_OK) return FromCode(code, error);
     model_ = model;
+    return Status::Ok();
+  }
+
+  // As AbiBackend::AutoCompleteConfig in vramd's process: a library without the entry point
+  // keeps the config.
+  Status AutoComplete(WireReader& r, std::optional<std::string>* completed) {
+    const WireModelInfo wire = DecodeModelInfo(r);
+    VRAMD_RETURN_IF_ERROR(r.Finish());
+    constexpr size_t kEnd = offsetof(VramdBackendApi, auto_complete_config) +
+                            sizeof(VramdBackendApi::auto_complete_config);
+    if (api_->struct_size < kEnd || api_->auto_complete_config == nullptr) return Status::Ok();
+    VramdModelInfo info{};
+    info.struct_size = sizeof info;
+    info.name = wire.name.c_str();
+    info.version = wire.version;
+    info.model_dir = wire.model_dir.c_str();
+    info.version_dir = wire.version_dir.c_str();
+    info.config_json = wire.config_json.c_str();
+    info.config_json_size = wire.config_json.size();
+    info.server = &table_;
+    auto complete = [](void* context, const char* text, size_t size) {
+      auto* out = static_cast<std::optional<std::string>*>(context);
+      if (!out->has_value() && text != nullptr) out->emplace(text, size);
+    };
+    VramdError error{};
+    const VramdCode code = api_->auto_complete_config(&info, complete, completed, &error);
+    if (code != VRAMD_OK) {
+      completed->reset();
+      return FromCode(code, error);
+    }
     return Status::Ok();
   }
 

@@ -204,6 +204,49 @@ Result<fs::path> BackendHostExecutable(const fs::path& library) {
 HostingBackend::HostingBackend(std::unique_ptr<Backend> in_process, fs::path library)
     : in_process_(std::move(in_process)), library_(std::move(library)) {}
 
+Status HostingBackend::AutoCompleteConfig(const fs::path& model_dir, int64_t version,
+                                          config::ModelConfig* config) {
+  VRAMD_ASSIGN_OR_RETURN(Hosting hosting, ChooseHosting(*config, name()));
+  if (hosting.mode == HostingMode::kInProcess) {
+    return in_process_->AutoCompleteConfig(model_dir, version, config);
+  }
+  const std::string model = fmt::format("model '{}'", config->name());
+  VRAMD_ASSIGN_OR_RETURN(const std::chrono::milliseconds call_timeout,
+                         ChooseCallTimeout(*config, name()));
+  std::unique_ptr<ExecutionEnv> env;
+  if (!hosting.execution_env.empty()) {
+    auto prepared = ExecutionEnv::Prepare(hosting.execution_env, model_dir, library_);
+    if (!prepared.ok()) return prepared.status().WithContext(model);
+    env = std::move(prepared).value();
+  }
+  auto host = BackendHostExecutable(library_);
+  if (!host.ok()) return host.status().WithContext(model);
+  // Allocates nothing: no model of this config exists yet (as in-process).
+  abi::ServerApi server(std::string(name()), nullptr, nullptr);
+  StubOptions options;
+  options.host_executable = *host;
+  options.library = library_;
+  options.backend_name = std::string(name());
+  options.label = fmt::format("{} (auto-completing its config)", model);
+  if (env != nullptr) options.environment = env->Environment();
+  options.model.name = config->name();
+  options.model.version = version;
+  options.model.model_dir = model_dir.string();
+  options.model.version_dir = version > 0 ? (model_dir / std::to_string(version)).string() : "";
+  options.model.config_json = config::ModelConfigToJson(*config);
+  options.server = server.table();
+  options.call_timeout = call_timeout;
+  VRAMD_ASSIGN_OR_RETURN(std::optional<std::string> completed, Stub::AutoComplete(options));
+  if (!completed.has_value()) return Status::Ok();
+  auto parsed = config::ModelConfigFromJson(*completed);
+  if (!parsed.ok()) {
+    return Status::InvalidArgument(fmt::format("backend '{}' returned a config that is not one: {}",
+                                               name(), parsed.status().message()));
+  }
+  *config = std::move(parsed).value();
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<BackendModel>> HostingBackend::LoadModel(const ModelContext& ctx) {
   if (ctx.config == nullptr || ctx.allocator == nullptr) return in_process_->LoadModel(ctx);
   VRAMD_ASSIGN_OR_RETURN(Hosting hosting, ChooseHosting(*ctx.config, name()));

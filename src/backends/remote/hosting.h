@@ -69,11 +69,11 @@ class HostingBackend final : public Backend {
   bool ExecutesOnInstanceThreads() const override { return in_process_->ExecutesOnInstanceThreads(); }
   bool TakesRequestLists() const override { return in_process_->TakesRequestLists(); }
   bool ChecksReadiness() const override { return in_process_->ChecksReadiness(); }
-  // In vramd's process for every hosting (Triton uses a process of its own for it).
+  // Where the model will run: in vramd's process for in-process hosting, otherwise in a host
+  // process started for it (Stub::AutoComplete) with the model's EXECUTION_ENV_PATH, as Triton
+  // runs it in the stub.
   Status AutoCompleteConfig(const std::filesystem::path& model_dir, int64_t version,
-                            config::ModelConfig* config) override {
-    return in_process_->AutoCompleteConfig(model_dir, version, config);
-  }
+                            config::ModelConfig* config) override;
   Result<std::unique_ptr<BackendModel>> LoadModel(const ModelContext& ctx) override;
 
  private:

@@ -70,6 +70,7 @@ const char* EntryPoint(MessageType type) {
     case MessageType::kExecute: return "execute";
     case MessageType::kExecuteRequests: return "execute_requests";
     case MessageType::kInstanceReady: return "instance_ready";
+    case MessageType::kAutoCompleteConfig: return "auto_complete_config";
     default: return "a call";
   }
 }
@@ -659,6 +660,25 @@ Result<std::shared_ptr<Connection>> Stub::Serving() const {
     return Status::Unavailable(fmt::format("stub for {} is restarting", options_.label));
   }
   return connection_;
+}
+
+Result<std::optional<std::string>> Stub::AutoComplete(const StubOptions& options) {
+  VRAMD_ASSIGN_OR_RETURN(auto connection, Connection::Open(options, [](const Connection*) {}));
+  WireWriter model;
+  EncodeModelInfo(model, options.model);
+  auto reply = connection->CallStatus(MessageType::kAutoCompleteConfig, model.buffer());
+  connection->Close();
+  if (!reply.ok()) {
+    if (connection->dead() && reply.status().code() == StatusCode::kUnavailable) return reply.status();
+    return reply.status().WithContext(fmt::format("backend '{}'", options.backend_name));
+  }
+  WireReader r(reply->data(), reply->size(), "AutoCompleteConfig reply");
+  static_cast<void>(DecodeStatus(r));  // OK: CallStatus checked it
+  const bool completed = r.U8("completed") != 0;
+  std::string json(r.Str("config"));
+  VRAMD_RETURN_IF_ERROR(r.Finish());
+  if (!completed) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(json));
 }
 
 Result<std::shared_ptr<Connection>> Stub::Launch(bool with_instances) {

@@ -42,6 +42,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -111,6 +112,14 @@ class Stub {
 
   // Restarts of every stub of this process, for the metrics endpoint and tests.
   static uint64_t TotalRestarts();
+
+  // The library's auto_complete_config for options.model (its config_json), in a host process
+  // started for this call alone and ended after it (with options' environment, so a model.py
+  // that imports what only its EXECUTION_ENV_PATH has is completed as it will be served): the
+  // completed config JSON, nullopt when the library kept the config. Its error is the
+  // library's, or why the process could not start or ended; a call past options.call_timeout
+  // kills the process, as any call.
+  static Result<std::optional<std::string>> AutoComplete(const StubOptions& options);
 
  private:
   explicit Stub(StubOptions options);

@@ -7,7 +7,7 @@
 namespace vramd::backends::remote {
 
 bool IsKnownMessageType(uint32_t v) {
-  return (v >= 1 && v <= 9) || (v >= 20 && v <= 23) || (v >= 30 && v <= 39);
+  return (v >= 1 && v <= 10) || (v >= 20 && v <= 23) || (v >= 30 && v <= 39);
 }
 
 std::string MessageTypeName(uint32_t v) {
@@ -21,6 +21,7 @@ std::string MessageTypeName(uint32_t v) {
     case MessageType::kExecuteRequests: return "ExecuteRequests";
     case MessageType::kInferResult: return "InferResult";
     case MessageType::kInstanceReady: return "InstanceReady";
+    case MessageType::kAutoCompleteConfig: return "AutoCompleteConfig";
     case MessageType::kLog: return "Log";
     case MessageType::kRecordLoadPhase: return "RecordLoadPhase";
     case MessageType::kMetricFamilyRelease: return "MetricFamilyRelease";

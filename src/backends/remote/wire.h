@@ -36,6 +36,9 @@ enum class MessageType : uint32_t {
   kInferResult = 8,
   // vramd -> host (answered by a kReply): the library's instance_ready for one slot.
   kInstanceReady = 9,
+  // vramd -> host (answered by a kReply carrying the completed config, if any): the library's
+  // auto_complete_config, in a process started for it (Stub::AutoComplete).
+  kAutoCompleteConfig = 10,
   // host -> vramd, no answer.
   kLog = 20,
   kRecordLoadPhase = 21,
