@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -43,6 +44,20 @@ def skip_module_without_python_backend(host=False):
                     "VRAMD_PYTHON_BACKEND_DIR)" % PYTHON_LIBRARY, allow_module_level=True)
     if host and not BACKEND_HOST.is_file():
         pytest.skip("no backend host at %s" % BACKEND_HOST, allow_module_level=True)
+
+def copy_model(source, repo, name, parameters=None):
+    """Copies the model folder `source` into `repo` as `name`: its config's name set to `name`,
+    each of `parameters` (a dict) appended as a string parameter. Returns the new folder."""
+    target = pathlib.Path(repo) / name
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    config = target / "config.pbtxt"
+    text = re.sub(r'^name: "[^"]*"', 'name: "%s"' % name, config.read_text(), count=1,
+                  flags=re.M)
+    for key, value in (parameters or {}).items():
+        text += 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, value)
+    config.write_text(text)
+    return target
+
 
 LISTEN_RE = re.compile(r"HTTP listening on (\[[^\]]+\]|[^\s:]+):(\d+)")
 # Signs that the process died or misbehaved in a way a clean exit code would not show.

@@ -13,13 +13,12 @@ Needs libvramd_python.so and vramd_backend_host; skips when either is missing.
 
 import pathlib
 import re
-import shutil
 import signal
 
 import numpy as np
 import pytest
 
-from e2e_helpers import PYTHON_BACKEND_DIR, skip_module_without_python_backend, wait_for
+from e2e_helpers import PYTHON_BACKEND_DIR, copy_model, skip_module_without_python_backend, wait_for
 from v2client import Input
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -32,11 +31,7 @@ SEGV = np.array([-11.0], dtype=np.float32)
 
 def repo_with(tmp_path_factory, name, hosting):
     repo = tmp_path_factory.mktemp("crash-repo-" + hosting)
-    shutil.copytree(MODEL, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    config = repo / name / "config.pbtxt"
-    config.write_text(config.read_text().replace('name: "pid_model"', 'name: "%s"' % name)
-                      + 'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n'
-                      % hosting)
+    copy_model(MODEL, repo, name, {"VRAMD_PYTHON_HOSTING": hosting})
     return repo
 
 

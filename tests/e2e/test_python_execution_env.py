@@ -22,7 +22,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from e2e_helpers import (PYTHON_BACKEND_DIR, PYTHON_LIBRARY, index_rows,
+from e2e_helpers import (PYTHON_BACKEND_DIR, PYTHON_LIBRARY, copy_model, index_rows,
                          skip_module_without_python_backend, wait_for)
 from v2client import Input
 
@@ -72,13 +72,7 @@ def make_env(root, marker):
 
 
 def add_model(repo, name, parameters):
-    shutil.copytree(MODEL, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    config = repo / name / "config.pbtxt"
-    text = config.read_text().replace('name: "env_model"', 'name: "%s"' % name)
-    for key, value in parameters.items():
-        text += 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, value)
-    config.write_text(text)
-    return repo / name
+    return copy_model(MODEL, repo, name, parameters)
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,12 @@ Needs libvramd_python.so and vramd_backend_host (VRAMD_PYTHON_BACKEND_DIR, else
 import concurrent.futures
 import os
 import pathlib
-import shutil
 import time
 
 import numpy as np
 import pytest
 
-from e2e_helpers import PYTHON_BACKEND_DIR, index_rows, skip_module_without_python_backend, wait_for
+from e2e_helpers import PYTHON_BACKEND_DIR, copy_model, index_rows, skip_module_without_python_backend, wait_for
 from v2client import Input
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -51,12 +50,7 @@ def server(start_server, tmp_path_factory, shm_before):
     models = {name: {"VRAMD_PYTHON_HOSTING": mode} for name, mode in MODES.items()}
     models.update(EXTRA)
     for name, parameters in models.items():
-        shutil.copytree(MODEL, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-        config = repo / name / "config.pbtxt"
-        text = config.read_text().replace('name: "pid_model"', 'name: "%s"' % name)
-        for key, value in parameters.items():
-            text += 'parameters { key: "%s" value { string_value: "%s" } }\n' % (key, value)
-        config.write_text(text)
+        copy_model(MODEL, repo, name, parameters)
     s = start_server([repo], ["--backend-directory", str(BACKEND_DIR),
                               "--http-thread-count", "8"],
                      name="python-stub", ready_models=list(MODES) + ["pid_hang"])
@@ -214,12 +208,8 @@ def test_default_hosting_flag_and_ignored_settings(start_server, tmp_path_factor
     # One model without VRAMD_PYTHON_HOSTING, one that asks for in_process: the flag moves
     # only the first; Triton's other python settings are logged once as ignored.
     repo = tmp_path_factory.mktemp("python-default-hosting")
-    for name, extra in (("pid_default", ""), ("pid_pinned", 'parameters { key: '
-                        '"VRAMD_PYTHON_HOSTING" value { string_value: "in_process" } }\n')):
-        shutil.copytree(MODEL, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-        config = repo / name / "config.pbtxt"
-        config.write_text(config.read_text().replace('name: "pid_model"', 'name: "%s"' % name)
-                          + extra)
+    copy_model(MODEL, repo, "pid_default")
+    copy_model(MODEL, repo, "pid_pinned", {"VRAMD_PYTHON_HOSTING": "in_process"})
     s = start_server([repo], ["--backend-directory", str(BACKEND_DIR),
                               "--backend-config=python,shm-default-byte-size=1048576",
                               "--backend-config=default-hosting=in_process",

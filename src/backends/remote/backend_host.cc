@@ -250,20 +250,26 @@ class Host {
     static_cast<void>(ReplyStatus(f.id, status));
   }
 
+  // The C ABI's view of `wire` (which must outlive it), with this host's server table.
+  VramdModelInfo InfoOf(const WireModelInfo& wire) {
+    VramdModelInfo info{};
+    info.struct_size = sizeof info;
+    info.name = wire.name.c_str();
+    info.version = wire.version;
+    info.model_dir = wire.model_dir.c_str();
+    info.version_dir = wire.version_dir.c_str();
+    info.config_json = wire.config_json.c_str();
+    info.config_json_size = wire.config_json.size();
+    info.owner = wire.owner;
+    info.server = &table_;
+    return info;
+  }
+
   Status ModelCreate(WireReader& r) {
     model_info_ = DecodeModelInfo(r);
     VRAMD_RETURN_IF_ERROR(r.Finish());
     if (model_ != nullptr) return Status::InvalidArgument("the model was created already");
-    VramdModelInfo info{};
-    info.struct_size = sizeof info;
-    info.name = model_info_.name.c_str();
-    info.version = model_info_.version;
-    info.model_dir = model_info_.model_dir.c_str();
-    info.version_dir = model_info_.version_dir.c_str();
-    info.config_json = model_info_.config_json.c_str();
-    info.config_json_size = model_info_.config_json.size();
-    info.owner = model_info_.owner;
-    info.server = &table_;
+    const VramdModelInfo info = InfoOf(model_info_);
     VramdError error{};
     void* model = nullptr;
     const VramdCode code = api_->model_create(&info, &model, &error);
@@ -280,15 +286,7 @@ class Host {
     constexpr size_t kEnd = offsetof(VramdBackendApi, auto_complete_config) +
                             sizeof(VramdBackendApi::auto_complete_config);
     if (api_->struct_size < kEnd || api_->auto_complete_config == nullptr) return Status::Ok();
-    VramdModelInfo info{};
-    info.struct_size = sizeof info;
-    info.name = wire.name.c_str();
-    info.version = wire.version;
-    info.model_dir = wire.model_dir.c_str();
-    info.version_dir = wire.version_dir.c_str();
-    info.config_json = wire.config_json.c_str();
-    info.config_json_size = wire.config_json.size();
-    info.server = &table_;
+    const VramdModelInfo info = InfoOf(wire);
     auto complete = [](void* context, const char* text, size_t size) {
       auto* out = static_cast<std::optional<std::string>*>(context);
       if (!out->has_value() && text != nullptr) out->emplace(text, size);
