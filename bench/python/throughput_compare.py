@@ -6,7 +6,7 @@ one run, each pair measured back to back.
                         [--work DIR] [--out F] [--server-log F] [--duration 3] [--warmup 1]
                         [--identity-concurrency 1,16] [--identity-instances 2]
                         [--identity-variant KEY=VALUE[,KEY=VALUE]]...
-                        [--identity-hosting stub|process_per_instance]...
+                        [--identity-hosting stub|process_per_instance]... [--identity-batching]
                         [--torch] [--torch-concurrency 1,4,8,16,32] [--torch-instances 8]
                         [--torch-variant KEY=VALUE[,KEY=VALUE]]...
                         [--arch resnet --image 112 --width 64] [--kind gpu|cpu]
@@ -24,6 +24,9 @@ one run, each pair measured back to back.
    --identity-hosting MODE (repeatable) adds the same model.py hosted out of process
    (identity_python_<mode>: VRAMD_PYTHON_HOSTING=MODE, --identity-instances instances) to the
    round: its own figures, not judged (the target is about the default, in-process hosting).
+   --identity-batching adds both again with Triton's dynamic batcher (max_batch_size 32,
+   requests [1, 16]; the python one with one instance): python batched over built-in batched,
+   and over the unbatched built-in; reported, not judged.
 2. --torch: bench/torch/make_model.py's TorchScript model (a ResNet-18-like net by default)
    served twice, each in a server of its own (two LibTorch users in one process crashed a
    server at start-up): `torch_ts` by the pytorch backend, and `torch_py` by a model.py that
@@ -63,6 +66,17 @@ max_batch_size: 0
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: {count} }} ]
+'''
+
+# --identity-batching: the same models with Triton's dynamic batcher (the python model's
+# execute then gets the list of requests the batcher formed, each its own [1, 16] tensor).
+IDENTITY_BATCHED_CONFIG = '''name: "{name}"
+backend: "{backend}"
+max_batch_size: 32
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: {count} }} ]
+dynamic_batching {{ }}
 '''
 
 IDENTITY_MODEL = '''import triton_python_backend_utils as pb_utils
@@ -122,14 +136,15 @@ def merged_backend_dir(dirs, work):
     return out
 
 
-def identity_body(work, n=16):
+def identity_body(work, n=16, batched=False):
     values = [float(i) * 0.5 for i in range(n)]
     raw = struct.pack("<%df" % n, *values)
-    header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [n], "datatype": "FP32",
+    header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, n] if batched else [n],
+                                     "datatype": "FP32",
                                      "parameters": {"binary_data_size": len(raw)}}],
                          "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]},
                         separators=(",", ":")).encode()
-    path = os.path.join(work, "identity_request.bin")
+    path = os.path.join(work, "identity_request%s.bin" % ("_batched" if batched else ""))
     with open(path, "wb") as f:
         f.write(header + raw)
     return path, len(header), raw
@@ -189,6 +204,19 @@ def identity_round(a, server, body, hlen, raw, conc):
             rows = series(a, server, model, body, hlen, conc)
             ident[f"python_{mode}_rps"] = [r["rps"] for r in rows]
             ident[f"ratio_{mode}"] = [r["rps"] / b for r, b in zip(rows, ident["builtin_rps"])]
+        if a.identity_batching:
+            bbody, bhlen, _ = identity_body(a.work, batched=True)
+            for model in ("identity_builtin_batched", "identity_python_batched"):
+                server.ready(model, timeout=120)
+                check_binary(server.port, model, bbody, bhlen, want_raw=raw)
+            rows_bb = series(a, server, "identity_builtin_batched", bbody, bhlen, conc)
+            rows_pb = series(a, server, "identity_python_batched", bbody, bhlen, conc)
+            ident["builtin_batched_rps"] = [r["rps"] for r in rows_bb]
+            ident["python_batched_rps"] = [r["rps"] for r in rows_pb]
+            ident["ratio_batched"] = [p / b for p, b in zip(ident["python_batched_rps"],
+                                                            ident["builtin_batched_rps"])]
+            ident["ratio_batched_vs_builtin"] = [p / b for p, b in zip(ident["python_batched_rps"],
+                                                                       ident["builtin_rps"])]
     except Exception as e:  # noqa: BLE001
         ident["error"] = str(e)[:2000]
     return ident
@@ -210,6 +238,9 @@ def main():
     ap.add_argument("--identity-variant", action="append", default=[],
                     help="KEY=VALUE[,KEY=VALUE]: the identity round again in a server with "
                          "this environment, reported as its own figures")
+    ap.add_argument("--identity-batching", action="store_true",
+                    help="both identity models again with dynamic batching (the python one with "
+                         "one instance), their own figures")
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--torch-concurrency", default="1,4,8,16,32")
     ap.add_argument("--torch-instances", type=int, default=8)
@@ -226,7 +257,7 @@ def main():
     ap.add_argument("--kind", default="gpu")
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args()
-    work = a.work or tempfile.mkdtemp(prefix="vramd-python-tput-")
+    work = a.work = a.work or tempfile.mkdtemp(prefix="vramd-python-tput-")
     os.makedirs(work, exist_ok=True)
     a.server_log = a.server_log or os.path.join(work, "server.log")
     backends = merged_backend_dir(a.backend_dir, work)
@@ -246,8 +277,16 @@ def main():
               IDENTITY_CONFIG.format(name=name, backend="python", count=a.identity_instances)
               + 'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n'
               % mode)
-    for name in ["identity_python", "identity_python_1"] + ["identity_python_" + m
-                                                            for m in a.identity_hosting]:
+    batched = []
+    if a.identity_batching:
+        for name, backend, count in (("identity_builtin_batched", "identity", a.identity_instances),
+                                     ("identity_python_batched", "python", 1)):
+            write(os.path.join(id_repo, name, "config.pbtxt"),
+                  IDENTITY_BATCHED_CONFIG.format(name=name, backend=backend, count=count))
+            os.makedirs(os.path.join(id_repo, name, "1"), exist_ok=True)
+        batched = ["identity_python_batched"]
+    for name in ["identity_python", "identity_python_1"] + batched + [
+            "identity_python_" + m for m in a.identity_hosting]:
         write(os.path.join(id_repo, name, "1", "model.py"), IDENTITY_MODEL)
     meta = None
     if a.torch:
@@ -316,6 +355,9 @@ def main():
             for mode in a.identity_hosting:
                 for c, r in zip(conc, ident[f"ratio_{mode}"]):
                     figure(f"python_identity_{mode}_vs_builtin_c{c}", r, "ratio")
+            for key in ("ratio_batched", "ratio_batched_vs_builtin"):
+                for c, r in zip(conc, ident.get(key, [])):
+                    figure(f"python_identity_{key[6:]}_c{c}", r, "ratio")
         result["identity"] = ident
         update_json(a.out, "python_throughput", result)
 

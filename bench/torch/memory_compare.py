@@ -12,9 +12,9 @@
       python backend; the model torch.jit.load's model.pt onto its instance's device, a forward
       per request), one series per hosting mode (parameter VRAMD_PYTHON_HOSTING): in_process
       (one interpreter in the server), stub (one host process per model and device) and
-      process_per_instance (Triton's), and in_process_stream (in-process with a CUDA stream per
-      instance, VRAMD_PYTHON_TORCH_INSTANCE_STREAM). A fresh server per N (restart mode, named so in the
-      figures); the memory is the server's and its descendants' (the stubs) by NVML. In-process,
+      process_per_instance (Triton's), and in_process_shared_stream (in-process with all
+      instances on the legacy default stream, VRAMD_PYTHON_TORCH_INSTANCE_STREAM off). A fresh
+      server per N (restart mode, named so in the figures); the memory is the server's and its descendants' (the stubs) by NVML. In-process,
       the server's /v2/memory also gives how much of NVML's figure the ledger's pools plus the
       context baseline plus the native memory charged to instances cover (the "coverage",
       target >= 0.95).
@@ -251,13 +251,16 @@ def write_python_model(meta, work, hosting, n):
     os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)
     config = (meta["config"].replace(f'name: "{meta["name"]}"', 'name: "torch_py"')
               .replace('platform: "pytorch_libtorch"', 'backend: "python"'))
-    # in_process_stream: in-process with a CUDA stream per instance
-    # (VRAMD_PYTHON_TORCH_INSTANCE_STREAM), measured beside in_process in the same run.
-    stream = hosting == "in_process_stream"
+    # in_process_shared_stream: in-process with every instance on the legacy default stream
+    # (VRAMD_PYTHON_TORCH_INSTANCE_STREAM off; the default is a stream per instance), measured
+    # beside in_process in the same run.
+    shared = hosting == "in_process_shared_stream"
     config += ('parameters { key: "torchscript" value { string_value: "%s" } }\n'
                'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n'
-               'parameters { key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" value { string_value: "%s" } }\n'
-               % (meta["model_pt"], "in_process" if stream else hosting, "on" if stream else "off"))
+               % (meta["model_pt"], "in_process" if shared else hosting))
+    if shared:
+        config += ('parameters { key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" '
+                   'value { string_value: "off" } }\n')
     with open(os.path.join(model_dir, "config.pbtxt"), "w") as f:
         f.write(config)
     set_count_pbtxt(os.path.join(model_dir, "config.pbtxt"), n)
@@ -444,7 +447,7 @@ def main():
     ap.add_argument("--worker-timeout", type=float, default=240)
     ap.add_argument("--threshold-mib", type=float, default=32.0)
     ap.add_argument("--skip", default="", help="comma list of series to skip: vramd,procs,threads,"
-                    "py_in_process,py_in_process_stream,py_stub,py_process_per_instance")
+                    "py_in_process,py_in_process_shared_stream,py_stub,py_process_per_instance")
     ap.add_argument("--python-backend-dir", default=None,
                     help="a backend directory with python/libvramd_python.so: adds the python "
                     "backend's series (d)")
@@ -522,7 +525,7 @@ def main():
         save()
 
     if a.python_backend_dir:
-        for hosting in ("in_process", "in_process_stream", "stub", "process_per_instance"):
+        for hosting in ("in_process", "in_process_shared_stream", "stub", "process_per_instance"):
             key = f"py_{hosting}"
             if key in skip:
                 continue

@@ -265,6 +265,13 @@ if has_step python; then
       grep -E '^(PASS|FAIL|FIGURE) ' "$pytmp/loop.out" | tee -a "$summary"
       [ "$rc" -eq 0 ] || { say "FAIL python load loop (exit $rc)"; tail -60 "$pytmp/loop.out" >> "$OUT/benchmarks.log"; status=1; }
     fi
+    # poolcost (not in the default parts): bench/python/torch_pool_cost.py, torch alone (no
+    # server): what a stream and a MemPool per thread cost 8 threads' forwards and memory.
+    [[ "$parts" == *" poolcost "* ]] && { timeout "${PYTHON_POOLCOST_TIMEOUT:-200}" python3 bench/python/torch_pool_cost.py \
+      --out "$OUT/torch_pool_cost.json" --work "$pytmp/poolcost" ${PYTHON_POOLCOST_ARGS:-} > "$pytmp/poolcost.out" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE|#|!!!) ' "$pytmp/poolcost.out" | tee -a "$summary"
+    [ "$rc" -eq 0 ] || { say "FAIL torch pool cost (exit $rc)"; tail -40 "$pytmp/poolcost.out" >> "$OUT/benchmarks.log"; status=1; }; }
     [[ "$parts" == *" mem "* ]] && { timeout "${PYTHON_MEM_TIMEOUT:-300}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
       --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" --python-backend-dir "$pytmp/backends" \
       --skip "${PYTHON_MEM_SKIP:-vramd,threads}" --counts "${PYTHON_MEM_COUNTS:-1,2,4,8}" \

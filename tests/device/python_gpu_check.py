@@ -15,7 +15,10 @@ The models are model.py files written here (torch on cuda:0, KIND_GPU):
     memory_allocated (reported by the model) too (the temporaries were freed), no request owner
     is left and nothing is filed as a leak; unload leaves no bytes under the model (dropping the
     pool returns its segments);
-  - py_torch_leaky: the same, keeping a 16 MiB tensor per request in self.history (the planted
+  - py_torch_stream: py_torch with VRAMD_PYTHON_TORCH_INSTANCE_STREAM "on": its executes run
+    on a CUDA stream per instance (the model reports torch's current stream), its weights are
+    still in the ledger, it answers the same;
+  - py_torch_leaky: the same (a stream per instance), keeping a 16 MiB tensor per request in self.history (the planted
     leak): the growth warning names the model and its instance, and the instance's cuda:0 bytes
     rose by at least 16 MiB per request;
   - py_torch_off: py_torch with VRAMD_PYTHON_LEDGER_TORCH "off": torch's default pool takes its
@@ -86,9 +89,11 @@ class TritonPythonModel:
                     self.history.append(torch.ones(4 * 1024 * 1024, device=self.device))
                 del scratch
                 allocated = torch.cuda.memory_allocated(self.device)
+                stream = torch.cuda.current_stream(self.device).stream_id
                 responses.append(pb_utils.InferenceResponse([
                     pb_utils.Tensor("Y", y.cpu().numpy()),
-                    pb_utils.Tensor("ALLOCATED", np.array([allocated], dtype=np.int64))]))
+                    pb_utils.Tensor("ALLOCATED", np.array([allocated], dtype=np.int64)),
+                    pb_utils.Tensor("STREAM", np.array([stream], dtype=np.int64))]))
         return responses
 '''
 
@@ -97,10 +102,12 @@ backend: "python"
 max_batch_size: 0
 input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] }} ]
 output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4096 ] }},
-         {{ name: "ALLOCATED" data_type: TYPE_INT64 dims: [ 1 ] }} ]
+         {{ name: "ALLOCATED" data_type: TYPE_INT64 dims: [ 1 ] }},
+         {{ name: "STREAM" data_type: TYPE_INT64 dims: [ 1 ] }} ]
 instance_group [ {{ kind: KIND_GPU count: {count} gpus: [ 0 ] }} ]
 parameters [ {{ key: "LEAK" value: {{ string_value: "{leak}" }} }},
-             {{ key: "VRAMD_PYTHON_LEDGER_TORCH" value: {{ string_value: "{ledger}" }} }} ]
+             {{ key: "VRAMD_PYTHON_LEDGER_TORCH" value: {{ string_value: "{ledger}" }} }},
+             {{ key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" value: {{ string_value: "{stream}" }} }} ]
 '''
 
 NUMPY_MODEL = '''import numpy as np
@@ -239,17 +246,21 @@ def main():
         return 1
     say("#", "torch %s, numpy %s (headers %s)" % (torch.__version__, np.__version__,
                                                   np.get_include()))
-    if not check(hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool"),
-                 "torch %s has torch.cuda.MemPool and use_mem_pool" % torch.__version__):
+    if not check(hasattr(torch.cuda, "MemPool")
+                 and hasattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool"),
+                 "torch %s has torch.cuda.MemPool and _cuda_beginAllocateCurrentThreadToPool"
+                 % torch.__version__):
         return 1
 
     repo = tempfile.mkdtemp(prefix="python-gpu-")
-    write(repo, "py_torch", TORCH_CONFIG.format(name="py_torch", count=2, leak="no", ledger="on"),
-          TORCH_MODEL)
+    write(repo, "py_torch", TORCH_CONFIG.format(name="py_torch", count=2, leak="no", ledger="on",
+                                                stream="off"), TORCH_MODEL)
+    write(repo, "py_torch_stream", TORCH_CONFIG.format(name="py_torch_stream", count=2, leak="no",
+                                                       ledger="on", stream="on"), TORCH_MODEL)
     write(repo, "py_torch_leaky", TORCH_CONFIG.format(name="py_torch_leaky", count=1, leak="yes",
-                                                      ledger="on"), TORCH_MODEL)
+                                                      ledger="on", stream="on"), TORCH_MODEL)
     write(repo, "py_torch_off", TORCH_CONFIG.format(name="py_torch_off", count=1, leak="no",
-                                                    ledger="off"), TORCH_MODEL)
+                                                    ledger="off", stream="off"), TORCH_MODEL)
     write(repo, "py_numpy_leaky", NUMPY_CONFIG, NUMPY_MODEL)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, 1024, generator=g).cuda()
@@ -258,7 +269,8 @@ def main():
 
     server = Server(args.vramd, args.backend_directory, repo, args.log)
     try:
-        for m in ("py_torch", "py_torch_leaky", "py_torch_off", "py_numpy_leaky"):
+        for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_off",
+                  "py_numpy_leaky"):
             status, body = server.call("POST", "/v2/repository/models/%s/load" % m)
             if not check(status == 200, "load %s (%s)" % (m, body)):
                 print(server.text()[-4000:])
@@ -297,6 +309,24 @@ def main():
         check(not requests_left, "py_torch: no request owner left (%s)" % requests_left[:3])
         check(not leaks_of(report, "py_torch"),
               "py_torch: nothing filed as a leak (%s)" % leaks_of(report, "py_torch")[:2])
+
+        # 2b. A CUDA stream per instance (VRAMD_PYTHON_TORCH_INSTANCE_STREAM on): execute runs on
+        # the instance's own stream, and the pool still takes its memory.
+        loaded = instances(server.memory(), "py_torch_stream")
+        streams, legacy, outs = set(), set(), []
+        for _ in range(24):
+            outs.append(server.infer("py_torch_stream", "X", x, "FP32"))
+            legacy.add(int(server.infer("py_torch", "X", x, "FP32")["STREAM"][0]))
+        streams = {int(o["STREAM"][0]) for o in outs}
+        check(len(loaded) == 2 and all(v >= 16 * MIB for v in loaded.values())
+              and all(np.allclose(o["Y"], want, rtol=1e-3, atol=1e-3) for o in outs),
+              "py_torch_stream: 2 instances with their weights in the ledger (%s) answer as torch "
+              "does" % loaded)
+        check(0 not in streams and 1 <= len(streams) <= 2 and legacy == {0},
+              "py_torch_stream runs on streams of its own (%s), py_torch on the legacy default "
+              "stream (%s)" % (sorted(streams), sorted(legacy)))
+        check(not leaks_of(server.memory(), "py_torch_stream"),
+              "py_torch_stream: nothing filed as a leak")
 
         # 3. The planted leak.
         before = instances(server.memory(), "py_torch_leaky")
@@ -341,15 +371,28 @@ def main():
         check(len(leaks) >= 5, "py_numpy_leaky: 5 kept arrays filed as leaks naming their "
               "requests (%s)" % [l["owner"] for l in leaks[:2]])
 
-        # 6. Unload: the pools return their segments.
-        for m in ("py_torch", "py_torch_leaky"):
+        # 6. Unload: the pools return their segments. py_torch_stream is loaded again first (its
+        # instances take the streams the first ones left) and must answer the same.
+        server.call("POST", "/v2/repository/models/py_torch_stream/unload")
+        status, body = server.call("POST", "/v2/repository/models/py_torch_stream/load")
+        again = server.infer("py_torch_stream", "X", x, "FP32") if status == 200 else None
+        check(again is not None and np.allclose(again["Y"], want, rtol=1e-3, atol=1e-3)
+              and int(again["STREAM"][0]) != 0,
+              "py_torch_stream unloaded and loaded again answers on a stream of its own (%s)"
+              % (body if status != 200 else int(again["STREAM"][0])))
+        unloaded = ("py_torch", "py_torch_leaky", "py_torch_stream")
+        for m in unloaded:
             server.call("POST", "/v2/repository/models/%s/unload" % m)
         deadline = time.time() + 30
         while time.time() < deadline:
             report = server.memory()
-            if model_live(report, "py_torch") == 0 and model_live(report, "py_torch_leaky") == 0:
+            if all(model_live(report, m) == 0 for m in unloaded):
                 break
             time.sleep(0.5)
+        check(model_live(report, "py_torch_stream") == 0
+              and not leaks_of(report, "py_torch_stream"),
+              "py_torch_stream unloaded: no bytes under it, no leak (%d bytes)" %
+              model_live(report, "py_torch_stream"))
         check(model_live(report, "py_torch") == 0 and not leaks_of(report, "py_torch"),
               "py_torch unloaded: no bytes under it, no leak (%d bytes)" %
               model_live(report, "py_torch"))

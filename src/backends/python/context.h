@@ -40,9 +40,9 @@ struct ModelShared {
   // through.
   bool ledger_numpy = true;
   bool ledger_torch = true;
-  // VRAMD_PYTHON_TORCH_INSTANCE_STREAM ("off", the default, or "on"): a KIND_GPU instance runs
+  // VRAMD_PYTHON_TORCH_INSTANCE_STREAM ("on", the default, or "off"): a KIND_GPU instance runs
   // under a CUDA stream of its own (torch_ledger.h).
-  bool torch_instance_stream = false;
+  bool torch_instance_stream = true;
   size_t numpy_min_bytes = 512;  // VRAMD_PYTHON_LEDGER_NUMPY_MIN_BYTES (kNumpyLedgerMinBytes)
   LedgerTable* ledger_table = nullptr;
   // False once model_destroy began: the server table may no longer be used after that.

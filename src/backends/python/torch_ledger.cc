@@ -1,5 +1,6 @@
 #include "torch_ledger.h"
 
+#include <dlfcn.h>
 #include <sys/types.h>
 
 #include <mutex>
@@ -27,6 +28,22 @@ std::mutex& SegmentsMutex() {
 std::unordered_map<void*, Segment>& Segments() {
   static auto* segments = new std::unordered_map<void*, Segment>;
   return *segments;
+}
+
+// Segments come from the server's pool on the default stream whatever torch's stream is:
+// vramd's pool keeps each stream's segments apart (caching_pool.h), so with a stream per
+// instance the 12 MiB segment it makes to serve torch's first 2 MiB request would be one per
+// instance, mostly idle (+5.4 MiB per instance on the H200, docs/benchmarks.md), where on one
+// stream the instances share it. That is safe because no segment goes back while work may
+// still use it: the free first waits for the segment's stream (torch hands a segment back only
+// when all its blocks are free, at emptyCache or when the pool goes, so the wait is rare).
+// cudaStreamSynchronize is the CUDA runtime torch loaded (this library links no CUDA); where
+// it cannot be found, segments keep torch's stream.
+using StreamSynchronize = int (*)(void*);
+StreamSynchronize CudaStreamSynchronize() {
+  static const auto fn =
+      reinterpret_cast<StreamSynchronize>(dlsym(RTLD_DEFAULT, "cudaStreamSynchronize"));
+  return fn;
 }
 
 // Logs `reason` once per process (under the GIL).
@@ -111,8 +128,9 @@ extern "C" __attribute__((visibility("default"))) void* vramd_torch_malloc(ssize
     const VramdOwner owner = context->instance_owner != 0 ? context->instance_owner
                                                           : context->owner;
     vramd::python::LedgerTable* table = context->model->ledger_table;
-    void* ptr = LedgerAllocate(table, owner, VRAMD_DEVICE_GPU, device,
-                               static_cast<size_t>(size), stream, nullptr);
+    void* ptr = LedgerAllocate(table, owner, VRAMD_DEVICE_GPU, device, static_cast<size_t>(size),
+                               vramd::python::CudaStreamSynchronize() ? nullptr : stream,
+                               nullptr);
     if (ptr == nullptr) return nullptr;  // torch raises its OutOfMemoryError
     std::lock_guard<std::mutex> lock(vramd::python::SegmentsMutex());
     vramd::python::Segments()[ptr] = vramd::python::Segment{table, device};
@@ -123,9 +141,11 @@ extern "C" __attribute__((visibility("default"))) void* vramd_torch_malloc(ssize
 }
 
 extern "C" __attribute__((visibility("default"))) void vramd_torch_free(void* ptr, ssize_t,
-                                                                        int device, void*) {
+                                                                        int device,
+                                                                        void* stream) {
   try {
     if (ptr == nullptr) return;
+    if (auto synchronize = vramd::python::CudaStreamSynchronize()) synchronize(stream);
     vramd::python::LedgerTable* table = nullptr;
     {
       std::lock_guard<std::mutex> lock(vramd::python::SegmentsMutex());

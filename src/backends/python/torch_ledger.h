@@ -4,7 +4,8 @@
 //   void* vramd_torch_malloc(ssize_t size, int device, void* stream);
 //   void  vramd_torch_free(void* ptr, ssize_t size, int device, void* stream);
 // which call VramdServerApi::allocate (GPU `device`, stream-ordered on `stream`) and free, and
-// the instance's initialize, execute and finalize run in torch.cuda.use_mem_pool(pool).
+// the instance's initialize, execute and finalize allocate to the pool (torch._C's
+// _cuda_beginAllocateCurrentThreadToPool around the call, which is what use_mem_pool does).
 //
 // Per instance, not per model: an instance's weights and workspaces are then charged to it, as
 // the ledger's instance owner stands for them, and one instance's cached blocks are never handed
@@ -22,8 +23,8 @@
 //
 // When it does nothing (logged once per reason): the instance is KIND_CPU; the model's
 // parameter VRAMD_PYTHON_LEDGER_TORCH is "off"; torch is not installed; torch has no CUDA (a
-// CPU-only build, or no device); torch has no torch.cuda.MemPool / use_mem_pool (before 2.5,
-// e.g. 1.13). An async execute's coroutine runs on the instance's asyncio thread, outside the
+// CPU-only build, or no device); torch has no torch.cuda.MemPool or no
+// _cuda_beginAllocateCurrentThreadToPool (before 2.8, e.g. 1.13). An async execute's coroutine runs on the instance's asyncio thread, outside the
 // pool: its allocations stay in torch's default pool.
 //
 // Threads: TorchPool and TorchPoolCall need the GIL; the exported functions are called by torch
@@ -45,7 +46,8 @@ namespace vramd::python {
 pybind11::object TorchPool(const ModelShared& model, bool gpu_instance, int32_t device,
                            const std::string& instance);
 
-// fn(*args) inside torch.cuda.use_mem_pool(pool, device); fn(*args) when `pool` is None.
+// fn(*args) allocating to the pool (and on the instance's stream, if it has one: the
+// TorchInstance of vramd_python_host.py); fn(*args) when `pool` is None.
 // Needs the GIL.
 pybind11::object TorchPoolCall(const pybind11::object& pool, int32_t device,
                                const pybind11::object& fn, const pybind11::tuple& args);

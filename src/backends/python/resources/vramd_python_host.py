@@ -249,32 +249,102 @@ class InstanceLoop:
 _torch_allocator = None
 
 
+class _RawStream:
+    """A non-blocking CUDA stream made with the CUDA runtime torch loaded (cudaStreamCreate-
+    WithFlags). Not torch.cuda.Stream(): the first of those on a device makes torch's stream
+    pool (32 streams per priority), which took 70 MiB of the H200's memory in a process
+    (docs/benchmarks.md), for one stream per instance. Never destroyed: an instance's stream
+    goes back to a free list per device for the next instance, since memory torch still holds
+    (a tensor a model kept past its instance) names the stream it was made on, and the
+    ledger's free waits for that stream (torch_ledger.cc). None when the runtime's functions
+    are not found: torch's pool stream then."""
+
+    _create = None
+    _free = {}  # device index -> [(handle, torch.cuda.ExternalStream)]
+
+    @classmethod
+    def make(cls, torch, index):
+        if cls._create is None:
+            import ctypes
+            try:
+                create = ctypes.CDLL(None).cudaStreamCreateWithFlags  # torch's libcudart
+            except AttributeError:
+                cls._create = False
+            else:
+                create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+                cls._create = (ctypes, create)
+        free = cls._free.setdefault(index, [])
+        if free:
+            return cls(index, *free.pop())
+        if not cls._create:
+            return None
+        ctypes, create = cls._create
+        handle = ctypes.c_void_p()
+        with torch.cuda.device(index):
+            if create(ctypes.byref(handle), 1) != 0:  # 1: cudaStreamNonBlocking
+                return None
+        return cls(index, handle.value,
+                   torch.cuda.ExternalStream(handle.value, device=torch.device("cuda", index)))
+
+    def __init__(self, index, handle, stream):
+        self.index = index
+        self.entry = (handle, stream)
+        self.stream = stream
+
+    def __del__(self):
+        self._free.setdefault(self.index, []).append(self.entry)
+
+
 class TorchInstance:
     """What a KIND_GPU instance of a torch model runs under: where the ledger takes torch's
-    memory, a MemPool over vramd's allocator; with VRAMD_PYTHON_TORCH_INSTANCE_STREAM on, a CUDA
-    stream of its own (each Triton instance is a process with its own default stream, and
-    threads of one process share the legacy one). The stream is opt-in: on the H200 it raised
-    memory (N=1 654 -> 724 MiB, 37.6 -> 43.2 MiB per extra instance) and what it does to
-    throughput is not measured yet (docs/benchmarks.md)."""
+    memory, a MemPool over vramd's allocator; and, unless VRAMD_PYTHON_TORCH_INSTANCE_STREAM is
+    off, a CUDA stream of its own, as each Triton instance (a process) has its own default
+    stream: threads of one process otherwise share the legacy default stream, whose work runs
+    one kernel after another (8 instances of a ResNet-18-like model.py: 890 req/s on it, 2,561
+    on their own streams, on the H200; docs/benchmarks.md).
+
+    Entered per call through torch._C's functions rather than torch.cuda.stream() and
+    use_mem_pool(): the context managers' Python work runs under the GIL that the instances
+    share, and on the H200 they cost 9-18% of 8 threads' forwards/s (bench/python/
+    torch_pool_cost.py). Entered per call, not once per thread: a thread left allocating to a
+    pool would route whatever else runs on it (the loading thread initializes every model)
+    into this instance's pool."""
 
     def __init__(self, torch, device, pool, stream):
-        self.torch = torch
-        self.device = torch.device("cuda", int(device))
-        self.stream = torch.cuda.Stream(device=self.device) if stream else None
-        self.pool = pool
+        self._c = torch._C
+        self.index = int(device)
+        self.pool = pool  # before the stream: dropped first, its segments before the stream goes
+        self.pool_id = pool.id if pool is not None else None
+        self.stream = None
+        if stream:
+            raw = _RawStream.make(torch, self.index)
+            self._raw = raw  # owns the stream the ids below name
+            s = raw.stream if raw is not None else torch.cuda.Stream(
+                device=torch.device("cuda", self.index))
+            self.stream = s
+            self._stream_ids = (s.stream_id, s.device_index, s.device_type)
 
     def call(self, fn, *args):
-        torch = self.torch
-        if self.stream is None:
-            return self._in_pool(fn, *args)
-        with torch.cuda.stream(self.stream):
-            return self._in_pool(fn, *args)
-
-    def _in_pool(self, fn, *args):
-        if self.pool is None:
-            return fn(*args)
-        with self.torch.cuda.use_mem_pool(self.pool, device=self.device):
-            return fn(*args)
+        c = self._c
+        restore = ()
+        if self.stream is not None:
+            current = c._cuda_getDevice()
+            restore = [c._cuda_getCurrentStream(current)]
+            if current != self.index:  # setting a stream makes its device current
+                restore.insert(0, c._cuda_getCurrentStream(self.index))
+            c._cuda_setStream(*self._stream_ids)
+        try:
+            if self.pool_id is None:
+                return fn(*args)
+            c._cuda_beginAllocateCurrentThreadToPool(self.index, self.pool_id)
+            try:
+                return fn(*args)
+            finally:
+                c._cuda_endAllocateToPool(self.index, self.pool_id)
+                c._cuda_releasePool(self.index, self.pool_id)
+        finally:
+            for ids in restore:
+                c._cuda_setStream(*ids)
 
 
 def torch_instance(library, device, want_pool, want_stream=False):
@@ -298,11 +368,11 @@ def torch_instance(library, device, want_pool, want_stream=False):
             return None, "VRAMD_PYTHON_LEDGER_TORCH is off or the server gives no GPU memory here"
         return TorchInstance(torch, device, None, want_stream), ""
     memory = getattr(torch.cuda, "memory", None)
-    if (not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool")
-            or not hasattr(memory, "CUDAPluggableAllocator")):
+    if (not hasattr(torch.cuda, "MemPool") or not hasattr(memory, "CUDAPluggableAllocator")
+            or not hasattr(torch._C, "_cuda_beginAllocateCurrentThreadToPool")):
         return (TorchInstance(torch, device, None, want_stream) if want_stream else None), (
-            "torch %s has no torch.cuda.MemPool / use_mem_pool / CUDAPluggableAllocator "
-            "(torch >= 2.5 has them)" % version)
+            "torch %s has no torch.cuda.MemPool / CUDAPluggableAllocator / "
+            "_cuda_beginAllocateCurrentThreadToPool (torch >= 2.8 has them)" % version)
     try:
         if _torch_allocator is None:
             _torch_allocator = memory.CUDAPluggableAllocator(
