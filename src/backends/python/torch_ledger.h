@@ -3,9 +3,12 @@
 // torch.cuda.memory.CUDAPluggableAllocator over the two functions this library exports,
 //   void* vramd_torch_malloc(ssize_t size, int device, void* stream);
 //   void  vramd_torch_free(void* ptr, ssize_t size, int device, void* stream);
-// which call VramdServerApi::allocate (GPU `device`, stream-ordered on `stream`) and free, and
-// the instance's initialize, execute and finalize allocate to the pool (torch._C's
-// _cuda_beginAllocateCurrentThreadToPool around the call, which is what use_mem_pool does).
+// which call VramdServerApi::allocate (GPU `device`, on the default stream: every instance's
+// segments share the server pool's space, and a free first waits for `stream`, torch_ledger.cc)
+// and free, and the instance's initialize, execute and finalize allocate to the pool (torch._C's
+// _cuda_beginAllocateCurrentThreadToPool around the call, which is what use_mem_pool does),
+// on a CUDA stream of the instance's own unless VRAMD_PYTHON_TORCH_INSTANCE_STREAM is off
+// (TorchInstance in resources/vramd_python_host.py).
 //
 // Per instance, not per model: an instance's weights and workspaces are then charged to it, as
 // the ledger's instance owner stands for them, and one instance's cached blocks are never handed
