@@ -62,22 +62,20 @@ from common import Vramd, call, figure, infer_load, log, update_json, verdict  #
 
 IDENTITY_CONFIG = '''name: "{name}"
 backend: "{backend}"
-max_batch_size: 0
+max_batch_size: {max_batch_size}
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: {count} }} ]
-'''
+{batching}'''
 
-# --identity-batching: the same models with Triton's dynamic batcher (the python model's
-# execute then gets the list of requests the batcher formed, each its own [1, 16] tensor).
-IDENTITY_BATCHED_CONFIG = '''name: "{name}"
-backend: "{backend}"
-max_batch_size: 32
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: {count} }} ]
-dynamic_batching {{ }}
-'''
+
+def identity_config(name, backend, count, batched=False):
+    """--identity-batching's models (batched) have Triton's dynamic batcher: the python model's
+    execute then gets the list of requests the batcher formed, each its own [1, 16] tensor."""
+    return IDENTITY_CONFIG.format(name=name, backend=backend, count=count,
+                                  max_batch_size=32 if batched else 0,
+                                  batching="dynamic_batching { }\n" if batched else "")
+
 
 IDENTITY_MODEL = '''import triton_python_backend_utils as pb_utils
 
@@ -269,12 +267,12 @@ def main():
                                  ("identity_python", "python", a.identity_instances),
                                  ("identity_python_1", "python", 1)):
         write(os.path.join(id_repo, name, "config.pbtxt"),
-              IDENTITY_CONFIG.format(name=name, backend=backend, count=count))
+              identity_config(name, backend, count))
         os.makedirs(os.path.join(id_repo, name, "1"), exist_ok=True)
     for mode in a.identity_hosting:
         name = "identity_python_" + mode
         write(os.path.join(id_repo, name, "config.pbtxt"),
-              IDENTITY_CONFIG.format(name=name, backend="python", count=a.identity_instances)
+              identity_config(name, "python", a.identity_instances)
               + 'parameters { key: "VRAMD_PYTHON_HOSTING" value { string_value: "%s" } }\n'
               % mode)
     batched = []
@@ -282,7 +280,7 @@ def main():
         for name, backend, count in (("identity_builtin_batched", "identity", a.identity_instances),
                                      ("identity_python_batched", "python", 1)):
             write(os.path.join(id_repo, name, "config.pbtxt"),
-                  IDENTITY_BATCHED_CONFIG.format(name=name, backend=backend, count=count))
+                  identity_config(name, backend, count, batched=True))
             os.makedirs(os.path.join(id_repo, name, "1"), exist_ok=True)
         batched = ["identity_python_batched"]
     for name in ["identity_python", "identity_python_1"] + batched + [

@@ -14,10 +14,10 @@
       (one interpreter in the server), stub (one host process per model and device) and
       process_per_instance (Triton's), and in_process_shared_stream (in-process with all
       instances on the legacy default stream, VRAMD_PYTHON_TORCH_INSTANCE_STREAM off). A fresh
-      server per N (restart mode, named so in the figures); the memory is the server's and its descendants' (the stubs) by NVML. In-process,
-      the server's /v2/memory also gives how much of NVML's figure the ledger's pools plus the
-      context baseline plus the native memory charged to instances cover (the "coverage",
-      target >= 0.95).
+      server per N (restart mode, named so in the figures); the memory is the server's and its
+      descendants' (the stubs) by NVML. In-process, the server's /v2/memory also gives how much
+      of NVML's figure the ledger's pools plus the context baseline plus the native memory
+      charged to instances cover (the "coverage", target >= 0.95).
 
 For each N (default 1 2 4 8 16) it prints the three totals, then the cost of one more instance
 (least-squares slope over N, and (mem[Nmax]-mem[Nmin])/(Nmax-Nmin)) for each, PASS when vramd's

@@ -9,8 +9,8 @@ PASS/FAIL/FIGURE lines and exits 1 on any FAIL.
 
 The models are model.py files written here (torch on cuda:0, KIND_GPU):
   - py_torch (2 instances, on the shared legacy stream): 16 MiB of weights made in initialize;
-    each execute makes 8 MiB of temporaries and answers x @ w.T. Checks: each instance's weights are in the ledger on
-    cuda:0 under that instance (its MemPool's segments); answers equal torch's own; 40 requests
+    each execute makes 8 MiB of temporaries and answers x @ w.T. Checks: each instance's weights
+    are in the ledger on cuda:0 under that instance (its MemPool's segments); answers equal torch's own; 40 requests
     later the instances' cuda:0 bytes are what they were after warm-up, torch's
     memory_allocated (reported by the model) too (the temporaries were freed), no request owner
     is left and nothing is filed as a leak; unload leaves no bytes under the model (dropping the
@@ -19,8 +19,8 @@ The models are model.py files written here (torch on cuda:0, KIND_GPU):
     run on a CUDA stream per instance (the model reports torch's current stream), its weights
     are still in the ledger, it answers the same, also after an unload and a load;
   - py_torch_leaky: the same (a stream per instance), keeping a 16 MiB tensor per request in
-    self.history (the planted leak): the growth warning names the model and its instance, and the instance's cuda:0 bytes
-    rose by at least 16 MiB per request;
+    self.history (the planted leak): the growth warning names the model and its instance, and
+    the instance's cuda:0 bytes rose by at least 16 MiB per request;
   - py_torch_off: py_torch with VRAMD_PYTHON_LEDGER_TORCH "off": torch's default pool takes its
     memory outside vramd's pools, and that shows under its instance as measured native memory
     (native_measured_bytes, src/memory/native_memory.h); it still answers;
@@ -313,7 +313,7 @@ def main():
         # 2b. A CUDA stream per instance (VRAMD_PYTHON_TORCH_INSTANCE_STREAM on): execute runs on
         # the instance's own stream, and the pool still takes its memory.
         loaded = instances(server.memory(), "py_torch_stream")
-        streams, legacy, outs = set(), set(), []
+        legacy, outs = set(), []
         for _ in range(24):
             outs.append(server.infer("py_torch_stream", "X", x, "FP32"))
             legacy.add(int(server.infer("py_torch", "X", x, "FP32")["STREAM"][0]))

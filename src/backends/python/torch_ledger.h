@@ -27,8 +27,9 @@
 // When it does nothing (logged once per reason): the instance is KIND_CPU; the model's
 // parameter VRAMD_PYTHON_LEDGER_TORCH is "off"; torch is not installed; torch has no CUDA (a
 // CPU-only build, or no device); torch has no torch.cuda.MemPool or no
-// _cuda_beginAllocateCurrentThreadToPool (before 2.8, e.g. 1.13). An async execute's coroutine runs on the instance's asyncio thread, outside the
-// pool: its allocations stay in torch's default pool.
+// _cuda_beginAllocateCurrentThreadToPool (before 2.8, e.g. 1.13). An async execute's coroutine
+// runs on the instance's asyncio thread, outside the pool: its allocations stay in torch's
+// default pool.
 //
 // Threads: TorchPool and TorchPoolCall need the GIL; the exported functions are called by torch
 // on any thread.

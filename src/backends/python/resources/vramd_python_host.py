@@ -260,7 +260,7 @@ class _RawStream:
     are not found: torch's pool stream then."""
 
     _create = None
-    _free = {}  # device index -> [(handle, torch.cuda.ExternalStream)]
+    _free = {}  # device index -> [torch.cuda.ExternalStream]
 
     @classmethod
     def make(cls, torch, index):
@@ -275,7 +275,7 @@ class _RawStream:
                 cls._create = (ctypes, create)
         free = cls._free.setdefault(index, [])
         if free:
-            return cls(index, *free.pop())
+            return cls(index, free.pop())
         if not cls._create:
             return None
         ctypes, create = cls._create
@@ -283,16 +283,15 @@ class _RawStream:
         with torch.cuda.device(index):
             if create(ctypes.byref(handle), 1) != 0:  # 1: cudaStreamNonBlocking
                 return None
-        return cls(index, handle.value,
-                   torch.cuda.ExternalStream(handle.value, device=torch.device("cuda", index)))
+        return cls(index, torch.cuda.ExternalStream(handle.value,
+                                                    device=torch.device("cuda", index)))
 
-    def __init__(self, index, handle, stream):
+    def __init__(self, index, stream):
         self.index = index
-        self.entry = (handle, stream)
         self.stream = stream
 
     def __del__(self):
-        self._free.setdefault(self.index, []).append(self.entry)
+        self._free.setdefault(self.index, []).append(self.stream)
 
 
 class TorchInstance:
@@ -313,21 +312,21 @@ class TorchInstance:
     def __init__(self, torch, device, pool, stream):
         self._c = torch._C
         self.index = int(device)
-        self.pool = pool  # before the stream: dropped first, its segments before the stream goes
+        self.pool = pool
         self.pool_id = pool.id if pool is not None else None
-        self.stream = None
+        self._stream = None  # owns the stream _stream_ids names
+        self._stream_ids = None
         if stream:
             raw = _RawStream.make(torch, self.index)
-            self._raw = raw  # owns the stream the ids below name
             s = raw.stream if raw is not None else torch.cuda.Stream(
                 device=torch.device("cuda", self.index))
-            self.stream = s
+            self._stream = raw if raw is not None else s
             self._stream_ids = (s.stream_id, s.device_index, s.device_type)
 
     def call(self, fn, *args):
         c = self._c
         restore = ()
-        if self.stream is not None:
+        if self._stream_ids is not None:
             current = c._cuda_getDevice()
             restore = [c._cuda_getCurrentStream(current)]
             if current != self.index:  # setting a stream makes its device current
