@@ -133,6 +133,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::memory::NativeMemoryMeter native_meter(&ledger, &allocator, nvml_ptr,
                                                 static_cast<uint32_t>(getpid()));
   report_options.native = &native_meter;
+  // Stub and process-per-instance hosts, shown per PID under the models they serve.
+  report_options.hosted = &vramd::memory::HostedProcesses::Global();
   vramd::memory::LiveMemoryReportSource memory_report(
       &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
       report_options);

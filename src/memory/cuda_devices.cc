@@ -6,6 +6,8 @@
 
 #if VRAMD_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "memory/scoped_device.h"
 #endif
 
 namespace vramd::memory {
@@ -92,6 +94,18 @@ Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* sr
   return Status::Ok();
 }
 
+Status SynchronizeDevice(int ordinal) {
+  ScopedDevice scoped(ordinal);
+  cudaError_t err = scoped.status();
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Internal(
+        fmt::format("cuda:{}: cudaDeviceSynchronize failed: {}", ordinal, cudaGetErrorString(err)));
+  }
+  return Status::Ok();
+}
+
 #else
 
 int CudaDeviceCount() { return 0; }
@@ -100,6 +114,7 @@ Result<std::string> CudaPciBusId(int ordinal) {
   return Status::Unavailable("built without CUDA");
 }
 Status CudaInitContext(int ordinal) { return Status::Unavailable("built without CUDA"); }
+Status SynchronizeDevice(int ordinal) { return Status::Unavailable("built without CUDA"); }
 
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream) {

@@ -26,6 +26,10 @@ Result<std::string> CudaPciBusId(int ordinal);
 // memory/nvml.h. Unavailable without CUDA or when the context cannot be made.
 Status CudaInitContext(int ordinal);
 
+// Waits for all work on device `ordinal` (cudaDeviceSynchronize), leaving the current device
+// as it was. Unavailable without CUDA; Internal naming the CUDA error.
+Status SynchronizeDevice(int ordinal);
+
 // Copies `size` bytes from `src` (on device `src_device`) to `dst` (on `dst_device`): any pair
 // of host, pinned host and CUDA memory, ordered on `stream` (a cudaStream_t, or null) and
 // complete when it returns. Host to host is a memcpy; anything touching a GPU needs CUDA

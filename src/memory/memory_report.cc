@@ -174,6 +174,18 @@ void WriteDevice(JsonWriter& w, const DeviceMemoryReport& d) {
   Int(w, "native_measured_bytes", d.native_measured_bytes);
   OptionalInt(w, "unattributed_bytes", d.unattributed_bytes);
   Text(w, "unattributed_reason", d.unattributed_bytes ? "" : d.unattributed_reason);
+  Int(w, "hosted_used_bytes", d.hosted_used_bytes);
+  WriteJsonKey(w, "hosted_processes");
+  w.StartArray();
+  for (const DeviceMemoryReport::Hosted& h : d.hosted) {
+    w.StartObject();
+    Int(w, "pid", h.pid);
+    Text(w, "owner", h.owner);
+    Text(w, "label", h.label);
+    Int(w, "used_bytes", h.used_bytes);
+    w.EndObject();
+  }
+  w.EndArray();
   w.EndObject();
 }
 
@@ -279,8 +291,19 @@ MemoryReport BuildMemoryReport(const Ledger& ledger, std::vector<PoolStats> pool
   }
   for (const ContextBaseline& b : baselines) ordinals.insert(b.ordinal);
   const uint32_t pid = options.pid != 0 ? options.pid : static_cast<uint32_t>(getpid());
+  const std::vector<HostedProcess> hosted =
+      options.hosted != nullptr ? options.hosted->List() : std::vector<HostedProcess>();
   for (int ordinal : ordinals) {
-    r.devices.push_back(DeviceReport(ordinal, pools, nvml, baselines, options, pid));
+    DeviceMemoryReport& d =
+        r.devices.emplace_back(DeviceReport(ordinal, pools, nvml, baselines, options, pid));
+    // A host that NVML does not list on this device has no context there (a CPU model's, or
+    // one that has not touched the device yet): nothing to show.
+    for (const HostedProcess& h : hosted) {
+      auto used = nvml != nullptr ? nvml->ProcessUsedBytes(ordinal, h.pid) : Result<uint64_t>(0);
+      if (nvml == nullptr || !used.ok()) continue;
+      d.hosted.push_back({h.pid, ledger.OwnerPath(h.owner), h.label, static_cast<int64_t>(*used)});
+      d.hosted_used_bytes += static_cast<int64_t>(*used);
+    }
   }
   std::sort(pools.begin(), pools.end(), [](const PoolStats& a, const PoolStats& b) {
     return std::pair(a.device.type, a.device.index) < std::pair(b.device.type, b.device.index);

@@ -35,6 +35,7 @@
 #include "memory/allocator.h"
 #include "memory/caching_pool.h"
 #include "memory/device.h"
+#include "memory/hosted_processes.h"
 #include "memory/native_memory.h"
 #include "memory/ledger.h"
 #include "memory/nvml.h"
@@ -60,6 +61,17 @@ struct DeviceMemoryReport {
   int64_t native_measured_bytes = 0;
   std::optional<int64_t> unattributed_bytes;  // see the file comment; may be negative
   std::string unattributed_reason;
+  // Backend host processes serving models (hosted_processes.h) that NVML lists on this device:
+  // their own contexts and libraries' memory, which no ledger holds, under the model they serve.
+  // Apart from process_used_bytes (this process's) and so from unattributed.
+  struct Hosted {
+    uint32_t pid = 0;
+    std::string owner;  // the model version's ledger path, "" once it is gone
+    std::string label;
+    int64_t used_bytes = 0;  // NVML's usedGpuMemory for the pid
+  };
+  std::vector<Hosted> hosted;
+  int64_t hosted_used_bytes = 0;  // their sum
 };
 
 // The owner tree, nested: a node per owner still in the ledger.
@@ -94,6 +106,9 @@ struct MemoryReportOptions {
   // Native memory charged to instances (native_memory.h), subtracted from unattributed; null:
   // none measured. Must outlive the report source.
   const NativeMemoryMeter* native = nullptr;
+  // The server's backend host processes (hosted_processes.h); null: none listed. Must outlive
+  // the report source.
+  const HostedProcesses* hosted = nullptr;
 };
 
 // Reads the ledger, the allocator's pools and NVML (null: unavailable). `baselines` come from

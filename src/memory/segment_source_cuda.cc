@@ -9,6 +9,8 @@
 
 #if VRAMD_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "memory/scoped_device.h"
 #endif
 
 namespace vramd::memory {
@@ -16,35 +18,6 @@ namespace vramd::memory {
 #if VRAMD_WITH_CUDA
 
 namespace {
-
-// Makes `ordinal` the calling thread's current device for its lifetime, then restores the
-// previous one. Skips both cudaSetDevice calls when it is already current.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int ordinal) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ != ordinal) {
-      status_ = cudaSetDevice(ordinal);
-      switched_ = status_ == cudaSuccess;
-    }
-  }
-  ~ScopedDevice() {
-    if (switched_ && previous_ >= 0) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
-  // cudaSuccess unless making the device current failed.
-  cudaError_t status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-  cudaError_t status_ = cudaSuccess;
-};
 
 class CudaSegmentSource final : public SegmentSource {
  public:

@@ -33,6 +33,7 @@
 #include "core/data_type.h"
 #include "core/infer_request.h"
 #include "core/tensor.h"
+#include "memory/cuda_devices.h"
 
 // The opaque handle of include/vramd/backend.h: one response of a call into another model.
 struct VramdInferResult {
@@ -164,16 +165,25 @@ Result<std::shared_ptr<InferRequest>> RequestOf(const VramdInferCall& call) {
       return Status::InvalidArgument(
           fmt::format("infer_async: input '{}': `data` is NULL with byte_size > 0", in.name));
     }
-    if (call.input_memory != nullptr && call.input_memory[i].kind != VRAMD_DEVICE_CPU &&
-        call.input_memory[i].kind != VRAMD_DEVICE_CUDA_HOST) {
-      return Status::Unsupported(fmt::format(
-          "infer_async: input '{}' is in GPU memory; calls into other models take inputs in "
-          "host memory for now (copy it to host first)",
-          in.name));
+    // The runtime's tensors are host memory: a GPU input (a model.py's torch tensor) is
+    // copied to host here, as the caller would otherwise have to.
+    HostBuffer data;
+    if (call.input_memory != nullptr && call.input_memory[i].kind == VRAMD_DEVICE_GPU) {
+      auto device = ToDevice(call.input_memory[i].kind, call.input_memory[i].device_id);
+      if (!device.ok()) return device.status().WithContext(fmt::format("infer_async: input '{}'", in.name));
+      data = HostBuffer::Allocate(in.byte_size);
+      VRAMD_RETURN_IF_ERROR(memory::CopyBytes(memory::Device::Cpu(), data.mutable_data(), *device,
+                                              in.data, in.byte_size, nullptr)
+                                .WithContext(fmt::format("infer_async: input '{}'", in.name)));
+    } else if (call.input_memory != nullptr && call.input_memory[i].kind != VRAMD_DEVICE_CPU &&
+               call.input_memory[i].kind != VRAMD_DEVICE_CUDA_HOST) {
+      return Status::InvalidArgument(fmt::format("infer_async: input '{}': unknown memory kind {}",
+                                                 in.name, static_cast<int>(call.input_memory[i].kind)));
+    } else {
+      data = HostBuffer::CopyOf(in.data, in.byte_size);
     }
     request->inputs.push_back(Tensor{in.name, static_cast<DataType>(static_cast<int>(in.datatype)),
-                                     Shape(in.shape, in.shape + in.rank),
-                                     HostBuffer::CopyOf(in.data, in.byte_size)});
+                                     Shape(in.shape, in.shape + in.rank), std::move(data)});
   }
   for (size_t i = 0; i < call.requested_output_count; ++i) {
     if (call.requested_outputs[i] == nullptr) {

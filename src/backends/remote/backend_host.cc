@@ -24,6 +24,7 @@
 #include "backends/remote/worker.h"
 #include "core/mutex.h"
 #include "memory/cuda_devices.h"
+#include "memory/cuda_ipc.h"
 #include "memory/device.h"
 
 namespace vramd::backends::remote {
@@ -561,18 +562,16 @@ class Host {
     }
   }
 
-  static VramdCode Allocate(void* s, VramdOwner, VramdDeviceKind kind, int32_t device_id,
+  static VramdCode Allocate(void* s, VramdOwner owner, VramdDeviceKind kind, int32_t device_id,
                             size_t size, void*, void** out, VramdError* error) {
     return Guarded("allocate", error, [&] {
       if (out == nullptr) return Fail(error, Status::InvalidArgument("allocate: `out` is NULL"));
       *out = nullptr;
       if (kind == VRAMD_DEVICE_GPU) {
-        return Fail(error, Status::Unsupported(fmt::format(
-                               "allocate: GPU {} memory cannot be allocated in the backend host "
-                               "process of {}: vramd's device pools are not shared with host "
-                               "processes yet, and memory allocated here would be outside its "
-                               "ledger (use in_process hosting for a backend that needs it)",
-                               device_id, Of(s)->label_)));
+        auto ptr = Of(s)->AllocateDevice(owner, device_id, size);
+        if (!ptr.ok()) return Fail(error, ptr.status().WithContext("allocate"));
+        *out = *ptr;
+        return VRAMD_OK;
       }
       if (kind != VRAMD_DEVICE_CPU && kind != VRAMD_DEVICE_CUDA_HOST) {
         return Fail(error, Status::InvalidArgument(fmt::format("allocate: unknown kind {}", static_cast<int>(kind))));
@@ -586,7 +585,79 @@ class Host {
     });
   }
 
-  static void Free(void*, VramdDeviceKind, int32_t, void* ptr) { std::free(ptr); }
+  static void Free(void* s, VramdDeviceKind kind, int32_t, void* ptr) {
+    if (kind == VRAMD_DEVICE_GPU) {
+      try {
+        Of(s)->FreeDevice(ptr);
+      } catch (...) {
+      }
+      return;
+    }
+    std::free(ptr);
+  }
+
+  // GPU memory is vramd's (DeviceAllocate): charged to `owner` in its ledger and mapped here by
+  // CUDA IPC (memory/cuda_ipc.h), so that a hosted backend's device memory has an owner as an
+  // in-process one's has.
+  Result<void*> AllocateDevice(VramdOwner owner, int32_t device, size_t size) EXCLUDES(mu_) {
+    WireWriter w;
+    w.U64(owner);
+    w.I32(device);
+    w.U64(size);
+    VRAMD_ASSIGN_OR_RETURN(Frame reply, CallChecked(MessageType::kDeviceAllocate, w));
+    WireReader r(reply.data(), reply.size(), "DeviceAllocate reply");
+    static_cast<void>(DecodeStatus(r));  // OK: CallChecked checked it
+    const uint64_t id = r.U64("id");
+    const std::string_view handle = r.Str("handle");
+    const uint64_t offset = r.U64("offset");
+    if (r.ok() && handle.size() != memory::kIpcHandleBytes) {
+      r.Refuse("handle", fmt::format("has {} bytes, not {}", handle.size(), memory::kIpcHandleBytes));
+    }
+    Status read = r.Finish();
+    if (!read.ok()) {
+      NotifyDeviceFree(id);
+      return read;
+    }
+    memory::IpcHandle bytes;
+    std::memcpy(bytes.data(), handle.data(), bytes.size());
+    auto mapped = memory::ImportedMemory::Open(device, bytes);
+    if (!mapped.ok()) {
+      NotifyDeviceFree(id);
+      return mapped.status().WithContext(fmt::format("mapping GPU {} memory of vramd's into {}", device, label_));
+    }
+    void* ptr = (*mapped)->base() + offset;
+    MutexLock lock(mu_);
+    device_memory_[ptr] = DeviceMemory{id, std::move(*mapped)};
+    return ptr;
+  }
+
+  void FreeDevice(void* ptr) EXCLUDES(mu_) {
+    DeviceMemory memory;
+    {
+      MutexLock lock(mu_);
+      auto it = device_memory_.find(ptr);
+      if (it == device_memory_.end()) {
+        Log(this, VRAMD_LOG_ERROR, fmt::format("free: {} is not GPU memory vramd gave {}", ptr, label_).c_str());
+        return;
+      }
+      memory = std::move(it->second);
+      device_memory_.erase(it);
+    }
+    // The pool hands the block to someone else once vramd frees it: no kernel of this process
+    // may still use it, and the mapping is closed before vramd hears (memory/cuda_ipc.h).
+    const int device = memory.mapping->ordinal();
+    if (Status synced = memory::SynchronizeDevice(device); !synced.ok()) {
+      Log(this, VRAMD_LOG_ERROR, fmt::format("free: {}", synced.message()).c_str());
+    }
+    memory.mapping.reset();
+    NotifyDeviceFree(memory.id);
+  }
+
+  void NotifyDeviceFree(uint64_t id) {
+    WireWriter w;
+    w.U64(id);
+    static_cast<void>(peer_.Notify(MessageType::kDeviceFree, w.buffer()));
+  }
 
   static void RecordLoadPhase(void* s, const char* phase, double seconds, uint64_t bytes) {
     try {
@@ -720,14 +791,29 @@ class Host {
           (call->input_count > 0 && call->inputs == nullptr)) {
         return Fail(error, Status::InvalidArgument("infer_async: a NULL call, model, inputs or on_result"));
       }
+      // vramd takes a call's inputs in host memory (it copies GPU inputs to host in-process):
+      // a GPU input is copied to host here, so the bytes cross once.
+      std::vector<VramdTensor> staged_inputs;
+      std::vector<std::unique_ptr<std::byte[]>> staged;
+      VramdInferCall staged_call;
       if (call->input_memory != nullptr) {
         for (size_t i = 0; i < call->input_count; ++i) {
-          if (call->input_memory[i].kind == VRAMD_DEVICE_GPU) {
-            return Fail(error, Status::Unsupported(
-                                   "infer_async: inputs in GPU memory are not carried yet; copy "
-                                   "them to host memory first"));
+          VramdTensor t = call->inputs[i];
+          if (call->input_memory[i].kind == VRAMD_DEVICE_GPU && t.byte_size > 0) {
+            auto device = ToDevice(VRAMD_DEVICE_GPU, call->input_memory[i].device_id);
+            if (!device.ok()) return Fail(error, device.status().WithContext("infer_async"));
+            staged.push_back(std::make_unique<std::byte[]>(t.byte_size));
+            Status copied = memory::CopyBytes(memory::Device::Cpu(), staged.back().get(), *device,
+                                              t.data, t.byte_size, nullptr);
+            if (!copied.ok()) return Fail(error, copied.WithContext(fmt::format("infer_async: input '{}'", t.name)));
+            t.data = staged.back().get();
           }
+          staged_inputs.push_back(t);
         }
+        staged_call = *call;
+        staged_call.inputs = staged_inputs.data();
+        staged_call.input_memory = nullptr;
+        call = &staged_call;
       }
       Host* host = Of(s);
       uint64_t id;
@@ -911,6 +997,11 @@ class Host {
   std::map<uint32_t, Slot> slots_ GUARDED_BY(mu_);
   uint64_t next_infer_ GUARDED_BY(mu_) = 1;
   std::map<uint64_t, InferContext> infers_ GUARDED_BY(mu_);
+  struct DeviceMemory {
+    uint64_t id = 0;  // vramd's DeviceAllocate id
+    std::unique_ptr<memory::ImportedMemory> mapping;
+  };
+  std::map<void*, DeviceMemory> device_memory_ GUARDED_BY(mu_);  // by the pointer handed out
 
   // Threads last: they stop (joining) before the state above goes.
   Worker control_;

@@ -16,6 +16,8 @@
 #include "backends/remote/peer.h"
 #include "backends/remote/worker.h"
 #include "core/infer_request.h"
+#include "memory/cuda_ipc.h"
+#include "memory/hosted_processes.h"
 
 namespace vramd::backends::remote {
 namespace {
@@ -175,6 +177,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (options_.call_timeout.count() > 0) {
       watchdog_ = std::jthread([this](std::stop_token stop) { Watch(stop); });
     }
+    MutexLock lock(mu_);
+    hosted_ = memory::HostedProcesses::Global().Add(
+        memory::HostedProcess{static_cast<uint32_t>(pid_), options_.model.owner, options_.label});
   }
 
   const VramdServerApi* server() const { return options_.server; }
@@ -261,15 +266,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
       process_.Kill();
     }
     const std::string ended = process_.Reap(options_.exit_grace);
+    {
+      MutexLock lock(mu_);
+      hosted_.reset();  // reaped: the pid may be another process's from now on
+    }
     const Status reason = Status::Unavailable(
         fmt::format("stub for {} (pid {}) {}", options_.label, pid_, hang.value_or(ended)));
     std::map<uint64_t, Owed> responders;
     std::map<uint64_t, void*> families, metrics;
+    std::map<uint64_t, DeviceMemory> device_memory;
     {
       MutexLock lock(mu_);
       responders.swap(responders_);
       families.swap(families_);
       metrics.swap(metrics_);
+      device_memory.swap(device_memory_);
+    }
+    // The process is reaped, its mappings gone with its context: its GPU memory can go back.
+    uint64_t held = 0;
+    for (const auto& [id, m] : device_memory) {
+      held += m.size;
+      server()->free(server()->server, VRAMD_DEVICE_GPU, m.device, m.ptr);
+    }
+    if (!device_memory.empty()) {
+      spdlog::info("stub for {} (pid {}) held {} GPU allocation(s) of vramd's ({} bytes) when it "
+                   "ended; freed", options_.label, pid_, device_memory.size(), held);
     }
     // The stub first: a client that got its error then finds the model restarting (not ready).
     on_closed_(this);
@@ -314,6 +335,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return peer_->Reply(f.id, w.buffer());
       }
       case MessageType::kInferAsync: return OnInferAsync(f.id, r);
+      case MessageType::kDeviceAllocate: {
+        const uint64_t owner = r.U64("owner");
+        const int32_t device = r.I32("device");
+        const uint64_t size = r.U64("size");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        return OnDeviceAllocate(f.id, owner, device, size);
+      }
+      case MessageType::kDeviceFree: {
+        const uint64_t id = r.U64("id");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        std::optional<DeviceMemory> memory;
+        {
+          MutexLock lock(mu_);
+          if (auto it = device_memory_.find(id); it != device_memory_.end()) {
+            memory = it->second;
+            device_memory_.erase(it);
+          }
+        }
+        // An unknown id (a double free) is the host's bug and harmless here.
+        if (memory.has_value()) server()->free(server()->server, VRAMD_DEVICE_GPU, memory->device, memory->ptr);
+        return Status::Ok();
+      }
       case MessageType::kLoadModel:
       case MessageType::kUnloadModel: {
         // Blocking (a load runs to its end): on a thread of its own, so that the reader goes on.
@@ -446,6 +489,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
       default:
         return Status::InvalidArgument(fmt::format("the host sent a {} frame, which only vramd sends", what));
     }
+  }
+
+  // GPU memory for the host from the server's pools, in the ledger under `owner`, exported by
+  // CUDA IPC; kept here until the host's DeviceFree, or freed when the process is gone.
+  Status OnDeviceAllocate(uint64_t call, uint64_t owner, int32_t device, uint64_t size) EXCLUDES(mu_) {
+    if (device < 0) return Reply(call, Status::InvalidArgument(fmt::format("allocate: GPU {} is no device", device)));
+    VramdError error{};
+    void* ptr = nullptr;
+    const VramdCode code = server()->allocate(server()->server, owner, VRAMD_DEVICE_GPU, device,
+                                              static_cast<size_t>(size), nullptr, &ptr, &error);
+    if (code != VRAMD_OK) return Reply(call, abi::FromVramd(code, error, ""));
+    auto exported = memory::ExportDeviceMemory(device, ptr);
+    if (!exported.ok()) {
+      server()->free(server()->server, VRAMD_DEVICE_GPU, device, ptr);
+      return Reply(call, exported.status().WithContext("exporting it to the host"));
+    }
+    uint64_t id;
+    {
+      MutexLock lock(mu_);
+      id = next_id_++;
+      device_memory_[id] = DeviceMemory{ptr, device, size};
+    }
+    WireWriter w;
+    EncodeStatus(w, Status::Ok());
+    w.U64(id);
+    w.Str(std::string_view(reinterpret_cast<const char*>(exported->handle.data()), exported->handle.size()));
+    w.U64(exported->offset);
+    return peer_->Reply(call, w.buffer());
   }
 
   Status OnRespond(uint64_t call, WireReader& r) EXCLUDES(mu_) {
@@ -597,6 +668,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::map<uint64_t, Owed> responders_ GUARDED_BY(mu_);
   std::map<uint64_t, void*> families_ GUARDED_BY(mu_);
   std::map<uint64_t, void*> metrics_ GUARDED_BY(mu_);
+  struct DeviceMemory {
+    void* ptr = nullptr;
+    int32_t device = 0;
+    uint64_t size = 0;
+  };
+  std::map<uint64_t, DeviceMemory> device_memory_ GUARDED_BY(mu_);  // DeviceAllocate's, by id
+  // In the memory report's list of hosts (NVML per PID) while the process lives.
+  std::unique_ptr<memory::HostedProcesses::Registration> hosted_ GUARDED_BY(mu_);
   std::optional<std::string> hang_ GUARDED_BY(mu_);  // set when a call ran past its timeout
   std::condition_variable_any owed_changed_;          // a deadline moved earlier; with mu_
   uint64_t owed_changes_ GUARDED_BY(mu_) = 0;

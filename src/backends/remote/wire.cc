@@ -7,7 +7,7 @@
 namespace vramd::backends::remote {
 
 bool IsKnownMessageType(uint32_t v) {
-  return (v >= 1 && v <= 10) || (v >= 20 && v <= 23) || (v >= 30 && v <= 39);
+  return (v >= 1 && v <= 10) || (v >= 20 && v <= 24) || (v >= 30 && v <= 40);
 }
 
 std::string MessageTypeName(uint32_t v) {
@@ -26,6 +26,7 @@ std::string MessageTypeName(uint32_t v) {
     case MessageType::kRecordLoadPhase: return "RecordLoadPhase";
     case MessageType::kMetricFamilyRelease: return "MetricFamilyRelease";
     case MessageType::kMetricRelease: return "MetricRelease";
+    case MessageType::kDeviceFree: return "DeviceFree";
     case MessageType::kRespond: return "Respond";
     case MessageType::kIsCancelled: return "IsCancelled";
     case MessageType::kInferAsync: return "InferAsync";
@@ -36,6 +37,7 @@ std::string MessageTypeName(uint32_t v) {
     case MessageType::kMetricCreate: return "MetricCreate";
     case MessageType::kMetricUpdate: return "MetricUpdate";
     case MessageType::kMetricValue: return "MetricValue";
+    case MessageType::kDeviceAllocate: return "DeviceAllocate";
   }
   return fmt::format("unknown({})", v);
 }

@@ -44,6 +44,8 @@ enum class MessageType : uint32_t {
   kRecordLoadPhase = 21,
   kMetricFamilyRelease = 22,
   kMetricRelease = 23,
+  // The host is done with a DeviceAllocate's memory (it closed its mapping first).
+  kDeviceFree = 24,
   // host -> vramd (each answered by a kReply).
   kRespond = 30,
   kIsCancelled = 31,
@@ -55,6 +57,9 @@ enum class MessageType : uint32_t {
   kMetricCreate = 37,
   kMetricUpdate = 38,
   kMetricValue = 39,
+  // GPU memory from vramd's pools, charged to an owner in its ledger, handed to the host by
+  // CUDA IPC (memory/cuda_ipc.h): the reply carries an id, the handle and the offset.
+  kDeviceAllocate = 40,
 };
 
 // Whether `value` is one of the types above.

@@ -129,6 +129,18 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
               "NVML process bytes minus pool reserved minus context baseline (may be negative).",
               [&](const DeviceMemoryReport& d) { return bytes(d.unattributed_bytes); });
 
+  out.Family("vramd_hosted_process_gpu_used_bytes",
+             "Device memory NVML reports for a backend host process (stub) serving a model: "
+             "its own CUDA context and what its libraries took, by host pid and the model "
+             "version's ledger owner.",
+             kGauge);
+  for (const DeviceMemoryReport& d : report.devices) {
+    for (const DeviceMemoryReport::Hosted& h : d.hosted) {
+      out.Sample({{"device", d.device.ToString()}, {"pid", std::to_string(h.pid)}, {"owner", h.owner}},
+                 static_cast<double>(h.used_bytes));
+    }
+  }
+
   out.Family("vramd_nvml_available", "1 when NVML answers, 0 when it is unavailable.", kGauge);
   out.Sample({}, report.nvml_available ? 1 : 0);
   auto nvml = [](auto field) {

@@ -109,6 +109,12 @@ void RenderDevices(const Value& doc, std::string& out) {
       } else {
         out += "    unattributed  unknown: " + Str(d, "unattributed_reason") + "\n";
       }
+      if (const Value* hosted = Member(d, "hosted_processes"); hosted != nullptr && hosted->IsArray()) {
+        for (const Value& h : hosted->GetArray()) {
+          out += fmt::format("    host pid {}   {} ({}), NVML; {}\n", Int(h, "pid").value_or(0),
+                             Bytes(Int(h, "used_bytes")), Str(h, "owner"), Str(h, "label"));
+        }
+      }
     }
   }
   const Value* nvml = Member(doc, "nvml");

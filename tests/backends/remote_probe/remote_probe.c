@@ -8,8 +8,8 @@
  * One whose first element is PROBE_SILENT (5555) is never answered: execute_requests returns
  * without responding (a request the backend lost).
  * instance_ready answers not ready when the config's parameters name "probe_not_ready".
- * GPU allocate is tried at model_create when the config's parameters name "try_gpu_allocate",
- * and its error becomes model_create's. */
+ * GPU allocate (1 KiB, freed at once) is tried at model_create when the config's parameters name
+ * "try_gpu_allocate", and its error becomes model_create's. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +43,12 @@ static VramdCode model_create(const VramdModelInfo* info, void** model, VramdErr
     void* p = NULL;
     VramdCode code = m->server->allocate(m->server->server, info->owner, VRAMD_DEVICE_GPU, 0, 1024,
                                          NULL, &p, error);
-    free(m);
-    return code == VRAMD_OK ? VRAMD_INTERNAL : code;
+    if (code != VRAMD_OK) {
+      free(m);
+      return code;
+    }
+    m->server->log(m->server->server, VRAMD_LOG_INFO, "remote_probe: GPU allocate succeeded");
+    m->server->free(m->server->server, VRAMD_DEVICE_GPU, 0, p);
   }
   m->not_ready = strstr(info->config_json, "probe_not_ready") != NULL;
   m->server->log(m->server->server, VRAMD_LOG_INFO, "remote_probe model created");

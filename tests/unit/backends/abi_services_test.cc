@@ -17,6 +17,7 @@
 #include "backends/server_services.h"
 #include "core/host_buffer.h"
 #include "memory/allocator.h"
+#include "memory/cuda_devices.h"
 #include "memory/ledger.h"
 #include "runtime/custom_metrics.h"
 #include "vramd/backend.h"
@@ -217,8 +218,18 @@ TEST_F(AbiServicesTest, MalformedCallsAreRefusedAndNothingRuns) {
   call = Call("m");
   call.inputs = &input;
   call.input_count = 1;
-  call.input_memory = &on_gpu;
-  refuse(&call, VRAMD_UNSUPPORTED, "input 'IN' is in GPU memory");
+  VramdMemory unknown_kind{static_cast<VramdDeviceKind>(7), 0};
+  call.input_memory = &unknown_kind;
+  refuse(&call, VRAMD_INVALID_ARGUMENT, "input 'IN': unknown memory kind 7");
+  if (memory::CudaDeviceCount() == 0) {
+    // A GPU input is copied to host; with no device the copy fails and names the input (with
+    // one, the GPU check copies a torch tensor through BLS: tests/gpu/python_models).
+    call.input_memory = &on_gpu;
+    services_.seen = nullptr;
+    EXPECT_NE(api().infer_async(server(), &call, &Received::OnResult, &received, &error), VRAMD_OK);
+    EXPECT_THAT(error.message, HasSubstr("input 'IN'"));
+    EXPECT_EQ(services_.seen, nullptr);
+  }
 
   call.input_memory = nullptr;
   call.parameters_json = "[1]";

@@ -180,6 +180,60 @@ TEST(MemoryReportTest, UnattributedIsNegativeWhenPoolsAndBaselineExceedNvml) {
   EXPECT_EQ(*report.devices[0].unattributed_bytes, -28 * kMiB);
 }
 
+// NVML knows this process (pid 100) and one host (pid 200); pid 300 has no context here.
+class HostsNvml : public FakeNvml {
+ public:
+  HostsNvml() : FakeNvml(1024 * kMiB) {}
+  Result<uint64_t> ProcessUsedBytes(int ordinal, uint32_t pid) const override {
+    if (pid == 200) return uint64_t{700 * kMiB};
+    if (pid == 300) return Status::NotFound("pid 300 is not in NVML's list");
+    return FakeNvml::ProcessUsedBytes(ordinal, pid);
+  }
+};
+
+TEST(MemoryReportTest, HostProcessesShowTheirNvmlFigureUnderTheirModelApartFromUnattributed) {
+  Ledger ledger;
+  ModelOwners owners(ledger);
+  HostedProcesses hosts;
+  auto gpu_host = hosts.Add({200, owners.version, "model 'add_sub' version 1 (GPU 0)"});
+  auto cpu_host = hosts.Add({300, owners.version, "model 'add_sub' version 1 (CPU)"});
+  HostsNvml nvml;
+  MemoryReportOptions options;
+  options.pid = 100;
+  options.hosted = &hosts;
+  std::vector<ContextBaseline> baselines{{0, 500 * kMiB, ""}};
+  MemoryReport report = BuildMemoryReport(ledger, {CudaPool(64 * kMiB, 40 * kMiB)}, &nvml,
+                                          baselines, options);
+  ASSERT_EQ(report.devices.size(), 1u);
+  const DeviceMemoryReport& d = report.devices[0];
+  ASSERT_EQ(d.hosted.size(), 1u);  // pid 300 has no context on the device
+  EXPECT_EQ(d.hosted[0].pid, 200u);
+  EXPECT_EQ(d.hosted[0].owner, ledger.OwnerPath(owners.version));
+  EXPECT_EQ(d.hosted_used_bytes, 700 * kMiB);
+  EXPECT_EQ(*d.unattributed_bytes, (1024 - 64 - 500) * kMiB);  // another process's memory
+
+  auto doc = Parse(MemoryReportToJson(report));
+  const auto& dev = doc["devices"][0];
+  EXPECT_EQ(dev["hosted_used_bytes"].GetInt64(), 700 * kMiB);
+  ASSERT_EQ(dev["hosted_processes"].Size(), 1u);
+  const auto& h = dev["hosted_processes"][0];
+  EXPECT_EQ(h["pid"].GetInt64(), 200);
+  EXPECT_EQ(std::string(h["owner"].GetString()), "server/model:add_sub/version:1");
+  EXPECT_STREQ(h["label"].GetString(), "model 'add_sub' version 1 (GPU 0)");
+  EXPECT_EQ(h["used_bytes"].GetInt64(), 700 * kMiB);
+
+  auto text_or = metrics::RenderMemoryReportText(MemoryReportToJson(report));
+  ASSERT_TRUE(text_or.ok());
+  const std::string text = *text_or;
+  EXPECT_NE(text.find("host pid 200"), std::string::npos) << text;
+  EXPECT_NE(text.find("server/model:add_sub/version:1"), std::string::npos) << text;
+  EXPECT_NE(metrics::RenderMemoryMetrics(report).find("vramd_hosted_process_gpu_used_bytes{device=\"cuda:0\",pid=\"200\""),
+            std::string::npos);
+
+  gpu_host.reset();  // the host ended: no longer listed
+  EXPECT_TRUE(BuildMemoryReport(ledger, {}, &nvml, baselines, options).devices[0].hosted.empty());
+}
+
 TEST(MemoryReportTest, WithoutNvmlEveryNvmlFigureIsNullWithTheReason) {
   Ledger ledger;
   MemoryReportOptions options;

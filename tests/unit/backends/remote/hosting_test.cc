@@ -26,6 +26,8 @@
 #include "backends/backend_config.h"
 #include "backends/remote/hosting.h"
 #include "backends/remote/stub.h"
+#include "memory/cuda_devices.h"
+#include "memory/hosted_processes.h"
 #include "support/scratch_repository.h"
 
 namespace vramd {
@@ -98,6 +100,7 @@ class HostingTest : public ::testing::Test {
   void TearDown() override {
     manager_.reset();
     EXPECT_TRUE(Children().empty()) << "a host process outlived its model";
+    EXPECT_TRUE(HostedPids().empty()) << "a host is still listed for the memory report";
     EXPECT_EQ(OpenFds(), fds_before_) << "a descriptor leaked";
     EXPECT_EQ(DevShmEntries(), shm_before_);
     EXPECT_TRUE(memory_.ledger.Leaks().empty());
@@ -136,6 +139,17 @@ class HostingTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return next;
+  }
+  // The hosts listed for the memory report (memory/hosted_processes.h), each under the
+  // ledger owner of the model version it serves.
+  std::vector<uint32_t> HostedPids() {
+    std::vector<uint32_t> pids;
+    for (const memory::HostedProcess& h : memory::HostedProcesses::Global().List()) {
+      EXPECT_NE(h.owner, memory::kNoOwner);
+      EXPECT_THAT(h.label, HasSubstr("model '"));
+      pids.push_back(h.pid);
+    }
+    return pids;
   }
   // OUTPUT1 of a probe response: {pid, instances created in that process}.
   static std::pair<int64_t, int64_t> PidOf(const InferResponse& response) {
@@ -213,6 +227,8 @@ TEST_F(HostingTest, AKilledHostFailsItsRequestAndIsRestarted) {
   ASSERT_GT(pid, 0);
   const size_t fds_serving = OpenFds();
   const uint64_t restarts_before = backends::remote::Stub::TotalRestarts();
+  EXPECT_EQ(HostedPids(), std::vector<uint32_t>{static_cast<uint32_t>(pid)})
+      << "the memory report's list of hosts (NVML per PID)";
 
   auto hung = std::async(std::launch::async, [&] { return (*model)->Infer(Request({9999})); });
   // The probe creates the marker once it is inside execute.
@@ -234,6 +250,8 @@ TEST_F(HostingTest, AKilledHostFailsItsRequestAndIsRestarted) {
   EXPECT_EQ(backends::remote::Stub::TotalRestarts(), restarts_before + 1);
   EXPECT_EQ(OpenFds(), fds_serving) << "the killed process's descriptors outlived it";
   EXPECT_EQ(Children().size(), 1u);
+  EXPECT_EQ(HostedPids(), std::vector<uint32_t>{static_cast<uint32_t>(PidOf(next->response).first)})
+      << "the killed process is no longer listed, its successor is";
   ::unsetenv("PROBE_HANG_MARKER");
 }
 
@@ -250,7 +268,13 @@ TEST_F(HostingTest, ExecuteErrorsAndRefusalsNameTheirCause) {
   ASSERT_FALSE(failed.ok());
   EXPECT_THAT(failed.status().message(), HasSubstr("asked to fail"));
   EXPECT_TRUE((*model)->Infer(Request({1})).ok());
-  EXPECT_THAT(Reason("gpu"), HasSubstr("cannot be allocated in the backend host process"));
+  // GPU memory in a host is the server's (DeviceAllocate, CUDA IPC): without a device here the
+  // server's refusal reaches the host's backend (the GPU check maps it on the device).
+  if (memory::CudaDeviceCount() == 0) {
+    EXPECT_THAT(Reason("gpu"), HasSubstr("cuda:0"));
+  } else {
+    EXPECT_TRUE(manager_->Find("gpu", 0).ok()) << Reason("gpu");
+  }
   EXPECT_THAT(Reason("bad"), HasSubstr("VRAMD_REMOTE_PROBE_HOSTING is \"sideways\""));
 }
 
