@@ -24,6 +24,12 @@ The models are model.py files written here (torch on cuda:0, KIND_GPU):
   - py_torch_off: py_torch with VRAMD_PYTHON_LEDGER_TORCH "off": torch's default pool takes its
     memory outside vramd's pools, and that shows under its instance as measured native memory
     (native_measured_bytes, src/memory/native_memory.h); it still answers;
+  - py_torch_stub: py_torch_stream hosted in a stub: its torch memory comes from the server's
+    pools by CUDA IPC (weights in the ledger per instance, flat over 40 requests), the host is
+    listed under the model with NVML's figure for its pid, a SIGKILLed host is replaced and its
+    GPU memory freed, unload leaves nothing;
+  - py_bls_gpu / py_bls_gpu_stub: BLS to py_torch with a torch cuda tensor as input
+    (Tensor.from_dlpack), in-process and from a stub: the answer is torch's;
   - py_numpy_leaky (KIND_CPU): numpy arrays kept in self.history are leaks naming their requests
     (the numpy handler built against this machine's numpy, 2.x: numpy/_core/include).
 """
@@ -107,7 +113,40 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4096 ] }},
 instance_group [ {{ kind: KIND_GPU count: {count} gpus: [ 0 ] }} ]
 parameters [ {{ key: "LEAK" value: {{ string_value: "{leak}" }} }},
              {{ key: "VRAMD_PYTHON_LEDGER_TORCH" value: {{ string_value: "{ledger}" }} }},
-             {{ key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" value: {{ string_value: "{stream}" }} }} ]
+             {{ key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" value: {{ string_value: "{stream}" }} }},
+             {{ key: "VRAMD_PYTHON_HOSTING" value: {{ string_value: "{hosting}" }} }} ]
+'''
+
+BLS_GPU_MODEL = '''import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.device = torch.device("cuda:%s" % args["model_instance_device_id"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = torch.from_numpy(
+                pb_utils.get_input_tensor_by_name(request, "X").as_numpy()).to(self.device)
+            called = pb_utils.InferenceRequest(
+                model_name="py_torch", inputs=[pb_utils.Tensor.from_dlpack("X", x)],
+                requested_output_names=["Y"]).exec()
+            if called.has_error():
+                raise pb_utils.TritonModelException(called.error().message())
+            y = pb_utils.get_output_tensor_by_name(called, "Y").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
+        return responses
+'''
+
+BLS_GPU_CONFIG = '''name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 4096 ] }} ]
+instance_group [ {{ kind: KIND_GPU count: 1 gpus: [ 0 ] }} ]
+parameters [ {{ key: "VRAMD_PYTHON_HOSTING" value: {{ string_value: "{hosting}" }} }} ]
 '''
 
 NUMPY_MODEL = '''import numpy as np
@@ -253,14 +292,17 @@ def main():
         return 1
 
     repo = tempfile.mkdtemp(prefix="python-gpu-")
-    write(repo, "py_torch", TORCH_CONFIG.format(name="py_torch", count=2, leak="no", ledger="on",
-                                                stream="off"), TORCH_MODEL)
-    write(repo, "py_torch_stream", TORCH_CONFIG.format(name="py_torch_stream", count=2, leak="no",
-                                                       ledger="on", stream="on"), TORCH_MODEL)
-    write(repo, "py_torch_leaky", TORCH_CONFIG.format(name="py_torch_leaky", count=1, leak="yes",
-                                                      ledger="on", stream="on"), TORCH_MODEL)
-    write(repo, "py_torch_off", TORCH_CONFIG.format(name="py_torch_off", count=1, leak="no",
-                                                    ledger="off", stream="off"), TORCH_MODEL)
+    def torch_model(name, count, leak, ledger, stream, hosting="in_process"):
+        write(repo, name, TORCH_CONFIG.format(name=name, count=count, leak=leak, ledger=ledger,
+                                              stream=stream, hosting=hosting), TORCH_MODEL)
+
+    torch_model("py_torch", 2, "no", "on", "off")
+    torch_model("py_torch_stream", 2, "no", "on", "on")
+    torch_model("py_torch_leaky", 1, "yes", "on", "on")
+    torch_model("py_torch_off", 1, "no", "off", "off")
+    torch_model("py_torch_stub", 2, "no", "on", "on", hosting="stub")
+    for name, hosting in (("py_bls_gpu", "in_process"), ("py_bls_gpu_stub", "stub")):
+        write(repo, name, BLS_GPU_CONFIG.format(name=name, hosting=hosting), BLS_GPU_MODEL)
     write(repo, "py_numpy_leaky", NUMPY_CONFIG, NUMPY_MODEL)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, 1024, generator=g).cuda()
@@ -270,7 +312,7 @@ def main():
     server = Server(args.vramd, args.backend_directory, repo, args.log)
     try:
         for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_off",
-                  "py_numpy_leaky"):
+                  "py_numpy_leaky", "py_torch_stub", "py_bls_gpu", "py_bls_gpu_stub"):
             status, body = server.call("POST", "/v2/repository/models/%s/load" % m)
             if not check(status == 200, "load %s (%s)" % (m, body)):
                 print(server.text()[-4000:])
@@ -371,6 +413,72 @@ def main():
         check(len(leaks) >= 5, "py_numpy_leaky: 5 kept arrays filed as leaks naming their "
               "requests (%s)" % [l["owner"] for l in leaks[:2]])
 
+        # 5b. A stub (VRAMD_PYTHON_HOSTING stub): torch's memory in the host comes from the
+        # server's pools by CUDA IPC, so each instance's weights are in the ledger as in-process;
+        # the host's own context shows under the model by NVML per PID; a killed host's memory
+        # is freed with it.
+        report = server.memory()
+        stub = instances(report, "py_torch_stub")
+        say("FIGURE", "python_torch_stub_instance_cuda_bytes_after_load %d bytes"
+            % min(stub.values() or [0]))
+        outs = [server.infer("py_torch_stub", "X", x, "FP32") for _ in range(8)]
+        check(len(stub) == 2 and all(v >= 16 * MIB for v in stub.values())
+              and all(np.allclose(o["Y"], want, rtol=1e-3, atol=1e-3) for o in outs),
+              "py_torch_stub: its 2 instances' weights are in the ledger on cuda:0 (%s; CUDA IPC "
+              "from the server's pools) and it answers as torch does" % stub)
+        warm = instances(server.memory(), "py_torch_stub")
+        for _ in range(40):
+            server.infer("py_torch_stub", "X", x, "FP32")
+        after = instances(server.memory(), "py_torch_stub")
+        check(after == warm, "py_torch_stub: 40 requests later its instances' cuda:0 bytes are "
+              "as after warm-up (%s -> %s)" % (warm, after))
+
+        def hosts(report, model):
+            return [h for d in report.get("devices", []) if d.get("device") == "cuda:0"
+                    for h in d.get("hosted_processes", [])
+                    if h.get("owner") == "server/model:%s/version:1" % model]
+
+        listed = hosts(server.memory(), "py_torch_stub")
+        for h in listed:
+            say("FIGURE", "python_torch_stub_host_nvml_used %d bytes (pid %d)"
+                % (h["used_bytes"], h["pid"]))
+        check(len(listed) == 1 and listed[0]["used_bytes"] >= 100 * MIB,
+              "py_torch_stub: its host shows under the model with NVML's figure for its pid "
+              "(%s)" % listed)
+        live_before = model_live(server.memory(), "py_torch_stub")
+        if listed:
+            os.kill(listed[0]["pid"], signal.SIGKILL)
+            deadline = time.time() + 120
+            again = None
+            while time.time() < deadline and again is None:
+                time.sleep(0.5)
+                try:
+                    again = server.infer("py_torch_stub", "X", x, "FP32")
+                except RuntimeError:
+                    pass
+            report = server.memory()
+            relisted = hosts(report, "py_torch_stub")
+            live_after = model_live(report, "py_torch_stub")
+            check(again is not None and np.allclose(again["Y"], want, rtol=1e-3, atol=1e-3)
+                  and len(relisted) == 1 and relisted[0]["pid"] != listed[0]["pid"]
+                  and live_after <= live_before * 1.1 and not leaks_of(report, "py_torch_stub"),
+                  "py_torch_stub: its host killed (SIGKILL), a new one serves (pid %s -> %s) and "
+                  "the dead host's GPU memory was freed with it: the model holds %d MiB, "
+                  "%d before" % (listed[0]["pid"], relisted[0]["pid"] if relisted else None,
+                                 live_after // MIB, live_before // MIB))
+
+        # 5c. BLS with a GPU tensor (pb_utils.Tensor.from_dlpack of a torch cuda tensor), from
+        # in-process and from a stub: the server copies it to host for the called model.
+        for m in ("py_bls_gpu", "py_bls_gpu_stub"):
+            try:
+                out = server.infer(m, "X", x, "FP32")
+                ok = np.allclose(out["Y"], want, rtol=1e-3, atol=1e-3)
+                detail = "max diff %.2e" % float(np.abs(out["Y"] - want).max())
+            except RuntimeError as e:
+                ok, detail = False, str(e)[:300]
+            check(ok, "%s: BLS to py_torch with a cuda tensor input answers as torch does (%s)"
+                  % (m, detail))
+
         # 6. Unload: the pools return their segments. py_torch_stream is loaded again first (its
         # instances take the streams the first ones left) and must answer the same.
         server.call("POST", "/v2/repository/models/py_torch_stream/unload")
@@ -380,7 +488,7 @@ def main():
               and int(again["STREAM"][0]) != 0,
               "py_torch_stream unloaded and loaded again answers on a stream of its own (%s)"
               % (body if status != 200 else int(again["STREAM"][0])))
-        unloaded = ("py_torch", "py_torch_leaky", "py_torch_stream")
+        unloaded = ("py_torch", "py_torch_leaky", "py_torch_stream", "py_torch_stub")
         for m in unloaded:
             server.call("POST", "/v2/repository/models/%s/unload" % m)
         deadline = time.time() + 30
@@ -396,6 +504,9 @@ def main():
         check(model_live(report, "py_torch") == 0 and not leaks_of(report, "py_torch"),
               "py_torch unloaded: no bytes under it, no leak (%d bytes)" %
               model_live(report, "py_torch"))
+        check(model_live(report, "py_torch_stub") == 0 and not hosts(report, "py_torch_stub"),
+              "py_torch_stub unloaded: no bytes under it, its host no longer listed (%d bytes)"
+              % model_live(report, "py_torch_stub"))
         check(model_live(report, "py_torch_leaky") == 0,
               "py_torch_leaky unloaded: its history went with the instance (%d bytes)" %
               model_live(report, "py_torch_leaky"))
