@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
@@ -41,6 +42,8 @@ struct VramdInferResult {
   vramd::InferResponse response;     // owns the tensors the accessors show
   std::string parameters_json;       // the response's parameters, "{}" when none
 };
+
+static_assert(sizeof(VramdDeviceKind) == sizeof(int32_t), "a device kind is read as an int32_t");
 
 namespace vramd::backends::abi {
 namespace {
@@ -168,17 +171,19 @@ Result<std::shared_ptr<InferRequest>> RequestOf(const VramdInferCall& call) {
     // The runtime's tensors are host memory: a GPU input (a model.py's torch tensor) is
     // copied to host here, as the caller would otherwise have to.
     HostBuffer data;
-    if (call.input_memory != nullptr && call.input_memory[i].kind == VRAMD_DEVICE_GPU) {
-      auto device = ToDevice(call.input_memory[i].kind, call.input_memory[i].device_id);
+    // Read as the integer a library wrote: a value the enum lacks must not be loaded as one.
+    int32_t kind = VRAMD_DEVICE_CPU;
+    if (call.input_memory != nullptr) std::memcpy(&kind, &call.input_memory[i].kind, sizeof kind);
+    if (kind == VRAMD_DEVICE_GPU) {
+      auto device = ToDevice(VRAMD_DEVICE_GPU, call.input_memory[i].device_id);
       if (!device.ok()) return device.status().WithContext(fmt::format("infer_async: input '{}'", in.name));
       data = HostBuffer::Allocate(in.byte_size);
       VRAMD_RETURN_IF_ERROR(memory::CopyBytes(memory::Device::Cpu(), data.mutable_data(), *device,
                                               in.data, in.byte_size, nullptr)
                                 .WithContext(fmt::format("infer_async: input '{}'", in.name)));
-    } else if (call.input_memory != nullptr && call.input_memory[i].kind != VRAMD_DEVICE_CPU &&
-               call.input_memory[i].kind != VRAMD_DEVICE_CUDA_HOST) {
-      return Status::InvalidArgument(fmt::format("infer_async: input '{}': unknown memory kind {}",
-                                                 in.name, static_cast<int>(call.input_memory[i].kind)));
+    } else if (kind != VRAMD_DEVICE_CPU && kind != VRAMD_DEVICE_CUDA_HOST) {
+      return Status::InvalidArgument(
+          fmt::format("infer_async: input '{}': unknown memory kind {}", in.name, kind));
     } else {
       data = HostBuffer::CopyOf(in.data, in.byte_size);
     }

@@ -218,7 +218,9 @@ TEST_F(AbiServicesTest, MalformedCallsAreRefusedAndNothingRuns) {
   call = Call("m");
   call.inputs = &input;
   call.input_count = 1;
-  VramdMemory unknown_kind{static_cast<VramdDeviceKind>(7), 0};
+  VramdMemory unknown_kind{VRAMD_DEVICE_CPU, 0};
+  const int32_t seven = 7;  // as a library could write it, not loaded as the enum here
+  std::memcpy(&unknown_kind.kind, &seven, sizeof seven);
   call.input_memory = &unknown_kind;
   refuse(&call, VRAMD_INVALID_ARGUMENT, "input 'IN': unknown memory kind 7");
   if (memory::CudaDeviceCount() == 0) {
