@@ -227,8 +227,9 @@ fi
 #    N = 1, 2, 4, 8 instances in each hosting mode, plus N python processes as Triton's
 #    baseline), and bench/python/throughput_compare.py (python identity vs the built-in one;
 #    a torch model.py vs the same TorchScript through the pytorch backend). JSON in
-#    $OUT/python_bench.json. The embedded interpreter is the system's 3.12: the venv's
-#    site-packages (torch) reach it through PYTHONPATH.
+#    $OUT/python_bench.json (PYTHON_TPUT_TORCH=0: the identity round alone). The embedded
+#    interpreter is the system's 3.12: the venv's site-packages (torch) reach it through
+#    PYTHONPATH.
 if has_step python; then
   pytmp=$(mktemp -d)
   prefer_newer_stdcxx "$pytmp"
@@ -282,7 +283,7 @@ if has_step python; then
     grep -E '^(PASS|FAIL|FIGURE|#|!!!) ' "$pytmp/mem.out" | tee -a "$summary"
     [ "$rc" -eq 0 ] || { say "FAIL python memory comparison (exit $rc)"; status=1; }; }
     [[ "$parts" == *" tput "* ]] && { timeout "${PYTHON_TPUT_TIMEOUT:-200}" python3 bench/python/throughput_compare.py --vramd "$BIN"/vramd \
-      --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" --torch \
+      --infer-load "$BIN"/infer_load --backend-dir "$pytmp/backends" $( [ "${PYTHON_TPUT_TORCH:-1}" = 0 ] || echo --torch ) \
       --torch-instances "${PYTHON_TPUT_INSTANCES:-8}" --work "$pytmp/tput" --out "$OUT/python_bench.json" \
       --server-log "$pytmp/server.log" ${PYTHON_TPUT_ARGS:-} > "$pytmp/tput.out" 2> "$pytmp/tput.err"
     rc=$?

@@ -105,6 +105,52 @@ VramdCode ReadConfig(ModelShared* model, std::string* error) {
   return VRAMD_OK;
 }
 
+std::string FailureMessage(const std::string& instance, const std::string& failure) {
+  return "Failed to process the request(s) for model '" + instance + "', message: " + failure;
+}
+
+// Logs the failure and answers every request still open with it.
+void FailAll(const ModelShared& model, const std::string& instance,
+             const std::vector<std::shared_ptr<RequestState>>& states, const std::string& failure) {
+  const std::string message = FailureMessage(instance, failure);
+  Log(model.server, VRAMD_LOG_ERROR, message);
+  for (const auto& state : states) state->FailIfOpen(VRAMD_INTERNAL, message);
+}
+
+// Sends each built response as its request's final one; "" or the first failure (the rest
+// are then dropped unsent).
+std::string SendPreparedResponses(const std::vector<std::shared_ptr<RequestState>>& states,
+                                  std::vector<std::unique_ptr<PreparedResponse>>* prepared) {
+  std::string failure;
+  for (size_t i = 0; i < prepared->size() && failure.empty(); ++i) {
+    if (!(*prepared)[i]) continue;
+    try {
+      states[i]->SendPrepared(std::move((*prepared)[i]), VRAMD_RESPONSE_FLAG_FINAL);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  prepared->clear();
+  return failure;
+}
+
+// One execute's answers, as the sender sends them.
+struct SendBatch {
+  std::vector<std::shared_ptr<RequestState>> states;
+  std::vector<std::unique_ptr<PreparedResponse>> prepared;
+};
+
+void SendAll(const ModelShared& model, const std::string& instance,
+             const std::vector<std::shared_ptr<RequestState>>& states,
+             std::vector<std::unique_ptr<PreparedResponse>>* prepared) {
+  const std::string failure = SendPreparedResponses(states, prepared);
+  if (!failure.empty()) {
+    FailAll(model, instance, states, failure);
+    return;
+  }
+  for (const auto& state : states) state->FinishNonDecoupled();
+}
+
 }  // namespace
 
 VramdCode PythonModel::Create(const VramdModelInfo& info, std::unique_ptr<PythonModel>* out,
@@ -230,6 +276,9 @@ VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& in
     return VRAMD_INTERNAL;
   }
   instance->status_->initialized.store(true);
+  if (!shared.decoupled && std::getenv("VRAMD_PYTHON_SEND_INLINE") == nullptr) {
+    instance->sender_ = std::make_unique<ResponseSender>();
+  }
   *out = std::move(instance);
   return VRAMD_OK;
 }
@@ -237,6 +286,7 @@ VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& in
 PythonInstance::~PythonInstance() {
   const std::string destroyed = "instance '" + name_ + "' of python model '" + model_->name +
                                 "' destroyed before the model sent the final response";
+  sender_.reset();  // the last responses go out before finalize()
   {
     ScopedGil gil;
     const bool call_finalize = status_->initialized.load();
@@ -437,29 +487,28 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
       failure = e.what();
     }
   }
-  for (size_t i = 0; i < prepared.size() && failure.empty(); ++i) {
-    if (!prepared[i]) continue;
-    try {
-      states[i]->SendPrepared(std::move(prepared[i]), VRAMD_RESPONSE_FLAG_FINAL);
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-  }
-  prepared.clear();  // unsent after a failure: dropped
-  if (!failure.empty()) {
-    const std::string message =
-        "Failed to process the request(s) for model '" + name_ + "', message: " + failure;
-    Log(model_->server, VRAMD_LOG_ERROR, message);
-    // Requests MakeRequest did not reach are handed back to vramd through the error return.
-    for (const auto& state : states) state->FailIfOpen(VRAMD_INTERNAL, message);
-    if (states.size() < count) {
-      SetError(error, message);
-      return VRAMD_INTERNAL;
-    }
+  if (failure.empty() && sender_ != nullptr) {
+    // A non-decoupled model's requests are answered on the sender (response_sender.h): every
+    // request is made (no failure), so none is handed back through the error return.
+    auto batch = std::make_shared<SendBatch>(SendBatch{std::move(states), std::move(prepared)});
+    std::shared_ptr<ModelShared> model = model_;
+    std::string name = name_;
+    sender_->Post([batch, model, name] { SendAll(*model, name, batch->states, &batch->prepared); });
     return VRAMD_OK;
   }
-  if (!model_->decoupled) {
-    for (const auto& state : states) state->FinishNonDecoupled();
+  if (failure.empty() && !model_->decoupled) {
+    SendAll(*model_, name_, states, &prepared);
+    return VRAMD_OK;
+  }
+  if (failure.empty()) failure = SendPreparedResponses(states, &prepared);
+  if (!failure.empty()) {
+    prepared.clear();  // unsent after a failure: dropped
+    FailAll(*model_, name_, states, failure);
+    // Requests MakeRequest did not reach are handed back to vramd through the error return.
+    if (states.size() < count) {
+      SetError(error, FailureMessage(name_, failure));
+      return VRAMD_INTERNAL;
+    }
     return VRAMD_OK;
   }
   for (const auto& state : states) {

@@ -42,22 +42,24 @@ bool PythonAlive() {
 #endif
 }
 
-// numpy dtype name of a fixed-size type; nullptr for BYTES, BF16 and INVALID.
-const char* NumpyName(VramdDataType type) {
+// The numpy dtype of a fixed-size type, numpy's own descriptor (as_numpy runs for every input
+// of every request: parsing a dtype name there showed in a python identity model's profile);
+// None for BYTES, BF16 and INVALID.
+py::object NumpyDtype(VramdDataType type) {
   switch (type) {
-    case VRAMD_TYPE_BOOL: return "bool";
-    case VRAMD_TYPE_UINT8: return "uint8";
-    case VRAMD_TYPE_UINT16: return "uint16";
-    case VRAMD_TYPE_UINT32: return "uint32";
-    case VRAMD_TYPE_UINT64: return "uint64";
-    case VRAMD_TYPE_INT8: return "int8";
-    case VRAMD_TYPE_INT16: return "int16";
-    case VRAMD_TYPE_INT32: return "int32";
-    case VRAMD_TYPE_INT64: return "int64";
-    case VRAMD_TYPE_FP16: return "float16";
-    case VRAMD_TYPE_FP32: return "float32";
-    case VRAMD_TYPE_FP64: return "float64";
-    default: return nullptr;
+    case VRAMD_TYPE_BOOL: return py::dtype::of<bool>();
+    case VRAMD_TYPE_UINT8: return py::dtype::of<uint8_t>();
+    case VRAMD_TYPE_UINT16: return py::dtype::of<uint16_t>();
+    case VRAMD_TYPE_UINT32: return py::dtype::of<uint32_t>();
+    case VRAMD_TYPE_UINT64: return py::dtype::of<uint64_t>();
+    case VRAMD_TYPE_INT8: return py::dtype::of<int8_t>();
+    case VRAMD_TYPE_INT16: return py::dtype::of<int16_t>();
+    case VRAMD_TYPE_INT32: return py::dtype::of<int32_t>();
+    case VRAMD_TYPE_INT64: return py::dtype::of<int64_t>();
+    case VRAMD_TYPE_FP16: return py::dtype("float16");
+    case VRAMD_TYPE_FP32: return py::dtype::of<float>();
+    case VRAMD_TYPE_FP64: return py::dtype::of<double>();
+    default: return py::none();
   }
 }
 
@@ -251,8 +253,8 @@ int64_t PbTensor::element_count() const {
 
 std::shared_ptr<PbTensor> PbTensor::FromNumpy(std::string name, py::object array) {
   if (name.empty()) throw TensorError(kEmptyName);
-  py::module_ np = py::module_::import("numpy");
-  if (!py::isinstance<py::array>(array)) array = np.attr("asarray")(array);
+  // numpy is imported only where needed: this runs for every output of every request.
+  if (!py::isinstance<py::array>(array)) array = py::module_::import("numpy").attr("asarray")(array);
   py::array a = py::reinterpret_borrow<py::array>(array);
   py::dtype dt = a.dtype();
   const VramdDataType type = FromNumpyDtype(dt);
@@ -288,13 +290,18 @@ std::shared_ptr<PbTensor> PbTensor::FromNumpy(std::string name, py::object array
     return t;
   }
 
-  const bool native = dt.attr("isnative").cast<bool>();
+  // numpy's own isnative: '=' native, '|' no byte order, '<' / '>' native on a host of that
+  // order.
+  const char order = dt.byteorder();
+  const bool native = order == '=' || order == '|' ||
+                      order == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '<' : '>');
   if (!native) {
     a = py::reinterpret_steal<py::array>(
         a.attr("astype")(dt.attr("newbyteorder")("=")).release());
   }
   if (!(a.flags() & py::array::c_style)) {
-    a = py::reinterpret_steal<py::array>(np.attr("ascontiguousarray")(a).release());
+    a = py::reinterpret_steal<py::array>(
+        py::module_::import("numpy").attr("ascontiguousarray")(a).release());
   }
   t->data_ = a.data();
   t->byte_size_ = static_cast<size_t>(a.nbytes());
@@ -435,14 +442,14 @@ py::object PbTensor::AsNumpy() {
     return flat.attr("reshape")(py::cast(shape));
   }
 
-  const char* dtype_name = NumpyName(datatype_);
-  if (dtype_name == nullptr) {
+  py::object dtype = NumpyDtype(datatype_);
+  if (dtype.is_none()) {
     throw TensorError("Tensor '" + name_ + "' has an invalid data type.");
   }
   // The base holds this tensor (and so its owner) for as long as the array or any view of it.
   auto* holder = new std::shared_ptr<PbTensor>(shared_from_this());
   py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<PbTensor>*>(p); });
-  return py::array(py::dtype(dtype_name), shape, data_, base);
+  return py::array(py::reinterpret_borrow<py::dtype>(dtype), shape, data_, base);
 }
 
 py::object PbTensor::ToDlpack() {

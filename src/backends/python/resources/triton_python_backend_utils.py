@@ -431,6 +431,7 @@ _C_NAMES = (
     "unload_model",
     "is_model_ready",
     "get_model_dir",
+    "get_input_tensor_by_name",  # the same lookup, in C++ (the Python one above is its fallback)
 )
 
 try:
