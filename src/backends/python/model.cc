@@ -134,12 +134,9 @@ std::string SendPreparedResponses(const std::vector<std::shared_ptr<RequestState
   return failure;
 }
 
-// One execute's answers, as the sender sends them.
-struct SendBatch {
-  std::vector<std::shared_ptr<RequestState>> states;
-  std::vector<std::unique_ptr<PreparedResponse>> prepared;
-};
-
+// A non-decoupled model's answers: each request's response, then its end. Sent on the instance
+// thread: handing them to a thread of their own (tried on the H200) lost 40% of the python
+// identity's requests at one client and gained nothing at 16 (docs/benchmarks.md).
 void SendAll(const ModelShared& model, const std::string& instance,
              const std::vector<std::shared_ptr<RequestState>>& states,
              std::vector<std::unique_ptr<PreparedResponse>>* prepared) {
@@ -276,9 +273,6 @@ VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& in
     return VRAMD_INTERNAL;
   }
   instance->status_->initialized.store(true);
-  if (!shared.decoupled && std::getenv("VRAMD_PYTHON_SEND_INLINE") == nullptr) {
-    instance->sender_ = std::make_unique<ResponseSender>();
-  }
   *out = std::move(instance);
   return VRAMD_OK;
 }
@@ -286,7 +280,6 @@ VramdCode PythonInstance::Create(PythonModel* model, const VramdInstanceInfo& in
 PythonInstance::~PythonInstance() {
   const std::string destroyed = "instance '" + name_ + "' of python model '" + model_->name +
                                 "' destroyed before the model sent the final response";
-  sender_.reset();  // the last responses go out before finalize()
   {
     ScopedGil gil;
     const bool call_finalize = status_->initialized.load();
@@ -486,15 +479,6 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
     } catch (const std::exception& e) {
       failure = e.what();
     }
-  }
-  if (failure.empty() && sender_ != nullptr) {
-    // A non-decoupled model's requests are answered on the sender (response_sender.h): every
-    // request is made (no failure), so none is handed back through the error return.
-    auto batch = std::make_shared<SendBatch>(SendBatch{std::move(states), std::move(prepared)});
-    std::shared_ptr<ModelShared> model = model_;
-    std::string name = name_;
-    sender_->Post([batch, model, name] { SendAll(*model, name, batch->states, &batch->prepared); });
-    return VRAMD_OK;
   }
   if (failure.empty() && !model_->decoupled) {
     SendAll(*model_, name_, states, &prepared);

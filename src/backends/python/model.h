@@ -25,7 +25,6 @@
 
 #include "context.h"
 #include "request_state.h"
-#include "response_sender.h"
 #include "vramd/backend.h"
 
 namespace vramd::python {
@@ -87,9 +86,6 @@ class PythonInstance {
   std::unique_ptr<pybind11::object> object_;  // reset under the GIL
   std::unique_ptr<pybind11::object> loop_;
   std::shared_ptr<OutstandingRequests> outstanding_ = std::make_shared<OutstandingRequests>();
-  // Sends a non-decoupled model's responses after execute returned (response_sender.h); null:
-  // execute sends them itself.
-  std::unique_ptr<ResponseSender> sender_;
   // The asyncio loop of an async is_ready, made on first use; stopped and released under the
   // GIL by its deleter.
   std::shared_ptr<pybind11::object> readiness_loop_;
