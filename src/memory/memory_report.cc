@@ -291,16 +291,18 @@ MemoryReport BuildMemoryReport(const Ledger& ledger, std::vector<PoolStats> pool
   }
   for (const ContextBaseline& b : baselines) ordinals.insert(b.ordinal);
   const uint32_t pid = options.pid != 0 ? options.pid : static_cast<uint32_t>(getpid());
-  const std::vector<HostedProcess> hosted =
-      options.hosted != nullptr ? options.hosted->List() : std::vector<HostedProcess>();
+  // Without NVML there is no figure to show for a host.
+  const std::vector<HostedProcess> hosted = options.hosted != nullptr && nvml != nullptr
+                                                ? options.hosted->List()
+                                                : std::vector<HostedProcess>();
   for (int ordinal : ordinals) {
     DeviceMemoryReport& d =
         r.devices.emplace_back(DeviceReport(ordinal, pools, nvml, baselines, options, pid));
     // A host that NVML does not list on this device has no context there (a CPU model's, or
     // one that has not touched the device yet): nothing to show.
     for (const HostedProcess& h : hosted) {
-      auto used = nvml != nullptr ? nvml->ProcessUsedBytes(ordinal, h.pid) : Result<uint64_t>(0);
-      if (nvml == nullptr || !used.ok()) continue;
+      auto used = nvml->ProcessUsedBytes(ordinal, h.pid);
+      if (!used.ok()) continue;
       d.hosted.push_back({h.pid, ledger.OwnerPath(h.owner), h.label, static_cast<int64_t>(*used)});
       d.hosted_used_bytes += static_cast<int64_t>(*used);
     }
