@@ -7,6 +7,7 @@ one run, each pair measured back to back.
                         [--identity-concurrency 1,16] [--identity-instances 2]
                         [--identity-variant KEY=VALUE[,KEY=VALUE]]...
                         [--identity-hosting stub|process_per_instance]... [--identity-batching]
+                        [--identity-extra-instances N]...
                         [--torch] [--torch-concurrency 1,4,8,16,32] [--torch-instances 8]
                         [--torch-variant KEY=VALUE[,KEY=VALUE]]...
                         [--arch resnet --image 112 --width 64] [--kind gpu|cpu]
@@ -27,6 +28,9 @@ one run, each pair measured back to back.
    --identity-batching adds both again with Triton's dynamic batcher (max_batch_size 32,
    requests [1, 16]; the python one with one instance): python batched over built-in batched,
    and over the unbatched built-in; reported, not judged.
+   --identity-extra-instances N (repeatable) adds the model.py with N instances (its own figures).
+   Each series also reports the server's CPU microseconds per request by thread group
+   (/proc/PID/task: instance threads, HTTP threads, ...), which tells the thread that saturates.
 2. --torch: bench/torch/make_model.py's TorchScript model (a ResNet-18-like net by default)
    served twice, each in a server of its own (two LibTorch users in one process crashed a
    server at start-up): `torch_ts` by the pytorch backend, and `torch_py` by a model.py that
@@ -51,6 +55,7 @@ replaced by another mode's figures.
 import argparse
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -169,14 +174,46 @@ def check_binary(port, model, body_path, hlen, want_raw=None, want_floats=None, 
             raise RuntimeError(f"{model}: max abs error {err} against a reference of {mag}")
 
 
+def thread_cpu(pid):
+    """CPU seconds of each thread of `pid`, summed by thread name with its "#N" suffix and
+    trailing digits removed (instance threads are "<model>#<i>", cut to 15 characters)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        group = re.sub(r"(#\d*|\d+)$", "", name) or name
+        out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / hz
+    return out
+
+
 def series(a, server, model, body, hlen, concurrency):
+    """infer_load at each concurrency; each row also has the server's CPU microseconds per
+    request by thread group (whole run, warmup included), to tell which thread saturates."""
     rows = []
     for c in concurrency:
+        before = thread_cpu(server.pid)
         r = infer_load(a.infer_load, server.port, model, body, hlen, c, a.duration, a.warmup)
+        after = thread_cpu(server.pid)
         if r.get("errors"):
             raise RuntimeError(f"{model} c={c}: {r['errors']} errors: {r.get('stderr', '')}")
+        n = max(1, round(r["rps"] * (a.duration + a.warmup)))
+        cpu = {k: round((v - before.get(k, 0.0)) * 1e6 / n, 2) for k, v in after.items()
+               if v - before.get(k, 0.0) > 0}
+        r["server_cpu_us_per_request"] = dict(sorted(cpu.items(), key=lambda kv: -kv[1]))
         rows.append(r)
-        log(f"{model} c={c}: {r['rps']:.0f} req/s p50 {r['p50_ms']:.3f} ms p99 {r['p99_ms']:.3f} ms")
+        top = ", ".join(f"{k} {v}" for k, v in list(r["server_cpu_us_per_request"].items())[:4])
+        log(f"{model} c={c}: {r['rps']:.0f} req/s p50 {r['p50_ms']:.3f} ms p99 {r['p99_ms']:.3f} ms"
+            f" (server CPU us/request: {top})")
     return rows
 
 
@@ -198,6 +235,16 @@ def identity_round(a, server, body, hlen, raw, conc):
         ident["ratio"] = [p / b for p, b in zip(ident["python_rps"], ident["builtin_rps"])]
         ident["ratio_one_instance"] = [p / b for p, b in zip(ident["python_one_instance_rps"],
                                                              ident["builtin_rps"])]
+        for n in a.identity_extra_instances:
+            model = f"identity_python_{n}"
+            server.ready(model, timeout=120)
+            check_binary(server.port, model, body, hlen, want_raw=raw)
+            rows = series(a, server, model, body, hlen, conc)
+            ident[f"python_{n}_instances_rps"] = [r["rps"] for r in rows]
+            ident[f"ratio_{n}_instances"] = [r["rps"] / b for r, b in zip(rows, ident["builtin_rps"])]
+        ident["server_cpu_us_per_request"] = {
+            name: [r["server_cpu_us_per_request"] for r in rows]
+            for name, rows in (("builtin", rows_b), ("python", rows_p), ("python_1", rows_1))}
         for mode, model in zip(a.identity_hosting, hosted):
             rows = series(a, server, model, body, hlen, conc)
             ident[f"python_{mode}_rps"] = [r["rps"] for r in rows]
@@ -236,6 +283,8 @@ def main():
     ap.add_argument("--identity-variant", action="append", default=[],
                     help="KEY=VALUE[,KEY=VALUE]: the identity round again in a server with "
                          "this environment, reported as its own figures")
+    ap.add_argument("--identity-extra-instances", type=int, action="append", default=[],
+                    help="the identity model.py with this many instances as well, its own figures")
     ap.add_argument("--identity-batching", action="store_true",
                     help="both identity models again with dynamic batching (the python one with "
                          "one instance), their own figures")
@@ -283,7 +332,11 @@ def main():
                   identity_config(name, backend, count, batched=True))
             os.makedirs(os.path.join(id_repo, name, "1"), exist_ok=True)
         batched = ["identity_python_batched"]
-    for name in ["identity_python", "identity_python_1"] + batched + [
+    for n in a.identity_extra_instances:
+        write(os.path.join(id_repo, f"identity_python_{n}", "config.pbtxt"),
+              identity_config(f"identity_python_{n}", "python", n))
+    extra = [f"identity_python_{n}" for n in a.identity_extra_instances]
+    for name in ["identity_python", "identity_python_1"] + batched + extra + [
             "identity_python_" + m for m in a.identity_hosting]:
         write(os.path.join(id_repo, name, "1", "model.py"), IDENTITY_MODEL)
     meta = None
@@ -350,6 +403,9 @@ def main():
                               f"(>= {a.identity_target})")
             for c, r in zip(conc, ident["ratio_one_instance"]):
                 figure(f"python_identity_one_instance_vs_builtin_c{c}", r, "ratio")
+            for n in a.identity_extra_instances:
+                for c, r in zip(conc, ident[f"ratio_{n}_instances"]):
+                    figure(f"python_identity_{n}_instances_vs_builtin_c{c}", r, "ratio")
             for mode in a.identity_hosting:
                 for c, r in zip(conc, ident[f"ratio_{mode}"]):
                     figure(f"python_identity_{mode}_vs_builtin_c{c}", r, "ratio")
@@ -409,7 +465,8 @@ def main():
         vi["env"] = env
         result.setdefault("identity_variants", []).append(vi)
         tag = "_".join(f"{k}_{v}" for k, v in env.items()).lower()
-        for key in ("ratio", "ratio_one_instance"):
+        for key in ["ratio", "ratio_one_instance"] + [
+                f"ratio_{n}_instances" for n in a.identity_extra_instances]:
             for c, r in zip(conc, vi.get(key, [])):
                 figure(f"python_identity_{tag}_{key}_c{c}", r, "ratio")
         update_json(a.out, "python_throughput", result)

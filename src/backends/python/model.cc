@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common.h"
+#include "gil_turn.h"
 #include "interpreter.h"
 #include "ledger_table.h"
 #include "numpy_ledger.h"
@@ -19,6 +20,14 @@ namespace vramd::python {
 namespace {
 
 py::module_ Host() { return py::module_::import("vramd_python_host"); }
+
+// "execute", made once: attr("execute") made a str from the C string on every call (3% of a
+// python identity model's instance thread). The interpreter is never finalized, so it may live
+// forever. REQUIRES: the GIL.
+py::handle ExecuteName() {
+  static PyObject* name = PyUnicode_InternFromString("execute");
+  return name;
+}
 
 // Outputs up to this many bytes in all are copied into a response with the GIL held.
 constexpr size_t kCopyWithGilBytes = 64 * 1024;
@@ -436,20 +445,31 @@ VramdCode PythonInstance::ExecuteRequests(VramdRequest* const* requests, size_t 
   std::vector<std::shared_ptr<RequestState>> states;
   std::vector<std::unique_ptr<PreparedResponse>> prepared;
   std::string failure;
+  // The requests are made before the GIL is taken: nothing in them is Python's, and every
+  // microsecond under the GIL is one the other instances' threads wait.
+  std::vector<std::shared_ptr<PyInferRequest>> made;
+  made.reserve(count);
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      made.push_back(MakeRequest(*requests[i]));
+      states.push_back(made.back()->state);
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
   // The GIL is taken once per execute: the responses are sent after it is released, since
   // each acquisition is a hand-over when other instances' threads wait for it.
-  {
-    ScopedGil gil;
+  if (failure.empty()) {
+    ExecuteGil gil;
     ContextScope scope(Context(Phase::kExecute, count > 0 ? requests[0]->owner : owner_));
-    NumpyLedgerScope numpy(*model_);
+    KeepNumpyLedger(*model_);
     try {
-      py::list list;
+      py::list list(count);
       for (size_t i = 0; i < count; ++i) {
-        auto request = MakeRequest(*requests[i]);
-        states.push_back(request->state);
-        list.append(py::cast(request));
+        list[i] = py::cast(std::move(made[i]));
       }
-      py::object returned = Call(object_->attr("execute"), py::make_tuple(list));
+      made.clear();
+      py::object returned = Call(object_->attr(ExecuteName()), py::make_tuple(list));
       // A list or None is the common answer; only anything else may be a coroutine.
       if (!py::isinstance<py::list>(returned) && !returned.is_none() &&
           Host().attr("is_coroutine")(returned).cast<bool>()) {

@@ -190,6 +190,13 @@ void InstallNumpyLedger(const ModelShared& model) {
   Py_XDECREF(previous);
 }
 
+void KeepNumpyLedger(const ModelShared& model) {
+  thread_local bool kept = false;
+  if (kept || !model.ledger_numpy || model.ledger_table == nullptr) return;
+  InstallNumpyLedger(model);
+  kept = Capsule(model) != nullptr;
+}
+
 }  // namespace vramd::python
 
 #else  // no numpy headers at build time
@@ -200,6 +207,7 @@ bool NumpyLedgerBuilt() { return false; }
 NumpyLedgerScope::NumpyLedgerScope(const ModelShared&) {}
 NumpyLedgerScope::~NumpyLedgerScope() {}
 void InstallNumpyLedger(const ModelShared&) {}
+void KeepNumpyLedger(const ModelShared&) {}
 
 }  // namespace vramd::python
 
