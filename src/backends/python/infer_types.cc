@@ -203,8 +203,11 @@ void BindInferTypes(py::module_& m) {
   // inputs are found here without making its inputs() list and a str per name (which showed in
   // the python identity model's profile); any other object is searched as Triton's Python does.
   m.def("get_input_tensor_by_name", [](py::object request, const std::string& name) -> py::object {
-    if (py::isinstance<PyInferRequest>(request)) {
-      const PyInferRequest& r = request.cast<const PyInferRequest&>();
+    // One caster load, not isinstance and then a cast: each looks up the type (a hash of its
+    // name), which showed in the python identity model's profile.
+    py::detail::make_caster<PyInferRequest> caster;
+    if (caster.load(request, /*convert=*/false)) {
+      const PyInferRequest& r = py::detail::cast_op<const PyInferRequest&>(caster);
       for (const auto& tensor : r.inputs) {
         if (tensor && tensor->name() == name) return py::cast(tensor);
       }

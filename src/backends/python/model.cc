@@ -409,12 +409,14 @@ std::vector<std::unique_ptr<PreparedResponse>> PythonInstance::ProcessReturned(
   for (size_t i = 0; i < states.size(); ++i) {
     py::object item = responses[i];
     if (item.is_none()) continue;  // answered through the response sender, or not at all
-    if (!py::isinstance<PyInferResponse>(item)) {
+    // One caster load (a type lookup), not isinstance and then a cast (two).
+    py::detail::make_caster<std::shared_ptr<PyInferResponse>> caster;
+    if (!caster.load(item, /*convert=*/false)) {
       throw ModelException(
           "Expected an 'InferenceResponse' object in the execute function return list, found "
           "type '" + TypeName(item) + "'.");
     }
-    typed[i] = item.cast<std::shared_ptr<PyInferResponse>>();
+    typed[i] = py::detail::cast_op<std::shared_ptr<PyInferResponse>>(std::move(caster));
     states[i]->CheckSend(true, VRAMD_RESPONSE_FLAG_FINAL);
   }
   // Build every response (outputs copied to the server), then drop the model's objects (the

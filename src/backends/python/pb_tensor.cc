@@ -412,7 +412,7 @@ std::shared_ptr<PbTensor> PbTensor::FromBorrowed(std::string name, VramdDataType
   return t;
 }
 
-py::object PbTensor::AsNumpy() {
+py::object PbTensor::AsNumpy(py::handle self) {
   if (!is_cpu()) throw TensorError(kGpuNumpy);
   if (datatype_ == VRAMD_TYPE_BF16) throw TensorError(kBf16Numpy);
   std::vector<py::ssize_t> shape(shape_.begin(), shape_.end());
@@ -447,6 +447,7 @@ py::object PbTensor::AsNumpy() {
     throw TensorError("Tensor '" + name_ + "' has an invalid data type.");
   }
   // The base holds this tensor (and so its owner) for as long as the array or any view of it.
+  if (self) return py::array(py::reinterpret_borrow<py::dtype>(dtype), shape, data_, self);
   auto* holder = new std::shared_ptr<PbTensor>(shared_from_this());
   py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<PbTensor>*>(p); });
   return py::array(py::reinterpret_borrow<py::dtype>(dtype), shape, data_, base);
@@ -525,7 +526,7 @@ void BindTensor(py::module_& m) {
       .def("shape", &PbTensor::shape)
       .def("triton_dtype", [](const PbTensor& t) { return static_cast<int>(t.datatype()); })
       .def("is_cpu", &PbTensor::is_cpu)
-      .def("as_numpy", &PbTensor::AsNumpy)
+      .def("as_numpy", [](py::handle self) { return py::cast<PbTensor&>(self).AsNumpy(self); })
       .def("to_dlpack", &PbTensor::ToDlpack)
       .def(
           "__dlpack__", [](PbTensor& t, py::object /*stream*/) { return t.ToDlpack(); },

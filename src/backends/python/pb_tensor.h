@@ -87,7 +87,10 @@ class PbTensor : public std::enable_shared_from_this<PbTensor> {
   // of bytes with the tensor's shape (deserialized, a copy). "Tensor is stored in GPU and cannot
   // be converted to NumPy."; "Tensor dtype is BF16 and cannot be converted to NumPy. Use
   // to_dlpack() and from_dlpack() instead."
-  pybind11::object AsNumpy();
+  // `self`, when given, is this tensor's own Python object: the array's base is then that
+  // object (which holds the tensor) instead of a capsule made for it, one allocation fewer on
+  // the path every input of every request takes.
+  pybind11::object AsNumpy(pybind11::handle self = pybind11::handle());
 
   // A "dltensor" PyCapsule over this tensor's memory (zero copy; it holds this tensor), with
   // explicit C-order strides. BOOL is exported as kDLBool (8 bits), BF16 as kDLBfloat 16.
