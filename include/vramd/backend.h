@@ -39,7 +39,8 @@
  * a decoupled model (model_transaction_policy { decoupled: true }), several times, also after
  * the call returned. VramdRequest then also carries the request's parameters, requested output
  * names, flags and correlation id; VramdServerApi adds copies between memory kinds, calls into
- * other models (infer_async), model control and custom metrics.
+ * other models (infer_async; appended later, their cancellation: infer_cancel), model control
+ * and custom metrics.
  *
  * Readiness and auto-complete (appended within version 1): VramdBackendApi::instance_ready
  * answers whether an instance can serve (the model ready endpoint), and
@@ -280,6 +281,15 @@ typedef struct VramdServerApi {
                              VramdError* error);
   /* A counter's or gauge's value. */
   VramdCode (*metric_value)(void* server, void* metric, double* value, VramdError* error);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdServerApi,
+   * infer_cancel_release). Cancels the infer_async call whose VramdInferCall::cancel_token gave
+   * `token`, as a client that gives up cancels its request: the called model's requests read as
+   * cancelled (Triton's is_cancelled()), and it may end early; its results still come, ending
+   * with the final one. Any number of times, also after the final result; a no-op then. */
+  void (*infer_cancel)(void* server, void* token);
+  /* Releases a cancel token, exactly once, before or after the call's final result. */
+  void (*infer_cancel_release)(void* server, void* token);
 } VramdServerApi;
 
 typedef struct VramdModelInfo {
@@ -368,6 +378,10 @@ typedef struct VramdInferCall {
   /* The request's ledger owner when it is run on behalf of a request of the caller: what the
    * called model charges to its request is a child of it. 0: none. */
   VramdOwner parent_owner;
+  /* Appended within version 1 (a server reads it when struct_size covers it): when non-NULL,
+   * an infer_async that returns VRAMD_OK stores here a token for infer_cancel (see there);
+   * NULL is stored when it fails. */
+  void** cancel_token;
 } VramdInferCall;
 
 /* Where execute puts its outputs: for each output the backend asks vramd for a host buffer of

@@ -610,6 +610,22 @@ def test_decoupled_bls_iterates_the_called_models_responses(client):
         assert result.outputs["FINAL_ONLY"].tolist()[0] in (0, 1)
 
 
+def test_bls_decoupled_cancel(client):
+    """ResponseIterator.cancel() cancels the called model's request: py_slow_stream sees
+    is_cancelled() and ends with its CANCELLED error long before its 200 responses (2 s); the
+    iterator still runs to the final response. Without cancel() all 5 of a short stream come."""
+    t0 = time.monotonic()
+    got = json_out(client.infer("py_bls_cancel", [Input("IN", "INT32", int32(3))]), "RESULT")
+    elapsed = time.monotonic() - t0
+    assert got["outs"][:3] == [0, 1, 2], got
+    # The cancel is seen at the next response at the latest (one may be on its way).
+    assert len(got["outs"]) <= 5, got
+    assert got["error"] and "cancelled after" in got["error"], got
+    assert elapsed < 1.5, "took %.2f s: the stream was not cancelled" % elapsed
+    plain = json_out(client.infer("py_bls_cancel", [Input("IN", "INT32", int32(0))]), "RESULT")
+    assert plain == {"outs": [0, 1, 2, 3, 4], "error": None}, plain
+
+
 def test_model_control_from_a_model(py_server, client):
     assert client.get("/v2/models/py_ctl_target/ready").status == 200
     if py_server.hosting == "stub":

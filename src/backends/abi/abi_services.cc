@@ -9,7 +9,8 @@
 // infer_async copies the call's host inputs into the request before it returns (the ABI says
 // the backend may free them then); inputs in GPU memory are refused for now (Unsupported: the
 // backend copies them to host first). Outputs always come in host memory, whatever
-// preferred_output_memory says; parent_owner is not used yet. A result owns its InferResponse,
+// preferred_output_memory says; parent_owner is not used yet. A call that asks for a cancel token
+// gets one (infer_cancel sets its request's CancelFlag, which its model reads as is_cancelled()). A result owns its InferResponse,
 // so the tensors it shows stay valid until infer_result_release.
 //
 // Exactly one final result per call that infer_async accepted: a per-call state drops whatever
@@ -212,6 +213,10 @@ Result<std::shared_ptr<InferRequest>> RequestOf(const VramdInferCall& call) {
 
 VramdCode InferAsync(void* server, const VramdInferCall* call, OnResult on_result, void* context,
                      VramdError* error) {
+  if (call != nullptr && call->struct_size >= offsetof(VramdInferCall, cancel_token) + sizeof(void**) &&
+      call->cancel_token != nullptr) {
+    *call->cancel_token = nullptr;  // until the call is accepted
+  }
   return Guarded("infer_async", error, [&]() -> VramdCode {
     ServerServices* services = ServicesOf(server);
     if (services == nullptr) return NoServices(error, "calls into other models (infer_async)");
@@ -230,6 +235,14 @@ VramdCode InferAsync(void* server, const VramdInferCall* call, OnResult on_resul
     auto state = std::make_shared<CallState>();
     state->on_result = on_result;
     state->context = context;
+    // The token exists before the call may run (its final result may come before infer_async
+    // returns), and only once the call is accepted: a refusal above stores NULL.
+    if (call->struct_size >= offsetof(VramdInferCall, cancel_token) + sizeof(void**) &&
+        call->cancel_token != nullptr) {
+      auto flag = std::make_shared<CancelFlag>();
+      request.value()->cancel = flag;
+      *call->cancel_token = new std::shared_ptr<CancelFlag>(std::move(flag));
+    }
     try {
       services->InferAsync(std::move(request).value(), call->decoupled != 0,
                            [state](Result<InferResponse> response, bool final) {
@@ -283,6 +296,16 @@ const char* InferResultParameters(void* /*server*/, const VramdInferResult* resu
 }
 
 void InferResultRelease(void* /*server*/, VramdInferResult* result) { delete result; }
+
+// A cancel token is a heap-held reference to the call's request's CancelFlag: the flag lives
+// as long as either the request or the token.
+void InferCancel(void* /*server*/, void* token) {
+  if (token != nullptr) (*static_cast<std::shared_ptr<CancelFlag>*>(token))->Cancel();
+}
+
+void InferCancelRelease(void* /*server*/, void* token) {
+  delete static_cast<std::shared_ptr<CancelFlag>*>(token);
+}
 
 // ---- model control ----
 
@@ -436,6 +459,8 @@ void FillServicesTable(VramdServerApi* table) {
   table->metric_release = &MetricRelease;
   table->metric_update = &MetricUpdate;
   table->metric_value = &MetricValue;
+  table->infer_cancel = &InferCancel;
+  table->infer_cancel_release = &InferCancelRelease;
 }
 
 }  // namespace vramd::backends::abi

@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <optional>
 #include <vector>
 
@@ -77,8 +78,8 @@ class ResponseIterator {
     return response;
   }
 
-  // vramd's infer_async has no cancellation yet: the call runs to its end.
-  void Cancel() {}
+  // Triton's InferenceResponseIterator.cancel(): the responses still come, to the final one.
+  void Cancel() { call_->Cancel(); }
 
  private:
   std::shared_ptr<BlsCall> call_;
@@ -115,7 +116,16 @@ py::object Exec(const std::shared_ptr<PyInferRequest>& request, bool decoupled) 
 
 }  // namespace
 
-BlsCall::~BlsCall() { Abandon(); }
+BlsCall::~BlsCall() {
+  Abandon();
+  if (cancel_token_ != nullptr) {
+    model_->server->infer_cancel_release(model_->server->server, cancel_token_);
+  }
+}
+
+void BlsCall::Cancel() {
+  if (cancel_token_ != nullptr) model_->server->infer_cancel(model_->server->server, cancel_token_);
+}
 
 std::shared_ptr<BlsCall> BlsCall::Start(std::shared_ptr<ModelShared> model,
                                         const PyInferRequest& request, bool decoupled,
@@ -159,6 +169,9 @@ std::shared_ptr<BlsCall> BlsCall::Start(std::shared_ptr<ModelShared> model,
   c.parent_owner = parent_owner;
 
   const VramdServerApi* api = model->server;
+  if (api->struct_size > offsetof(VramdServerApi, infer_cancel_release)) {
+    c.cancel_token = &call->cancel_token_;
+  }
   auto* holder = new std::shared_ptr<BlsCall>(call);  // deleted by the final OnResult
   VramdError error{};
   if (!model->alive.load() ||

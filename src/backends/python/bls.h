@@ -36,6 +36,9 @@ class BlsCall {
   bool Next(VramdInferResult** result, bool* final, std::string* error_text);
   // Drops the results not taken yet and those still to come.
   void Abandon();
+  // Cancels the call (VramdServerApi::infer_cancel): the called model reads its request as
+  // cancelled; the results still come, to the final one. A no-op on a server without it.
+  void Cancel();
 
   const std::shared_ptr<ModelShared>& model() const { return model_; }
 
@@ -53,6 +56,7 @@ class BlsCall {
   std::string start_error_;
   bool ended_ = false;      // the final result arrived
   bool abandoned_ = false;
+  void* cancel_token_ = nullptr;  // set by infer_async in Start, then only read
 };
 
 // An InferenceResponse over `result` (taken: released when Python is done with it). Needs the

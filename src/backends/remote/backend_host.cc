@@ -541,6 +541,8 @@ class Host {
     table_.metric_release = &MetricRelease;
     table_.metric_update = &MetricUpdate;
     table_.metric_value = &MetricValue;
+    table_.infer_cancel = &InferCancel;
+    table_.infer_cancel_release = &InferCancelRelease;
   }
 
   // A call to vramd whose reply is a status and then `rest` (read by the caller).
@@ -816,6 +818,11 @@ class Host {
         call = &staged_call;
       }
       Host* host = Of(s);
+      void** cancel_token =
+          call->struct_size >= offsetof(VramdInferCall, cancel_token) + sizeof(void**)
+              ? call->cancel_token
+              : nullptr;
+      if (cancel_token != nullptr) *cancel_token = nullptr;
       uint64_t id;
       {
         MutexLock lock(host->mu_);
@@ -830,9 +837,25 @@ class Host {
         host->infers_.erase(id);
         return Fail(error, reply.status());
       }
+      // The host's token is the call's id: vramd looks it up, and a call already ended is not
+      // found there (a cancel then does nothing).
+      if (cancel_token != nullptr) *cancel_token = new CancelToken{id};
       return VRAMD_OK;
     });
   }
+
+  struct CancelToken {
+    uint64_t id;
+  };
+
+  static void InferCancel(void* s, void* token) {
+    if (token == nullptr) return;
+    WireWriter w;
+    w.U64(static_cast<CancelToken*>(token)->id);
+    static_cast<void>(Of(s)->peer_.Notify(MessageType::kInferCancel, w.buffer()));
+  }
+
+  static void InferCancelRelease(void*, void* token) { delete static_cast<CancelToken*>(token); }
 
   static VramdCode InferResultError(void*, const VramdInferResult* result, const char** message) {
     const HostInferResult* r = AsResult(result);

@@ -357,6 +357,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
         if (memory.has_value()) server()->free(server()->server, VRAMD_DEVICE_GPU, memory->device, memory->ptr);
         return Status::Ok();
       }
+      case MessageType::kInferCancel: {
+        const uint64_t id = r.U64("id");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        MutexLock lock(mu_);  // held: the final result, which ends the context, waits for it
+        auto it = infer_calls_.find(id);
+        // An unknown id: the call already ended; a cancel then does nothing, as in-process.
+        if (it != infer_calls_.end() && it->second->cancel_token != nullptr) {
+          server()->infer_cancel(server()->server, it->second->cancel_token);
+        }
+        return Status::Ok();
+      }
       case MessageType::kLoadModel:
       case MessageType::kUnloadModel: {
         // Blocking (a load runs to its end): on a thread of its own, so that the reader goes on.
@@ -568,7 +579,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::weak_ptr<Connection> connection;
     uint64_t id = 0;
     const VramdServerApi* server = nullptr;
+    void* cancel_token = nullptr;  // infer_async's; released with the context
   };
+
+  // Ends a call's context after its final result: out of the connection's table (where
+  // InferCancel finds it), its cancel token released.
+  static void EndInferContext(InferContext* ctx) {
+    if (auto connection = ctx->connection.lock()) {
+      MutexLock lock(connection->mu_);
+      connection->infer_calls_.erase(ctx->id);
+    }
+    if (ctx->cancel_token != nullptr) ctx->server->infer_cancel_release(ctx->server->server, ctx->cancel_token);
+    delete ctx;
+  }
 
   static void OnInferResult(void* context, VramdInferResult* result, int32_t final) {
     auto* ctx = static_cast<InferContext*>(context);
@@ -616,7 +639,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       spdlog::error("stub: forwarding a result of infer_async: {}", e.what());
       if (result != nullptr) s->infer_result_release(s->server, result);
     }
-    if (final != 0) delete ctx;
+    if (final != 0) EndInferContext(ctx);
   }
 
   Status OnInferAsync(uint64_t call, WireReader& r) {
@@ -650,9 +673,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     v.decoupled = c.decoupled;
     v.parent_owner = c.parent_owner;
     auto* ctx = new InferContext{weak_from_this(), c.context, server()};
+    v.cancel_token = &ctx->cancel_token;
+    {
+      // In the table before the call may run (its final result may come before infer_async
+      // returns, and takes it out).
+      MutexLock lock(mu_);
+      infer_calls_[c.context] = ctx;
+    }
     VramdError error{};
     const VramdCode code = server()->infer_async(server()->server, &v, &OnInferResult, ctx, &error);
-    if (code != VRAMD_OK) delete ctx;  // refused: no result comes
+    if (code != VRAMD_OK) EndInferContext(ctx);  // refused: no result comes
     return Reply(call, abi::FromVramd(code, error, ""));
   }
 
@@ -674,6 +704,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     uint64_t size = 0;
   };
   std::map<uint64_t, DeviceMemory> device_memory_ GUARDED_BY(mu_);  // DeviceAllocate's, by id
+  // infer_async calls not yet at their final result, by the host's id for them (InferCancel).
+  std::map<uint64_t, InferContext*> infer_calls_ GUARDED_BY(mu_);
   // In the memory report's list of hosts (NVML per PID) while the process lives.
   std::unique_ptr<memory::HostedProcesses::Registration> hosted_ GUARDED_BY(mu_);
   std::optional<std::string> hang_ GUARDED_BY(mu_);  // set when a call ran past its timeout

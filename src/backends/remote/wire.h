@@ -46,6 +46,8 @@ enum class MessageType : uint32_t {
   kMetricRelease = 23,
   // The host is done with a DeviceAllocate's memory (it closed its mapping first).
   kDeviceFree = 24,
+  // Cancel an infer_async call (VramdServerApi::infer_cancel) by the host's id for it.
+  kInferCancel = 25,
   // host -> vramd (each answered by a kReply).
   kRespond = 30,
   kIsCancelled = 31,

@@ -272,6 +272,47 @@ TEST_F(AbiServicesTest, NothingComesAfterTheFinalResult) {
   Release(received);
 }
 
+TEST_F(AbiServicesTest, ACancelTokenCancelsTheCallsRequest) {
+  services_.answers.push_back({InferResponse{}, true});  // ended before infer_async returns
+  VramdInferCall call = Call("m");
+  void* token = reinterpret_cast<void*>(1);  // overwritten
+  call.cancel_token = &token;
+  Received received;
+  VramdError error{};
+  ASSERT_EQ(api().infer_async(server(), &call, &Received::OnResult, &received, &error), VRAMD_OK);
+  ASSERT_NE(token, nullptr);
+  ASSERT_NE(services_.seen, nullptr);
+  ASSERT_NE(services_.seen->cancel, nullptr);
+  EXPECT_FALSE(services_.seen->cancel->cancelled());
+  // After the final result too (a no-op for the model, which is done): the flag outlives the
+  // request through the token.
+  std::weak_ptr<CancelFlag> flag = services_.seen->cancel;
+  services_.seen = nullptr;
+  Release(received);
+  api().infer_cancel(server(), token);
+  api().infer_cancel(server(), token);
+  ASSERT_FALSE(flag.expired());
+  EXPECT_TRUE(flag.lock()->cancelled());
+  api().infer_cancel_release(server(), token);
+  EXPECT_TRUE(flag.expired());
+
+  // A refused call stores NULL and makes no token; a call without the field (an older
+  // library's shorter struct) gets none and is not cancellable.
+  call = Call(nullptr);
+  call.cancel_token = &token;
+  EXPECT_EQ(api().infer_async(server(), &call, &Received::OnResult, &received, &error),
+            VRAMD_INVALID_ARGUMENT);
+  EXPECT_EQ(token, nullptr);
+  call = Call("m");
+  call.struct_size = offsetof(VramdInferCall, cancel_token);
+  call.cancel_token = &token;  // beyond struct_size: not read
+  token = reinterpret_cast<void*>(1);
+  ASSERT_EQ(api().infer_async(server(), &call, &Received::OnResult, &received, &error), VRAMD_OK);
+  EXPECT_EQ(token, reinterpret_cast<void*>(1));
+  EXPECT_EQ(services_.seen->cancel, nullptr);
+  Release(received);
+}
+
 TEST_F(AbiServicesTest, ModelControlRelaysTheServicesAnswers) {
   VramdError error{};
   EXPECT_EQ(api().load_model(server(), "a", nullptr, &error), VRAMD_OK);
