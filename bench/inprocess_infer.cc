@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
           auto request = std::make_shared<vramd::InferRequest>();
           request->id = std::to_string(t) + "-" + std::to_string(seq);
           request->inputs.push_back(vramd::Tensor{input_name, vramd::DataType::kFp32, o.shape,
-                                                  vramd::HostBuffer::CopyOf(bytes.data(),
+                                                  vramd::SharedBuffer::CopyOf(bytes.data(),
                                                                             bytes.size())});
           const vramd::Status s = InferOnce(**manager, o.model, std::move(request));
           const auto t1 = Clock::now();

@@ -42,6 +42,13 @@
  * other models (infer_async; appended later, their cancellation: infer_cancel), model control
  * and custom metrics.
  *
+ * GPU tensors (appended within version 1): a backend that sets accepts_gpu_inputs receives
+ * inputs where they are (VramdRequest::input_memory says; otherwise vramd moves them to host
+ * first), and may add a response's outputs in GPU memory (response_add_output with a GPU kind;
+ * VramdRequest::preferred_output_memory says where the request's consumer takes them, and vramd
+ * moves to host what a consumer cannot take). A BLS call whose caller keeps its inputs
+ * (VramdInferCall::inputs_outlive_call) is read in place, with no copy.
+ *
  * Readiness and auto-complete (appended within version 1): VramdBackendApi::instance_ready
  * answers whether an instance can serve (the model ready endpoint), and
  * VramdBackendApi::auto_complete_config completes a config before it is validated.
@@ -193,7 +200,12 @@ typedef struct VramdServerApi {
                                VramdError* error);
   /* Adds output `name` to `response`: `byte_size` bytes of `kind` memory (device `device_id`
    * for a GPU) that the backend fills before it sends the response; *data receives them. A
-   * fixed-size datatype's byte_size must equal its shape's; a name may be added once. */
+   * fixed-size datatype's byte_size must equal its shape's; a name may be added once. GPU
+   * memory (older servers refuse it with VRAMD_UNSUPPORTED) comes from vramd's pool of that
+   * device, charged to the request, and is stream-ordered on the legacy default stream: a
+   * backend that fills it on a stream of its own completes that work before it responds.
+   * vramd copies it to host for a consumer that takes host memory (a client of a front end, a
+   * BLS call that prefers the CPU, a decoupled model's streamed responses). */
   VramdCode (*response_add_output)(void* server, VramdResponse* response, const char* name,
                                    VramdDataType datatype, const int64_t* shape, size_t rank,
                                    size_t byte_size, VramdDeviceKind kind, int32_t device_id,
@@ -352,6 +364,14 @@ typedef struct VramdRequest {
   const VramdMemory* input_memory;
   /* How this request is answered (VramdServerApi::respond); set for execute_requests only. */
   VramdResponder* responder;
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdRequest,
+   * preferred_output_memory). Where the request's consumer takes outputs: VRAMD_DEVICE_CPU (a
+   * client of a front end; the default when absent), or VRAMD_DEVICE_GPU with a device id (a
+   * BLS call that asked for that GPU) or -1 (a BLS call that takes outputs on whatever GPU the
+   * model leaves them, Triton's default). A hint: vramd moves an output to host when the
+   * consumer needs it there, never to a GPU. */
+  VramdMemory preferred_output_memory;
 } VramdRequest;
 
 /* A request a backend makes on another model (VramdServerApi::infer_async). */
@@ -382,6 +402,14 @@ typedef struct VramdInferCall {
    * an infer_async that returns VRAMD_OK stores here a token for infer_cancel (see there);
    * NULL is stored when it fails. */
   void** cancel_token;
+  /* Appended within version 1 (read when struct_size covers it): non-zero promises that the
+   * inputs' memory stays valid and unchanged until the call's final result has come, so vramd
+   * reads it in place instead of copying it (host or GPU) before infer_async returns. Zero: vramd
+   * copies host inputs to host and GPU inputs to its pool of that GPU (charged to parent_owner,
+   * or the calling thread's owner when that is 0). Either way a GPU input is read as `copy`
+   * reads it: after the work queued before on the legacy default stream, which the caller
+   * orders after whatever produced it. */
+  int32_t inputs_outlive_call;
 } VramdInferCall;
 
 /* Where execute puts its outputs: for each output the backend asks vramd for a host buffer of
@@ -459,6 +487,12 @@ typedef struct VramdBackendApi {
                                     void (*complete)(void* context, const char* config_json,
                                                      size_t size),
                                     void* context, VramdError* error);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdBackendApi,
+   * accepts_gpu_inputs) (older libraries end before it; vramd then reads it as 0).
+   * Non-zero: execute_requests receives inputs in GPU memory where they are (input_memory says
+   * which); zero: vramd copies every GPU input to host memory before the call. */
+  int32_t accepts_gpu_inputs;
 } VramdBackendApi;
 
 /* The entry point: `server_abi_version` is vramd's VRAMD_BACKEND_ABI_VERSION. Returns the table

@@ -10,25 +10,35 @@ cd "$(dirname "$0")/../.."
 [ -x /usr/local/cuda/bin/nvcc ] || { echo "package.sh: /usr/local/cuda is needed to build for the GPU" >&2; exit 1; }
 # The python backend links a libpython, so it is built on the device against its Python
 # (scripts/device/build_python.sh), not here against Debian's 3.11.
-VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh \
-  -DVRAMD_BUILD_PYTHON_BACKEND=OFF
+# VRAMD_PACKAGE_BUILD_DIR=DIR gathers from an existing Release build with CUDA (a developer's
+# build/, say) instead of building build-device: a second full build takes the 2-core machine
+# most of an hour. Its unit tests are left out (they would crowd the carry limit).
+build_dir="${VRAMD_PACKAGE_BUILD_DIR:-build-device}"
+if [ -z "${VRAMD_PACKAGE_BUILD_DIR:-}" ]; then
+  VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh \
+    -DVRAMD_BUILD_PYTHON_BACKEND=OFF
+else
+  grep -q '^VRAMD_WITH_CUDA\|CMAKE_CUDA_COMPILER:.*nvcc' "$build_dir/CMakeCache.txt" || {
+    echo "package.sh: $build_dir is not a build with CUDA" >&2; exit 1; }
+fi
 
 rm -rf device-dist
 mkdir -p device-dist/bin device-dist/lib
-binaries=(build-device/src/cli/vramd build-device/src/cli/vramctl)
+binaries=("$build_dir"/src/cli/vramd "$build_dir"/src/cli/vramctl)
 # GPU tests, plus the unit tests (run.sh runs those with a GPU part; they skip it without one).
-for f in build-device/tests/gpu_*_test build-device/tests/vramd_unit_tests \
-         build-device/bench/*_bench; do
+unit_tests="$build_dir"/tests/vramd_unit_tests
+[ -n "${VRAMD_PACKAGE_BUILD_DIR:-}" ] && unit_tests=
+for f in "$build_dir"/tests/gpu_*_test $unit_tests "$build_dir"/bench/*_bench; do
   [ -x "$f" ] && binaries+=("$f")
 done
 # The HTTP load generator of the pytorch benchmarks (not a Google Benchmark binary).
 for tool in infer_load inprocess_infer pool_replay; do
-  [ -x build-device/bench/$tool ] || { echo "package.sh: build-device/bench/$tool was not built" >&2; exit 1; }
-  binaries+=(build-device/bench/$tool)
+  [ -x "$build_dir"/bench/$tool ] || { echo "package.sh: $build_dir/bench/$tool was not built" >&2; exit 1; }
+  binaries+=("$build_dir"/bench/$tool)
 done
 # The out-of-process backend host (docs/remote-backends.md): the python backend's stub modes.
-[ -x build-device/backends/vramd_backend_host ] || { echo "package.sh: build-device/backends/vramd_backend_host was not built" >&2; exit 1; }
-binaries+=(build-device/backends/vramd_backend_host)
+[ -x "$build_dir"/backends/vramd_backend_host ] || { echo "package.sh: $build_dir/backends/vramd_backend_host was not built" >&2; exit 1; }
+binaries+=("$build_dir"/backends/vramd_backend_host)
 cp "${binaries[@]}" device-dist/bin/
 # The unit tests' line tables (tests/CMakeLists.txt) would take room the carry limit needs.
 [ -f device-dist/bin/vramd_unit_tests ] && strip --strip-debug device-dist/bin/vramd_unit_tests

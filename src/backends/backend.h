@@ -131,6 +131,10 @@ class BackendModel {
  public:
   virtual ~BackendModel() = default;
   virtual Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) = 0;
+  // Whether its instances (of a backend that TakesRequestLists()) take inputs in GPU memory
+  // where they are (Tensor::gpu); false: the runtime moves them to host first. Per model, not
+  // per backend: the same library may serve one model in process and host another.
+  virtual bool TakesGpuInputs() const { return false; }
 };
 
 class Backend {

@@ -47,6 +47,9 @@ class CancelFlag {
   std::atomic<bool> cancelled_{false};
 };
 
+// InferRequest::output_gpu: outputs may stay on whichever GPU the model leaves them on.
+inline constexpr int kAnyGpu = -2;
+
 struct InferResponse;
 
 // Where a decoupled model's responses go as it sends them (runtime/request_responder.h): each
@@ -80,6 +83,10 @@ struct InferRequest {
   ResponseStream stream;
   // Null when the front end cannot tell that its client left.
   std::shared_ptr<CancelFlag> cancel;
+  // Where the consumer takes outputs: kOnHost (every front end), a CUDA ordinal, or kAnyGpu
+  // (whichever GPU the model leaves them on). Only a BLS call sets a GPU; the runtime moves a
+  // GPU output to host for a consumer that takes host memory (runtime/tensor_memory.h).
+  int output_gpu = kOnHost;
 
   const Tensor* FindInput(std::string_view name) const {
     for (const auto& t : inputs)

@@ -1,4 +1,9 @@
-// Tensor: a named, typed, shaped block of host bytes, the unit requests and responses carry.
+// Tensor: a named, typed, shaped block of bytes, the unit requests and responses carry.
+//
+// Its bytes are host memory, or, with `gpu` set, device memory of that CUDA device (a backend's
+// output a BLS caller takes on the GPU; a BLS input a model passed from the GPU). Only the
+// runtime and backends see GPU tensors: before a front end, a backend that reads only host
+// memory, or a joined batch sees one, runtime/tensor_memory.h moves it to host.
 //
 // Data is row-major and little-endian. A BYTES tensor holds each element as a 4-byte
 // little-endian length followed by that many bytes (Triton's serialized form), so binary
@@ -11,18 +16,24 @@
 #include <vector>
 
 #include "core/data_type.h"
-#include "core/host_buffer.h"
+#include "core/shared_buffer.h"
 #include "core/status.h"
 
 namespace vramd {
 
 using Shape = std::vector<int64_t>;
 
+inline constexpr int kOnHost = -1;
+
 struct Tensor {
   std::string name;
   DataType datatype = DataType::kInvalid;
   Shape shape;
-  HostBuffer data;
+  SharedBuffer data;
+  // The CUDA ordinal `data` is on; kOnHost: host memory.
+  int gpu = kOnHost;
+
+  bool on_gpu() const { return gpu != kOnHost; }
 };
 
 // Elements of `shape`; -1 if a dimension is negative.

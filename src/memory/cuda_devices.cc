@@ -106,6 +106,18 @@ Status SynchronizeDevice(int ordinal) {
   return Status::Ok();
 }
 
+Status SynchronizeStream(int ordinal, void* stream) {
+  ScopedDevice scoped(ordinal);
+  cudaError_t err = scoped.status();
+  if (err == cudaSuccess) err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Internal(
+        fmt::format("cuda:{}: cudaStreamSynchronize failed: {}", ordinal, cudaGetErrorString(err)));
+  }
+  return Status::Ok();
+}
+
 #else
 
 int CudaDeviceCount() { return 0; }
@@ -115,6 +127,9 @@ Result<std::string> CudaPciBusId(int ordinal) {
 }
 Status CudaInitContext(int ordinal) { return Status::Unavailable("built without CUDA"); }
 Status SynchronizeDevice(int ordinal) { return Status::Unavailable("built without CUDA"); }
+Status SynchronizeStream(int ordinal, void* stream) {
+  return Status::Unavailable("built without CUDA");
+}
 
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream) {

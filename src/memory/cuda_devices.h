@@ -30,6 +30,10 @@ Status CudaInitContext(int ordinal);
 // as it was. Unavailable without CUDA; Internal naming the CUDA error.
 Status SynchronizeDevice(int ordinal);
 
+// Waits for the work queued on `stream` of device `ordinal` (null: the legacy default stream),
+// leaving the current device as it was. Unavailable without CUDA; Internal naming the error.
+Status SynchronizeStream(int ordinal, void* stream);
+
 // Copies `size` bytes from `src` (on device `src_device`) to `dst` (on `dst_device`): any pair
 // of host, pinned host and CUDA memory, ordered on `stream` (a cudaStream_t, or null) and
 // complete when it returns. Host to host is a memcpy; anything touching a GPU needs CUDA

@@ -110,7 +110,7 @@ InferRequest ConcatenateRequests(const std::vector<const InferRequest*>& request
     t.datatype = in.datatype;
     t.shape = in.shape;
     t.shape[0] = rows;
-    t.data = HostBuffer::Allocate(bytes);
+    t.data = SharedBuffer::Allocate(bytes);
     std::byte* out = t.data.mutable_data();
     for (const Tensor* part : parts) {
       if (part->data.size() > 0) std::memcpy(out, part->data.data(), part->data.size());

@@ -4,7 +4,7 @@
 // Two requests can share a batch when they send the same inputs (by name) with the same data
 // types and the same shapes after dim 0. Data is row-major, so concatenating along dim 0 is
 // concatenating the bytes: for BYTES tensors the serialized elements (core/tensor.h).
-// Splitting gives each request a view of the output (HostBuffer::Slice, no copy).
+// Splitting gives each request a view of the output (SharedBuffer::Slice, no copy).
 //
 // Functions here are pure: safe from any thread.
 #pragma once

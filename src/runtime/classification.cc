@@ -140,7 +140,7 @@ Result<Tensor> Classifier::Classify(const Tensor& output, uint32_t count) const 
   result.name = output.name;
   result.datatype = DataType::kBytes;
   result.shape = batched_ ? Shape{batch, k} : Shape{k};
-  result.data = HostBuffer::FromString(std::move(bytes));
+  result.data = SharedBuffer::FromString(std::move(bytes));
   return result;
 }
 

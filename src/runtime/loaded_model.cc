@@ -8,6 +8,7 @@
 #include "memory/cuda_devices.h"
 #include "runtime/batch_assembly.h"
 #include "runtime/request_validator.h"
+#include "runtime/tensor_memory.h"
 
 namespace vramd::runtime {
 namespace {
@@ -178,6 +179,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     auto backend_model = (*backend)->LoadModel(ctx);
     if (!backend_model.ok()) return backend_model.status().WithContext(where);
     model->backend_model_ = std::move(backend_model).value();
+    model->gpu_inputs_ = model->backend_model_->TakesGpuInputs();
   }
 
   // "instances" is the time of creating them less the h2d the backend recorded meanwhile
@@ -298,7 +300,15 @@ std::optional<QueuedRequest> LoadedModel::Admit(std::shared_ptr<const InferReque
                                                 InferCallback done) {
   QueuedRequest queued;
   queued.arrival = SchedulerClock::now();
-  Status valid = ValidateInferRequest(*config_, *request);
+  // GPU inputs (from a BLS call) go to host for a backend that reads only host memory, and a
+  // BYTES tensor always: validation splits its elements on the host.
+  Status valid = Status::Ok();
+  if (AnyOnGpu(request->inputs)) {
+    auto staged = std::make_shared<InferRequest>(*request);
+    valid = MoveToHost(&staged->inputs, /*bytes_only=*/gpu_inputs_);
+    if (valid.ok()) request = std::move(staged);
+  }
+  if (valid.ok()) valid = ValidateInferRequest(*config_, *request);
   if (!valid.ok()) {
     stats_.RecordFailure(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

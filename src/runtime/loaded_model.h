@@ -216,6 +216,7 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // decoupled (only such backends may be).
   bool request_lists_ = false;
   bool decoupled_ = false;
+  bool gpu_inputs_ = false;  // backend_model_->TakesGpuInputs()
   // Set by HoldVersionInOutcomes, constant once requests come: outcomes hold the version.
   VersionReaper* reaper_ = nullptr;
 };

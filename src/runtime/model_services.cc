@@ -26,12 +26,12 @@ InferResponse HoldOutcome(InferOutcome outcome) {
     // Members go in reverse: the bytes first, then the outcome that accounts for them.
     struct Held {
       std::shared_ptr<InferOutcome> rest;
-      HostBuffer data;
+      SharedBuffer data;
     };
     auto held = std::make_shared<Held>(Held{rest, tensor.data});
     const std::byte* data = held->data.data();
     const size_t size = held->data.size();
-    tensor.data = HostBuffer::View(std::move(held), data, size);
+    tensor.data = SharedBuffer::View(std::move(held), data, size);
   }
   return response;
 }

@@ -223,7 +223,7 @@ Result<Tensor> BuildInput(const SampleErrors& errors, const config::ModelConfig&
   t.datatype = type;
   if (batching) t.shape.push_back(static_cast<int64_t>(sample.batch_size()));
   t.shape.insert(t.shape.end(), dims.begin(), dims.end());
-  t.data = HostBuffer::FromString(std::move(data));
+  t.data = SharedBuffer::FromString(std::move(data));
   return t;
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "runtime/batch_executor.h"
+#include "runtime/tensor_memory.h"
 
 namespace vramd::runtime {
 namespace {
@@ -53,6 +54,12 @@ memory::OwnerId RequestResponder::OpenOwner(void* self) {
 
 Result<InferResponse> RequestResponder::Shape(Result<backends::BackendResponse> response) const {
   if (!response.ok()) return response.status().WithContext(executor_->where());
+  // GPU outputs stay on the GPU only for a BLS call that takes them there and one response; a
+  // streamed response may outlive the request's owner, to which they are charged.
+  if (request_->output_gpu == kOnHost || (decoupled_ && request_->stream)) {
+    Status moved = MoveToHost(&response->outputs);
+    if (!moved.ok()) return moved.WithContext(executor_->where());
+  }
   auto outputs = executor_->ShapeOutputs(*request_, std::move(response->outputs));
   if (!outputs.ok()) return outputs.status();
   InferResponse shaped;

@@ -31,7 +31,13 @@ The models are model.py files written here (torch on cuda:0, KIND_GPU):
   - py_bls_gpu / py_bls_gpu_stub: BLS to py_torch with a torch cuda tensor as input
     (Tensor.from_dlpack), in-process and from a stub: the answer is torch's;
   - py_numpy_leaky (KIND_CPU): numpy arrays kept in self.history are leaks naming their requests
-    (the numpy handler built against this machine's numpy, 2.x: numpy/_core/include).
+    (the numpy handler built against this machine's numpy, 2.x: numpy/_core/include);
+  - py_gpu_caller -> py_gpu_echo (FORCE_CPU_ONLY_INPUT_TENSORS "no"): GPU tensors through the
+    request path. A torch cuda tensor passed by BLS reaches the called model on the GPU at the
+    caller's own address (no copy), and its cuda output comes back on the GPU (Triton's default
+    preferred memory, and TRITONSERVER_MEMORY_GPU) or in host memory (TRITONSERVER_MEMORY_CPU),
+    correct each way; over HTTP py_gpu_echo's cuda output arrives as numbers; nothing is left
+    in the ledger or filed as a leak.
 """
 
 import argparse
@@ -176,6 +182,94 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 '''
 
 
+GPU_ECHO_MODEL = '''import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.device = torch.device("cuda:%s" % args["model_instance_device_id"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            t = pb_utils.get_input_tensor_by_name(request, "X")
+            if t.is_cpu():
+                x, ptr = torch.from_numpy(t.as_numpy()).to(self.device), -1
+            else:
+                x = torch.utils.dlpack.from_dlpack(t.to_dlpack())
+                ptr = x.data_ptr()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor.from_dlpack("Y", x * 2),
+                pb_utils.Tensor("PTR", np.array([ptr], np.int64)),
+                pb_utils.Tensor("INPUT_ON_CPU", np.array([int(t.is_cpu())], np.int32))]))
+        return responses
+'''
+
+GPU_ECHO_CONFIG = '''name: "py_gpu_echo"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1, 1024 ] },
+         { name: "PTR" data_type: TYPE_INT64 dims: [ 1 ] },
+         { name: "INPUT_ON_CPU" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] } ]
+parameters [ { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } } ]
+'''
+
+GPU_CALLER_MODEL = '''import json
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.device = torch.device("cuda:%s" % args["model_instance_device_id"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = torch.from_numpy(
+                pb_utils.get_input_tensor_by_name(request, "X").as_numpy()).to(self.device)
+            x = x + 0  # made on this instance's stream, as a model's activations are
+            result = {"x_ptr": x.data_ptr()}
+            for how, memory in (("default", None),
+                                ("gpu", pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0)),
+                                ("cpu", pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))):
+                extra = {} if memory is None else {"preferred_memory": memory}
+                answer = pb_utils.InferenceRequest(
+                    model_name="py_gpu_echo", inputs=[pb_utils.Tensor.from_dlpack("X", x)],
+                    requested_output_names=["Y", "PTR", "INPUT_ON_CPU"], **extra).exec()
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                y = pb_utils.get_output_tensor_by_name(answer, "Y")
+                if y.is_cpu():
+                    got = torch.from_numpy(y.as_numpy()).to(self.device)
+                else:
+                    got = torch.utils.dlpack.from_dlpack(y.to_dlpack())
+                result[how] = {
+                    "y_on_cpu": y.is_cpu(),
+                    "y_equal": bool(torch.equal(got, x * 2)),
+                    "callee_ptr": int(pb_utils.get_output_tensor_by_name(answer, "PTR").as_numpy()[0]),
+                    "callee_input_on_cpu": int(pb_utils.get_output_tensor_by_name(
+                        answer, "INPUT_ON_CPU").as_numpy()[0])}
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(
+                "RESULT", np.array([json.dumps(result).encode()], dtype=np.object_))]))
+        return responses
+'''
+
+GPU_CALLER_CONFIG = '''name: "py_gpu_caller"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] } ]
+output [ { name: "RESULT" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]
+'''
+
+
 def write(repo, name, config, model):
     os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
     with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
@@ -304,6 +398,8 @@ def main():
     for name, hosting in (("py_bls_gpu", "in_process"), ("py_bls_gpu_stub", "stub")):
         write(repo, name, BLS_GPU_CONFIG.format(name=name, hosting=hosting), BLS_GPU_MODEL)
     write(repo, "py_numpy_leaky", NUMPY_CONFIG, NUMPY_MODEL)
+    write(repo, "py_gpu_echo", GPU_ECHO_CONFIG, GPU_ECHO_MODEL)
+    write(repo, "py_gpu_caller", GPU_CALLER_CONFIG, GPU_CALLER_MODEL)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, 1024, generator=g).cuda()
     x = np.random.default_rng(1).standard_normal((3, 1024)).astype(np.float32)
@@ -312,7 +408,8 @@ def main():
     server = Server(args.vramd, args.backend_directory, repo, args.log)
     try:
         for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_off",
-                  "py_numpy_leaky", "py_torch_stub", "py_bls_gpu", "py_bls_gpu_stub"):
+                  "py_numpy_leaky", "py_torch_stub", "py_bls_gpu", "py_bls_gpu_stub",
+                  "py_gpu_echo", "py_gpu_caller"):
             status, body = server.call("POST", "/v2/repository/models/%s/load" % m)
             if not check(status == 200, "load %s (%s)" % (m, body)):
                 print(server.text()[-4000:])
@@ -478,6 +575,44 @@ def main():
                 ok, detail = False, str(e)[:300]
             check(ok, "%s: BLS to py_torch with a cuda tensor input answers as torch does (%s)"
                   % (m, detail))
+
+        # 5d. GPU tensors through the request path (BLS in-process): no copy in, outputs on the
+        # GPU unless the caller prefers the CPU; over HTTP the cuda output comes as numbers.
+        results = []
+        for _ in range(20):
+            body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape),
+                                "data": x.reshape(-1).tolist()}]}
+            status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body)
+            if status != 200:
+                results.append({"error": r})
+                continue
+            results.append(json.loads(r["outputs"][0]["data"][0]))
+        first = results[0]
+        say("#", "py_gpu_caller: %s" % json.dumps(first)[:600])
+        ok = all("error" not in r for r in results)
+        check(ok and all(r["default"]["callee_input_on_cpu"] == 0
+                         and r["default"]["callee_ptr"] == r["x_ptr"] for r in results),
+              "BLS with a cuda tensor: the called model (FORCE_CPU_ONLY_INPUT_TENSORS no) gets it "
+              "on the GPU at the caller's own address, no copy (%s)"
+              % [(r.get("x_ptr"), r.get("default", {}).get("callee_ptr")) for r in results[:2]])
+        check(ok and all(not r["default"]["y_on_cpu"] and r["default"]["y_equal"]
+                         and not r["gpu"]["y_on_cpu"] and r["gpu"]["y_equal"] for r in results),
+              "BLS: the called model's cuda output comes back on the GPU, correct (Triton's "
+              "default preferred memory and TRITONSERVER_MEMORY_GPU)")
+        check(ok and all(r["cpu"]["y_on_cpu"] and r["cpu"]["y_equal"] for r in results),
+              "BLS with TRITONSERVER_MEMORY_CPU: the output comes in host memory, correct")
+        out = server.infer("py_gpu_echo", "X", x, "FP32")
+        check(np.array_equal(out["Y"], x * 2) and int(out["INPUT_ON_CPU"][0]) == 1,
+              "py_gpu_echo over HTTP: its cuda output arrives as numbers (x * 2), its input "
+              "came in host memory")
+        report = server.memory()
+        left = [n["path"] for n in walk(report["owners"]) if n["kind"] == "request"
+                and (n["path"].startswith("server/model:py_gpu_echo/")
+                     or n["path"].startswith("server/model:py_gpu_caller/"))]
+        check(not left and not leaks_of(report, "py_gpu_echo")
+              and not leaks_of(report, "py_gpu_caller"),
+              "GPU tensors through BLS leave no request owner and no leak (%s %s)"
+              % (left[:3], leaks_of(report, "py_gpu_echo")[:2] + leaks_of(report, "py_gpu_caller")[:2]))
 
         # 6. Unload: the pools return their segments. py_torch_stream is loaded again first (its
         # instances take the streams the first ones left) and must answer the same.

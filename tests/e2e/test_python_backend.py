@@ -576,6 +576,25 @@ def test_bls_calls_another_python_model(client):
     np.testing.assert_array_equal(result.outputs["OUT"], (x + 1) * 2)
 
 
+def test_bls_reads_the_callers_inputs_in_place(py_server, client):
+    """exec() waits for its answer while the caller holds its request, so the called model
+    reads the caller's array where it is (in-process); exec(decoupled=True) may outlive the
+    request object, so its inputs are copied. A host's call crosses the IPC either way. Outputs
+    a CPU model made are host tensors whatever the preferred memory (Triton's default keeps them
+    where the model left them)."""
+    got = json_out(client.infer("py_bls_inplace", [Input("IN", "INT32", int32(1000))]),
+                   "RESULT")
+    want = float(sum(range(1000)))
+    for how in ("exec", "decoupled"):
+        assert got[how]["sum"] == want, got
+        assert got[how]["on_cpu"] is True, got
+    assert got["decoupled"]["ptr"] != got["mine"], got
+    if py_server.hosting == "in_process":
+        assert got["exec"]["ptr"] == got["mine"], got
+    else:
+        assert got["exec"]["ptr"] != got["mine"], got
+
+
 def test_bls_to_a_missing_model_is_an_error_response(client):
     r = client.infer_raw("py_bls", [Input("IN", "FP32", np.zeros(1, np.float32))],
                          parameters={"target": "no_such_model_here"})

@@ -16,14 +16,14 @@
 
 #include "backends/mlp/safetensors.h"
 #include "backends/mlp/safetensors_writer.h"
-#include "core/host_buffer.h"
+#include "core/shared_buffer.h"
 #include "fuzz_support.h"
 
 namespace {
 namespace st = vramd::backends::safetensors;
 using vramd::fuzz::Fail;
 
-void CheckLayout(const st::File& file, const vramd::HostBuffer& bytes) {
+void CheckLayout(const st::File& file, const vramd::SharedBuffer& bytes) {
   if (8 + file.header_bytes() + file.data_bytes() != file.file_bytes() ||
       file.file_bytes() != bytes.size()) {
     Fail("header, data and file sizes do not add up");
@@ -54,7 +54,7 @@ void CheckLayout(const st::File& file, const vramd::HostBuffer& bytes) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const vramd::HostBuffer bytes = vramd::HostBuffer::CopyOf(data, size);
+  const vramd::SharedBuffer bytes = vramd::SharedBuffer::CopyOf(data, size);
   auto file = st::File::Parse(bytes, "fuzz.safetensors");
   if (!file.ok()) {
     if (file.status().message().find("fuzz.safetensors") == std::string::npos) {
@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto written = st::Serialize(tensors, file->metadata());
   if (!written.ok()) Fail("a parsed file does not serialize: " + written.status().ToString());
-  auto again = st::File::Parse(vramd::HostBuffer::FromString(std::move(written).value()),
+  auto again = st::File::Parse(vramd::SharedBuffer::FromString(std::move(written).value()),
                                "rewritten.safetensors");
   if (!again.ok()) Fail("a rewritten file does not parse: " + again.status().ToString());
   if (again->metadata() != file->metadata()) Fail("the metadata changed on rewriting");

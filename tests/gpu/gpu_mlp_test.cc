@@ -120,7 +120,7 @@ struct Loaded {
   Result<std::vector<float>> Run(size_t i, const std::vector<float>& x, int64_t batch, int64_t k) {
     InferRequest r;
     r.inputs.push_back(Tensor{"INPUT0", DataType::kFp32, {batch, k},
-                              HostBuffer::CopyOf(x.data(), x.size() * 4)});
+                              SharedBuffer::CopyOf(x.data(), x.size() * 4)});
     std::vector<Tensor> out;
     VRAMD_RETURN_IF_ERROR(instances[i]->Execute(r, &out));
     if (out.size() != 1) return Status::Internal("expected one output");

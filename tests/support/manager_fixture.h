@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "core/host_buffer.h"
+#include "core/shared_buffer.h"
 #include "core/infer_request.h"
 #include "core/tensor.h"
 #include "runtime/model_manager.h"
@@ -24,7 +24,7 @@ inline InferRequest Int32Request(std::string id) {
   InferRequest r;
   r.id = std::move(id);
   int32_t v[2] = {1, 2};
-  r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {2}, HostBuffer::CopyOf(v, sizeof v)});
+  r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {2}, SharedBuffer::CopyOf(v, sizeof v)});
   return r;
 }
 

@@ -90,7 +90,7 @@ inline std::shared_ptr<InferRequest> FloatRequest(const std::string& id,
   auto r = std::make_shared<InferRequest>();
   r->id = id;
   r->inputs.push_back(Tensor{"INPUT0", DataType::kFp32, {1, static_cast<int64_t>(x.size())},
-                             HostBuffer::CopyOf(x.data(), x.size() * sizeof(float))});
+                             SharedBuffer::CopyOf(x.data(), x.size() * sizeof(float))});
   return r;
 }
 
@@ -104,7 +104,7 @@ inline Status AddVersionOffset(const InferRequest& request, int64_t version,
   std::memcpy(v.data(), in.data.data(), v.size() * sizeof(int32_t));
   for (auto& x : v) x += static_cast<int32_t>(1000 * version);
   outputs->push_back(Tensor{"OUTPUT0", DataType::kInt32, in.shape,
-                            HostBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))});
+                            SharedBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))});
   return Status::Ok();
 }
 

@@ -36,6 +36,7 @@ struct ModelHandle {
   std::string name, model_dir, version_dir, config_json;
   void* model = nullptr;
   bool checks_readiness = false;  // AbiBackend::ChecksReadiness()
+  bool gpu_inputs = false;        // the table's accepts_gpu_inputs, with execute_requests
 
   ~ModelHandle() {
     if (model != nullptr) api->model_destroy(model);
@@ -109,7 +110,8 @@ void ViewRequest(const InferRequest& request, ListedRequestView* view) {
                                        static_cast<VramdDataType>(static_cast<int>(t.datatype)),
                                        t.shape.data(), t.shape.size(), t.data.data(),
                                        t.data.size()});
-    view->input_memory.push_back(VramdMemory{VRAMD_DEVICE_CPU, -1});
+    view->input_memory.push_back(t.on_gpu() ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu}
+                                            : VramdMemory{VRAMD_DEVICE_CPU, -1});
   }
   for (const RequestedOutput& o : request.outputs) view->requested_outputs.push_back(o.name.c_str());
   view->parameters_json = ParametersToJson(request.parameters);
@@ -128,6 +130,11 @@ void ViewRequest(const InferRequest& request, ListedRequestView* view) {
       request.correlation_id_string.empty() ? nullptr : request.correlation_id_string.c_str();
   v.timeout_us = request.timeout_us;
   v.input_memory = view->input_memory.data();
+  v.preferred_output_memory = request.output_gpu == kOnHost
+                                  ? VramdMemory{VRAMD_DEVICE_CPU, -1}
+                                  : VramdMemory{VRAMD_DEVICE_GPU,
+                                                request.output_gpu == kAnyGpu ? -1
+                                                                              : request.output_gpu};
 }
 
 class AbiInstance final : public BackendInstance {
@@ -186,7 +193,7 @@ class AbiInstance final : public BackendInstance {
       for (size_t i = 0; i < requests.size(); ++i) {
         ViewRequest(*requests[i].request, &views[i]);
         views[i].request.owner = requests[i].OpenOwner();
-        responders.push_back(abi::NewResponder(requests[i].responder));
+        responders.push_back(abi::NewResponder(requests[i]));
         views[i].request.responder = responders.back();
         list.push_back(&views[i].request);
       }
@@ -256,6 +263,8 @@ class AbiModel final : public BackendModel {
                                           model_->backend, ctx.name, e.what()));
     }
   }
+
+  bool TakesGpuInputs() const override { return model_->gpu_inputs; }
 
  private:
   const std::shared_ptr<ModelHandle> model_;
@@ -387,6 +396,10 @@ Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& 
     handle->version_dir = ctx.version_dir.string();
     handle->config_json = config::ModelConfigToJson(*ctx.config);
     handle->checks_readiness = ChecksReadiness();
+    constexpr size_t kGpuInputsEnd = offsetof(VramdBackendApi, accepts_gpu_inputs) +
+                                     sizeof(VramdBackendApi::accepts_gpu_inputs);
+    handle->gpu_inputs = TakesRequestLists() && api_->struct_size >= kGpuInputsEnd &&
+                         api_->accepts_gpu_inputs != 0;
 
     VramdModelInfo info{};
     info.struct_size = sizeof(VramdModelInfo);

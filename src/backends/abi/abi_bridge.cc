@@ -24,6 +24,13 @@ Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id) {
   return Status::InvalidArgument(fmt::format("unknown device kind {}", static_cast<int>(kind)));
 }
 
+SharedBuffer ShareBuffer(memory::Buffer buffer) {
+  const size_t size = buffer.size();
+  auto held = std::make_shared<memory::Buffer>(std::move(buffer));
+  const auto* bytes = static_cast<const std::byte*>(held->data());
+  return SharedBuffer::View(std::move(held), bytes, size);
+}
+
 ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator,
                      ServerServices* services)
     : backend_name_(std::move(backend_name)), allocator_(allocator), services_(services) {

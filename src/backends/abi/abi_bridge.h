@@ -12,6 +12,7 @@
 
 #include "core/load_timing.h"
 #include "backends/abi/vramd_codes.h"
+#include "core/shared_buffer.h"
 #include "core/status.h"
 #include "memory/allocator.h"
 #include "memory/device.h"
@@ -25,6 +26,9 @@ namespace vramd::backends::abi {
 
 // VRAMD_DEVICE_GPU -> cuda:<id>, CUDA_HOST -> cuda_host, CPU -> cpu; InvalidArgument otherwise.
 Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id);
+
+// `buffer`'s bytes as a tensor's data: returned to its pool when the last reference goes.
+SharedBuffer ShareBuffer(memory::Buffer buffer);
 
 // One VramdServerApi: allocate/free go to `allocator` (charged to the owner the backend names;
 // 0 means the calling thread's current owner), log goes to spdlog as "[backend <name>] ...",
@@ -44,6 +48,8 @@ class ServerApi {
   const VramdServerApi* table() const { return &table_; }
   // What the model may ask of the server beyond memory; may be null.
   ServerServices* services() const { return services_; }
+  // Where its memory comes from; null for auto_complete_config's table.
+  memory::Allocator* allocator() const { return allocator_; }
 
   // The load in progress, or null between loads; set around model_create and instance_create,
   // which the runtime calls one at a time for a model.

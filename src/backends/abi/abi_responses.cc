@@ -15,9 +15,14 @@
 // The opaque handles of include/vramd/backend.h, defined at global scope where the C
 // declarations put them.
 struct VramdResponder {
-  explicit VramdResponder(std::shared_ptr<vramd::backends::Responder> r)
-      : responder(std::move(r)) {}
+  explicit VramdResponder(const vramd::backends::ListedRequest& listed)
+      : responder(listed.responder),
+        open_owner(listed.open_owner),
+        owner_context(listed.owner_context) {}
   std::shared_ptr<vramd::backends::Responder> responder;
+  // The request's ledger owner (ListedRequest::OpenOwner), for outputs in GPU memory.
+  vramd::memory::OwnerId (*open_owner)(void* context);
+  void* owner_context;
   std::atomic<int> references{2};     // the execute_requests call's and the backend's
   std::atomic<bool> finished{false};  // its final flag was taken (by respond or a failed call)
 
@@ -29,6 +34,7 @@ struct VramdResponder {
 };
 
 struct VramdResponse {
+  VramdResponder* responder;  // valid until respond: the backend holds it until then
   std::vector<vramd::Tensor> outputs;
   std::vector<vramd::InferParameter> parameters;
 };
@@ -65,12 +71,35 @@ VramdCode ResponseCreate(void*, VramdResponder* responder, VramdResponse** respo
     if (responder == nullptr || response == nullptr) {
       return Fail(error, Status::InvalidArgument("response_create: `responder` or `response` is NULL"));
     }
-    *response = std::make_unique<VramdResponse>().release();  // the backend's until respond
+    *response = std::make_unique<VramdResponse>(VramdResponse{responder, {}, {}})
+                    .release();  // the backend's until respond
     return VRAMD_OK;
   });
 }
 
-VramdCode ResponseAddOutput(void*, VramdResponse* response, const char* name,
+// GPU memory for an output, from the device's pool, charged to the request it answers; freed
+// when the tensor's last reference goes (a BLS caller may keep it: model_services.h holds the
+// request's owner open until then).
+Result<SharedBuffer> DeviceOutputBuffer(void* server, VramdResponse* response, int32_t device_id,
+                                        size_t byte_size) {
+  memory::Allocator* allocator =
+      server == nullptr ? nullptr : static_cast<const ServerApi*>(server)->allocator();
+  if (allocator == nullptr) {
+    return Status::Unavailable("this server table allocates no memory");
+  }
+  auto device = ToDevice(VRAMD_DEVICE_GPU, device_id);
+  if (!device.ok()) return device.status();
+  if (byte_size == 0) return SharedBuffer();
+  VramdResponder* responder = response->responder;
+  const memory::OwnerId owner = responder->open_owner != nullptr
+                                    ? responder->open_owner(responder->owner_context)
+                                    : memory::kNoOwner;
+  auto buffer = allocator->Allocate(*device, byte_size, /*stream=*/0, owner);
+  if (!buffer.ok()) return buffer.status();
+  return ShareBuffer(std::move(buffer).value());
+}
+
+VramdCode ResponseAddOutput(void* server, VramdResponse* response, const char* name,
                             VramdDataType datatype, const int64_t* shape, size_t rank,
                             size_t byte_size, VramdDeviceKind kind, int32_t device_id,
                             void** data, VramdError* error) {
@@ -79,13 +108,28 @@ VramdCode ResponseAddOutput(void*, VramdResponse* response, const char* name,
       return Fail(error, Status::InvalidArgument("response_add_output: `response` or `data` is NULL"));
     }
     *data = nullptr;
-    if (kind == VRAMD_DEVICE_GPU) {
-      // The runtime's tensors are host memory today; a backend copies a device tensor into a
-      // host output (VramdServerApi::copy) rather than vramd answering with half a feature.
-      return Fail(error, Status::Unsupported(fmt::format(
-                             "response_add_output '{}': outputs on GPU {} are not carried by "
-                             "vramd yet; add it in host memory and copy into it",
-                             name != nullptr ? name : "(NULL)", device_id)));
+    // Read as the integer a library wrote: a value the enum lacks must not be loaded as one.
+    int32_t memory_kind = VRAMD_DEVICE_CPU;
+    std::memcpy(&memory_kind, &kind, sizeof memory_kind);
+    if (memory_kind == VRAMD_DEVICE_GPU) {
+      auto tensor = NewOutput(response->outputs, 0, "response_add_output", name, datatype, shape,
+                              rank, byte_size);
+      if (!tensor.ok()) return Fail(error, tensor.status());
+      auto buffer = DeviceOutputBuffer(server, response, device_id, byte_size);
+      if (!buffer.ok()) {
+        return Fail(error, buffer.status().WithContext(
+                               fmt::format("response_add_output '{}' on GPU {}", name, device_id)));
+      }
+      tensor->data = std::move(buffer).value();
+      tensor->gpu = device_id;
+      *data = const_cast<std::byte*>(tensor->data.data());
+      response->outputs.push_back(std::move(tensor).value());
+      return VRAMD_OK;
+    }
+    if (memory_kind != VRAMD_DEVICE_CPU && memory_kind != VRAMD_DEVICE_CUDA_HOST) {
+      return Fail(error, Status::InvalidArgument(
+                             fmt::format("response_add_output '{}': unknown memory kind {}",
+                                         name != nullptr ? name : "(NULL)", memory_kind)));
     }
     auto added = AppendHostOutput(&response->outputs, 0, "response_add_output", name, datatype,
                                   shape, rank, byte_size);
@@ -182,8 +226,8 @@ void FillResponseTable(VramdServerApi* table) {
   table->copy = &Copy;
 }
 
-VramdResponder* NewResponder(std::shared_ptr<Responder> responder) {
-  return std::make_unique<VramdResponder>(std::move(responder)).release();  // see Unref
+VramdResponder* NewResponder(const ListedRequest& listed) {
+  return std::make_unique<VramdResponder>(listed).release();  // see Unref
 }
 
 void ReleaseAfterExecute(VramdResponder* responder, const Status* failed) {
@@ -197,9 +241,9 @@ void ReleaseAfterExecute(VramdResponder* responder, const Status* failed) {
   responder->Unref();
 }
 
-Result<void*> AppendHostOutput(std::vector<Tensor>* outputs, size_t first, const char* entry,
-                               const char* name, VramdDataType datatype, const int64_t* shape,
-                               size_t rank, size_t byte_size) {
+Result<Tensor> NewOutput(const std::vector<Tensor>& outputs, size_t first, const char* entry,
+                         const char* name, VramdDataType datatype, const int64_t* shape,
+                         size_t rank, size_t byte_size) {
   if (name == nullptr || (shape == nullptr && rank > 0)) {
     return Status::InvalidArgument(
         fmt::format("{}: `name` is NULL, or `shape` is NULL with rank > 0", entry));
@@ -223,14 +267,22 @@ Result<void*> AppendHostOutput(std::vector<Tensor>* outputs, size_t first, const
         "{} '{}': {} {} needs {} bytes, not {}", entry, name, DataTypeWireName(type),
         ShapeToString(dims), static_cast<size_t>(elements) * element_size, byte_size));
   }
-  for (size_t i = first; i < outputs->size(); ++i) {
-    if ((*outputs)[i].name == name) {
+  for (size_t i = first; i < outputs.size(); ++i) {
+    if (outputs[i].name == name) {
       return Status::InvalidArgument(fmt::format("{} '{}': added twice", entry, name));
     }
   }
-  HostBuffer buffer = HostBuffer::Allocate(byte_size);
-  void* data = buffer.mutable_data();  // owned by the buffer, not the vector slot
-  outputs->push_back(Tensor{name, type, std::move(dims), std::move(buffer)});
+  return Tensor{name, type, std::move(dims), SharedBuffer()};
+}
+
+Result<void*> AppendHostOutput(std::vector<Tensor>* outputs, size_t first, const char* entry,
+                               const char* name, VramdDataType datatype, const int64_t* shape,
+                               size_t rank, size_t byte_size) {
+  VRAMD_ASSIGN_OR_RETURN(Tensor tensor,
+                         NewOutput(*outputs, first, entry, name, datatype, shape, rank, byte_size));
+  tensor.data = SharedBuffer::Allocate(byte_size);
+  void* data = tensor.data.mutable_data();  // owned by the buffer, not the vector slot
+  outputs->push_back(std::move(tensor));
   return data;
 }
 

@@ -25,19 +25,24 @@ namespace vramd::backends::abi {
 // Sets the table's request-list entry points and copy.
 void FillResponseTable(VramdServerApi* table);
 
-// A handle for `responder`, holding the call's reference and the backend's.
-VramdResponder* NewResponder(std::shared_ptr<Responder> responder);
+// A handle for `listed`'s responder, holding the call's reference and the backend's.
+VramdResponder* NewResponder(const ListedRequest& listed);
 
 // Lets go of the call's reference once execute_requests returned. With `failed` (the call
 // returned an error), a request the backend has not completed is handed back: answered with
 // *failed and the backend's reference dropped too, as the ABI says.
 void ReleaseAfterExecute(VramdResponder* responder, const Status* failed);
 
-// Appends a host tensor of `byte_size` bytes to `outputs` after checking the arguments as the
-// ABI requires (a name, a known datatype, a shape without negative dimensions, a fixed-size
-// type's byte size matching its shape, a name not already among outputs[first..]); returns
-// where the backend writes its bytes. InvalidArgument naming `entry` and the output otherwise;
-// ResourceExhausted when host memory runs out.
+// An output tensor without its bytes, after checking the arguments as the ABI requires (a name,
+// a known datatype, a shape without negative dimensions, a fixed-size type's byte size matching
+// its shape, a name not already among outputs[first..]). InvalidArgument naming `entry` and the
+// output otherwise.
+Result<Tensor> NewOutput(const std::vector<Tensor>& outputs, size_t first, const char* entry,
+                         const char* name, VramdDataType datatype, const int64_t* shape,
+                         size_t rank, size_t byte_size);
+
+// Appends a host tensor of `byte_size` bytes to `outputs`, checked as NewOutput; returns where
+// the backend writes its bytes. ResourceExhausted when host memory runs out.
 Result<void*> AppendHostOutput(std::vector<Tensor>* outputs, size_t first, const char* entry,
                                const char* name, VramdDataType datatype, const int64_t* shape,
                                size_t rank, size_t byte_size);

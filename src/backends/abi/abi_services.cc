@@ -6,12 +6,17 @@
 // point; an error of the services (a model's load failing, a counter's refused decrement)
 // passes its message unchanged, since those are Triton's texts, which a model may match.
 //
-// infer_async copies the call's host inputs into the request before it returns (the ABI says
-// the backend may free them then); inputs in GPU memory are refused for now (Unsupported: the
-// backend copies them to host first). Outputs always come in host memory, whatever
-// preferred_output_memory says; parent_owner is not used yet. A call that asks for a cancel token
-// gets one (infer_cancel sets its request's CancelFlag, which its model reads as is_cancelled()). A result owns its InferResponse,
-// so the tensors it shows stay valid until infer_result_release.
+// infer_async reads the call's inputs in place when the caller keeps them for the whole call
+// (inputs_outlive_call); otherwise it copies them before it returns (the ABI says the backend
+// may free them then): host inputs to host memory, GPU inputs to vramd's pool of their GPU
+// (charged to parent_owner, else the calling thread's owner), never through the host. A GPU
+// input reaches the called model on its GPU when that model's backend takes GPU inputs, and in
+// host memory otherwise (runtime/tensor_memory.h). preferred_output_memory becomes the
+// request's output_gpu: a GPU output stays on its GPU for a caller that prefers a GPU and
+// comes to host for one that prefers the CPU. A call that asks for a cancel token gets one
+// (infer_cancel sets its request's CancelFlag, which its model reads as is_cancelled()). A
+// result owns its InferResponse, so the tensors it shows stay valid until
+// infer_result_release.
 //
 // Exactly one final result per call that infer_async accepted: a per-call state drops whatever
 // would come after the final one. That also covers an exception thrown by the services once the
@@ -133,8 +138,24 @@ struct CallState {
   }
 };
 
+// Where the call's fields appended within version 1 end: a call's struct_size covers them or not.
+constexpr size_t kCancelTokenEnd = offsetof(VramdInferCall, cancel_token) + sizeof(void**);
+constexpr size_t kInputsKeptEnd = offsetof(VramdInferCall, inputs_outlive_call) + sizeof(int32_t);
+
+// A copy of `size` bytes at `data` on GPU `device` in vramd's pool of that GPU, charged to
+// `owner` (kNoOwner: the calling thread's).
+Result<SharedBuffer> CopyToPool(memory::Allocator* allocator, memory::Device device,
+                                const void* data, size_t size, memory::OwnerId owner) {
+  if (size == 0) return SharedBuffer();
+  if (allocator == nullptr) return Status::Unavailable("this server table allocates no memory");
+  auto buffer = allocator->Allocate(device, size, /*stream=*/0, owner);
+  if (!buffer.ok()) return buffer.status();
+  VRAMD_RETURN_IF_ERROR(memory::CopyBytes(device, buffer->data(), device, data, size, nullptr));
+  return ShareBuffer(std::move(buffer).value());
+}
+
 // Checks the call and makes its request; an error is the call's own (malformed) fault.
-Result<std::shared_ptr<InferRequest>> RequestOf(const VramdInferCall& call) {
+Result<std::shared_ptr<InferRequest>> RequestOf(void* server, const VramdInferCall& call) {
   if (call.model == nullptr) return Status::InvalidArgument("infer_async: `model` is NULL");
   if (call.version < 0) {
     return Status::InvalidArgument(
@@ -147,6 +168,7 @@ Result<std::shared_ptr<InferRequest>> RequestOf(const VramdInferCall& call) {
     return Status::InvalidArgument(
         "infer_async: `requested_outputs` is NULL with requested_output_count > 0");
   }
+  const bool kept = call.struct_size >= kInputsKeptEnd && call.inputs_outlive_call != 0;
   auto request = std::make_shared<InferRequest>();
   request->id = call.id != nullptr ? call.id : "";
   request->model_name = call.model;
@@ -169,27 +191,49 @@ Result<std::shared_ptr<InferRequest>> RequestOf(const VramdInferCall& call) {
       return Status::InvalidArgument(
           fmt::format("infer_async: input '{}': `data` is NULL with byte_size > 0", in.name));
     }
-    // The runtime's tensors are host memory: a GPU input (a model.py's torch tensor) is
-    // copied to host here, as the caller would otherwise have to.
-    HostBuffer data;
+    SharedBuffer data;
+    int gpu = kOnHost;
     // Read as the integer a library wrote: a value the enum lacks must not be loaded as one.
     int32_t kind = VRAMD_DEVICE_CPU;
     if (call.input_memory != nullptr) std::memcpy(&kind, &call.input_memory[i].kind, sizeof kind);
+    if (kind != VRAMD_DEVICE_CPU && kind != VRAMD_DEVICE_CUDA_HOST && kind != VRAMD_DEVICE_GPU) {
+      return Status::InvalidArgument(
+          fmt::format("infer_async: input '{}': unknown memory kind {}", in.name, kind));
+    }
+    const auto* bytes = static_cast<const std::byte*>(in.data);
     if (kind == VRAMD_DEVICE_GPU) {
       auto device = ToDevice(VRAMD_DEVICE_GPU, call.input_memory[i].device_id);
       if (!device.ok()) return device.status().WithContext(fmt::format("infer_async: input '{}'", in.name));
-      data = HostBuffer::Allocate(in.byte_size);
-      VRAMD_RETURN_IF_ERROR(memory::CopyBytes(memory::Device::Cpu(), data.mutable_data(), *device,
-                                              in.data, in.byte_size, nullptr)
-                                .WithContext(fmt::format("infer_async: input '{}'", in.name)));
-    } else if (kind != VRAMD_DEVICE_CPU && kind != VRAMD_DEVICE_CUDA_HOST) {
-      return Status::InvalidArgument(
-          fmt::format("infer_async: input '{}': unknown memory kind {}", in.name, kind));
+      gpu = device->index;
+      if (gpu >= memory::CudaDeviceCount()) {
+        return Status::Unavailable(fmt::format(
+            "infer_async: input '{}' is on cuda:{}, which this server does not see ({} CUDA "
+            "devices)", in.name, gpu, memory::CudaDeviceCount()));
+      }
+      if (kept) {
+        // The caller ordered its producer's work before the legacy default stream (ABI:
+        // infer_async reads inputs as copy does, ordered on that stream); the called model
+        // reads on streams of its own, so the input must be complete first.
+        VRAMD_RETURN_IF_ERROR(memory::SynchronizeStream(gpu, nullptr).WithContext(
+            fmt::format("infer_async: input '{}'", in.name)));
+        data = SharedBuffer::View(nullptr, bytes, in.byte_size);
+      } else {
+        const memory::OwnerId owner = static_cast<memory::OwnerId>(call.parent_owner);
+        auto copied = CopyToPool(static_cast<const ServerApi*>(server)->allocator(), *device,
+                                 in.data, in.byte_size, owner);
+        if (!copied.ok()) {
+          return copied.status().WithContext(fmt::format("infer_async: input '{}'", in.name));
+        }
+        data = std::move(copied).value();
+      }
     } else {
-      data = HostBuffer::CopyOf(in.data, in.byte_size);
+      data = kept ? SharedBuffer::View(nullptr, bytes, in.byte_size)
+                  : SharedBuffer::CopyOf(in.data, in.byte_size);
     }
-    request->inputs.push_back(Tensor{in.name, static_cast<DataType>(static_cast<int>(in.datatype)),
-                                     Shape(in.shape, in.shape + in.rank), std::move(data)});
+    Tensor tensor{in.name, static_cast<DataType>(static_cast<int>(in.datatype)),
+                  Shape(in.shape, in.shape + in.rank), std::move(data)};
+    tensor.gpu = gpu;
+    request->inputs.push_back(std::move(tensor));
   }
   for (size_t i = 0; i < call.requested_output_count; ++i) {
     if (call.requested_outputs[i] == nullptr) {
@@ -208,13 +252,18 @@ Result<std::shared_ptr<InferRequest>> RequestOf(const VramdInferCall& call) {
     request->correlation_id_string = call.correlation_id_string;
   }
   request->timeout_us = call.timeout_us;
+  int32_t preferred = VRAMD_DEVICE_CPU;
+  std::memcpy(&preferred, &call.preferred_output_memory.kind, sizeof preferred);
+  if (preferred == VRAMD_DEVICE_GPU) {
+    const int32_t device = call.preferred_output_memory.device_id;
+    request->output_gpu = device < 0 ? kAnyGpu : device;
+  }
   return request;
 }
 
 VramdCode InferAsync(void* server, const VramdInferCall* call, OnResult on_result, void* context,
                      VramdError* error) {
-  if (call != nullptr && call->struct_size >= offsetof(VramdInferCall, cancel_token) + sizeof(void**) &&
-      call->cancel_token != nullptr) {
+  if (call != nullptr && call->struct_size >= kCancelTokenEnd && call->cancel_token != nullptr) {
     *call->cancel_token = nullptr;  // until the call is accepted
   }
   return Guarded("infer_async", error, [&]() -> VramdCode {
@@ -230,15 +279,14 @@ VramdCode InferAsync(void* server, const VramdInferCall* call, OnResult on_resul
     if (on_result == nullptr) {
       return Refuse(error, VRAMD_INVALID_ARGUMENT, "infer_async: `on_result` is NULL");
     }
-    auto request = RequestOf(*call);
+    auto request = RequestOf(server, *call);
     if (!request.ok()) return Relay(error, request.status());
     auto state = std::make_shared<CallState>();
     state->on_result = on_result;
     state->context = context;
     // The token exists before the call may run (its final result may come before infer_async
     // returns), and only once the call is accepted: a refusal above stores NULL.
-    if (call->struct_size >= offsetof(VramdInferCall, cancel_token) + sizeof(void**) &&
-        call->cancel_token != nullptr) {
+    if (call->struct_size >= kCancelTokenEnd && call->cancel_token != nullptr) {
       auto flag = std::make_shared<CancelFlag>();
       request.value()->cancel = flag;
       *call->cancel_token = new std::shared_ptr<CancelFlag>(std::move(flag));
@@ -287,7 +335,9 @@ VramdCode InferResultOutput(void* /*server*/, const VramdInferResult* result, si
   const Tensor& t = outputs[index];
   *tensor = VramdTensor{t.name.c_str(), static_cast<VramdDataType>(static_cast<int>(t.datatype)),
                         t.shape.data(), t.shape.size(), t.data.data(), t.data.size()};
-  if (memory != nullptr) *memory = VramdMemory{VRAMD_DEVICE_CPU, -1};
+  if (memory != nullptr) {
+    *memory = t.on_gpu() ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu} : VramdMemory{VRAMD_DEVICE_CPU, -1};
+  }
   return VRAMD_OK;
 }
 

@@ -190,7 +190,7 @@ const TensorInfo* File::Find(std::string_view name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-Result<File> File::Parse(HostBuffer bytes, std::string source) {
+Result<File> File::Parse(SharedBuffer bytes, std::string source) {
   File file;
   file.bytes_ = std::move(bytes);
   file.source_ = std::move(source);
@@ -290,9 +290,9 @@ Result<File> File::Read(const std::filesystem::path& path) {
     return Status::InvalidArgument(fmt::format("{}: not a regular file", where));
   }
   const auto size = static_cast<size_t>(st.st_size);
-  HostBuffer bytes;
+  SharedBuffer bytes;
   try {
-    bytes = HostBuffer::Allocate(size);
+    bytes = SharedBuffer::Allocate(size);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(
         fmt::format("{}: no host memory to read the file's {} bytes", where, size));

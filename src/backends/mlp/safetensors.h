@@ -39,7 +39,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/host_buffer.h"
+#include "core/shared_buffer.h"
 #include "core/status.h"
 
 namespace vramd::backends::safetensors {
@@ -95,7 +95,7 @@ class File {
   static Result<File> Read(const std::filesystem::path& path);
 
   // Parses `bytes`, a whole file's contents; `source` names it in messages (a path).
-  static Result<File> Parse(HostBuffer bytes, std::string source);
+  static Result<File> Parse(SharedBuffer bytes, std::string source);
 
   const std::string& source() const { return source_; }
   // Every tensor, in data order (ascending data_offsets).
@@ -110,7 +110,7 @@ class File {
  private:
   File() = default;
 
-  HostBuffer bytes_;  // the whole file; the tensors point into it
+  SharedBuffer bytes_;  // the whole file; the tensors point into it
   std::string source_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_

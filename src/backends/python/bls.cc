@@ -159,14 +159,26 @@ std::shared_ptr<BlsCall> BlsCall::Start(std::shared_ptr<ModelShared> model,
   c.correlation_id_string =
       request.correlation_is_string ? request.correlation_id_string.c_str() : nullptr;
   c.timeout_us = request.timeout_us;
-  if (request.preferred_memory.type == PreferredMemory::kGPU) {
-    c.preferred_output_memory = {VRAMD_DEVICE_GPU,
-                                 static_cast<int32_t>(request.preferred_memory.device_id)};
-  } else {
-    c.preferred_output_memory = {VRAMD_DEVICE_CPU, -1};
+  // Triton's default: outputs where the called model leaves them (a GPU tensor stays on its
+  // GPU); TRITONSERVER_MEMORY_CPU brings them to host.
+  switch (request.preferred_memory.type) {
+    case PreferredMemory::kGPU:
+      c.preferred_output_memory = {VRAMD_DEVICE_GPU,
+                                   static_cast<int32_t>(request.preferred_memory.device_id)};
+      break;
+    case PreferredMemory::kDefault:
+      c.preferred_output_memory = {VRAMD_DEVICE_GPU, -1};
+      break;
+    case PreferredMemory::kCPU:
+      c.preferred_output_memory = {VRAMD_DEVICE_CPU, -1};
+      break;
   }
   c.decoupled = decoupled ? 1 : 0;
   c.parent_owner = parent_owner;
+  // exec() without decoupled waits for its one response while the caller's InferenceRequest
+  // (and so its input tensors) stays referenced, so the called model reads them in place. A
+  // decoupled call's iterator may outlive the request object: its inputs are copied.
+  c.inputs_outlive_call = decoupled ? 0 : 1;
 
   const VramdServerApi* api = model->server;
   if (api->struct_size > offsetof(VramdServerApi, infer_cancel_release)) {

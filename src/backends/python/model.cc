@@ -376,7 +376,11 @@ std::shared_ptr<PyInferRequest> PythonInstance::MakeRequest(const VramdRequest& 
                                                  t.byte_size, memory, nullptr));
     }
   }
-  r->state = std::make_shared<RequestState>(model_, request.responder, r->id);
+  VramdMemory preferred{VRAMD_DEVICE_CPU, -1};
+  if (request.struct_size > offsetof(VramdRequest, preferred_output_memory)) {
+    preferred = request.preferred_output_memory;
+  }
+  r->state = std::make_shared<RequestState>(model_, request.responder, r->id, preferred);
   return r;
 }
 

@@ -173,6 +173,9 @@ VramdBackendApi MakeApi() {
   api.execute_requests = &ExecuteRequests;
   api.instance_ready = &InstanceReady;
   api.auto_complete_config = &AutoComplete;
+  // A GPU input becomes a GPU pb_utils.Tensor where FORCE_CPU_ONLY_INPUT_TENSORS is "no", and
+  // is copied to host here otherwise (model.cc), as Triton's stub does.
+  api.accepts_gpu_inputs = 1;
   return api;
 }
 

@@ -8,8 +8,16 @@ namespace {
 
 constexpr uint32_t kFinal = VRAMD_RESPONSE_FLAG_FINAL;
 
+// Where an output goes: a GPU tensor stays on its GPU for a consumer that takes GPU memory (a
+// BLS call that prefers a GPU), else it comes to host, as do host tensors.
+VramdMemory OutputMemory(const PbTensor& tensor, const VramdMemory& preferred) {
+  if (tensor.is_cpu() || preferred.kind != VRAMD_DEVICE_GPU) return {VRAMD_DEVICE_CPU, -1};
+  return tensor.memory();
+}
+
 bool BuildResponse(const ModelShared& model, VramdResponder* responder,
-                   const PyInferResponse& source, VramdResponse** out, std::string* error) {
+                   const VramdMemory& preferred, const PyInferResponse& source,
+                   VramdResponse** out, std::string* error) {
   const VramdServerApi* api = model.server;
   VramdError e{};
   VramdResponse* response = nullptr;
@@ -21,18 +29,20 @@ bool BuildResponse(const ModelShared& model, VramdResponder* responder,
     if (!tensor) continue;
     const auto& shape = tensor->shape();
     void* data = nullptr;
+    const VramdMemory to = OutputMemory(*tensor, preferred);
     if (api->response_add_output(api->server, response, tensor->name().c_str(),
                                  tensor->datatype(), shape.data(), shape.size(),
-                                 tensor->byte_size(), VRAMD_DEVICE_CPU, -1, &data,
+                                 tensor->byte_size(), to.kind, to.device_id, &data,
                                  &e) != VRAMD_OK) {
       *error = e.message;
       api->response_delete(api->server, response);
       return false;
     }
     if (tensor->byte_size() == 0) continue;
+    // On the legacy default stream: from_dlpack made it wait for the producer's stream.
     if (tensor->is_cpu()) {
       std::memcpy(data, tensor->data(), tensor->byte_size());
-    } else if (api->copy(api->server, VRAMD_DEVICE_CPU, -1, data, tensor->memory().kind,
+    } else if (api->copy(api->server, to.kind, to.device_id, data, tensor->memory().kind,
                          tensor->memory().device_id, tensor->data(), tensor->byte_size(),
                          nullptr, &e) != VRAMD_OK) {
       *error = "output '" + tensor->name() + "': " + e.message;
@@ -54,7 +64,8 @@ bool BuildResponse(const ModelShared& model, VramdResponder* responder,
 }  // namespace
 
 bool RespondWith(const ModelShared& model, VramdResponder* responder,
-                 const PyInferResponse* response, uint32_t flags, std::string* error) {
+                 const VramdMemory& preferred, const PyInferResponse* response, uint32_t flags,
+                 std::string* error) {
   const VramdServerApi* api = model.server;
   VramdError e{};
   VramdCode rc;
@@ -65,7 +76,7 @@ bool RespondWith(const ModelShared& model, VramdResponder* responder,
                       response->error->message.c_str(), flags, &e);
   } else {
     VramdResponse* built = nullptr;
-    if (!BuildResponse(model, responder, *response, &built, error)) return false;
+    if (!BuildResponse(model, responder, preferred, *response, &built, error)) return false;
     rc = api->respond(api->server, responder, built, VRAMD_OK, nullptr, flags, &e);
   }
   if (rc != VRAMD_OK) {
@@ -76,8 +87,11 @@ bool RespondWith(const ModelShared& model, VramdResponder* responder,
 }
 
 RequestState::RequestState(std::shared_ptr<ModelShared> model, VramdResponder* responder,
-                           std::string id)
-    : model_(std::move(model)), id_(std::move(id)), responder_(responder) {}
+                           std::string id, VramdMemory preferred_output)
+    : model_(std::move(model)),
+      id_(std::move(id)),
+      preferred_output_(preferred_output),
+      responder_(responder) {}
 
 void RequestState::set_outstanding(std::weak_ptr<OutstandingRequests> outstanding) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -123,7 +137,8 @@ std::unique_ptr<PreparedResponse> RequestState::Prepare(const PyInferResponse& r
     return prepared;
   }
   std::string error;
-  if (!BuildResponse(*model_, responder_, response, &prepared->built_, &error)) {
+  if (!BuildResponse(*model_, responder_, preferred_output_, response, &prepared->built_,
+                     &error)) {
     throw ModelException(error);
   }
   return prepared;
@@ -164,7 +179,7 @@ bool RequestState::RespondLocked(const PyInferResponse* response, uint32_t flags
     *error = "the request was already answered";
     return false;
   }
-  if (!RespondWith(*model_, responder_, response, flags, error)) return false;
+  if (!RespondWith(*model_, responder_, preferred_output_, response, flags, error)) return false;
   if (response != nullptr) ++sent_;
   if (flags & kFinal) CloseLocked();
   return true;

@@ -51,7 +51,10 @@ class PreparedResponse {
 
 class RequestState {
  public:
-  RequestState(std::shared_ptr<ModelShared> model, VramdResponder* responder, std::string id);
+  // `preferred_output`: VramdRequest::preferred_output_memory (host when the server's request
+  // has none).
+  RequestState(std::shared_ptr<ModelShared> model, VramdResponder* responder, std::string id,
+               VramdMemory preferred_output);
 
   // Throws ModelException when a rule refuses the send (nothing is sent), or when the response
   // cannot be built or respond refuses it (nothing is sent; the request stays open).
@@ -89,6 +92,7 @@ class RequestState {
 
   const std::shared_ptr<ModelShared> model_;
   const std::string id_;
+  const VramdMemory preferred_output_;
   mutable std::mutex mu_;
   VramdResponder* responder_;  // null once final
   bool closed_ = false;
@@ -109,11 +113,13 @@ class OutstandingRequests {
   std::unordered_map<const RequestState*, std::shared_ptr<RequestState>> open_;
 };
 
-// Builds `response` (outputs copied into host buffers, parameters) and responds with `flags`;
-// `response` null: only the flags; with an error: an error response. False with *error when
-// nothing was sent. No GIL needed.
+// Builds `response` (outputs copied into the server's buffers: host ones, or for a consumer that
+// prefers a GPU (`preferred`), GPU tensors into GPU buffers; parameters) and responds with
+// `flags`; `response` null: only the flags; with an error: an error response. False with *error
+// when nothing was sent. No GIL needed.
 bool RespondWith(const ModelShared& model, VramdResponder* responder,
-                 const PyInferResponse* response, uint32_t flags, std::string* error);
+                 const VramdMemory& preferred, const PyInferResponse* response, uint32_t flags,
+                 std::string* error);
 
 }  // namespace vramd::python
 

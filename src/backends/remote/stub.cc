@@ -665,11 +665,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     v.correlation_id = c.correlation_id;
     v.correlation_id_string = c.correlation_id_string ? c.correlation_id_string->c_str() : nullptr;
     v.timeout_us = c.timeout_us;
-    bool kind_valid = false;
-    v.preferred_output_memory =
-        VramdMemory{DeviceKindFromWire(c.preferred_kind, &kind_valid), c.preferred_device};
-    // An unknown kind from the host asks for nothing vramd has: host memory, as the default.
-    if (!kind_valid) v.preferred_output_memory.device_id = -1;
+    // Results reach the host as bytes in its segments, so they are asked for in host memory
+    // whatever the host preferred: GPU tensors between a host and vramd do not cross yet.
+    v.preferred_output_memory = VramdMemory{VRAMD_DEVICE_CPU, -1};
     v.decoupled = c.decoupled;
     v.parent_owner = c.parent_owner;
     auto* ctx = new InferContext{weak_from_this(), c.context, server()};

@@ -148,7 +148,7 @@ bool VisitLeaves(const JsonValue& array, Fn& fn) {
 
 template <typename T, bool (*Convert)(const JsonValue&, T*)>
 Status FillFixed(const JsonValue& data, size_t count, Tensor* tensor) {
-  HostBuffer buffer = HostBuffer::Allocate(count * sizeof(T));
+  SharedBuffer buffer = SharedBuffer::Allocate(count * sizeof(T));
   std::byte* dst = buffer.mutable_data();
   size_t index = 0;
   const JsonValue* bad = nullptr;
@@ -194,7 +194,7 @@ Status FillBytes(const JsonValue& data, Tensor* tensor) {
     return true;
   };
   VisitLeaves(data, append);
-  tensor->data = HostBuffer::FromString(std::move(serialized));
+  tensor->data = SharedBuffer::FromString(std::move(serialized));
   return Status::Ok();
 }
 

@@ -362,7 +362,7 @@ Status AttachBinaryData(const std::vector<BinaryInput>& binary,
   for (const BinaryInput& b : binary) {
     Tensor& tensor = request->inputs[b.input];
     const auto size = static_cast<size_t>(b.size);
-    tensor.data = HostBuffer::View(body, base + offset, size);
+    tensor.data = SharedBuffer::View(body, base + offset, size);
     offset += size;
     if (tensor.datatype == DataType::kBytes) {
       auto elements =

@@ -170,7 +170,7 @@ Result<InferRequest> ParseRawBinaryRequest(const config::ModelConfig& config,
   }
   auto* data = reinterpret_cast<const std::byte*>(body->data());
   size_t size = body->size();
-  t.data = HostBuffer::View(std::move(body), data, size);
+  t.data = SharedBuffer::View(std::move(body), data, size);
   InferRequest request;
   request.inputs.push_back(std::move(t));
   request.binary_data_output = true;

@@ -15,7 +15,7 @@
 
 #include "backends/abi/abi_bridge.h"
 #include "backends/server_services.h"
-#include "core/host_buffer.h"
+#include "core/shared_buffer.h"
 #include "memory/allocator.h"
 #include "memory/cuda_devices.h"
 #include "memory/ledger.h"
@@ -149,10 +149,77 @@ TEST_F(AbiServicesTest, InferAsyncMakesTheRequestFromTheCall) {
   EXPECT_FALSE(services_.seen_decoupled);
 }
 
+TEST_F(AbiServicesTest, InputsTheCallerKeepsAreReadInPlace) {
+  int32_t values[2] = {5, 6};
+  const int64_t shape[1] = {2};
+  VramdTensor input{"INPUT0", VRAMD_TYPE_INT32, shape, 1, values, sizeof values};
+  VramdInferCall call = Call("target");
+  call.inputs = &input;
+  call.input_count = 1;
+  call.inputs_outlive_call = 1;
+  Received received;
+  VramdError error{};
+  ASSERT_EQ(api().infer_async(server(), &call, &Received::OnResult, &received, &error), VRAMD_OK)
+      << error.message;
+  ASSERT_NE(services_.seen, nullptr);
+  const Tensor& kept = services_.seen->inputs.at(0);
+  EXPECT_EQ(static_cast<const void*>(kept.data.data()), static_cast<const void*>(values))
+      << "no copy of an input the caller keeps";
+  EXPECT_FALSE(kept.on_gpu());
+
+  // A library's struct that ends before the field is read as 0: copied.
+  call.struct_size = offsetof(VramdInferCall, inputs_outlive_call);
+  ASSERT_EQ(api().infer_async(server(), &call, &Received::OnResult, &received, &error), VRAMD_OK);
+  EXPECT_NE(static_cast<const void*>(services_.seen->inputs.at(0).data.data()),
+            static_cast<const void*>(values));
+}
+
+TEST_F(AbiServicesTest, ThePreferredOutputMemoryBecomesTheRequestsOutputGpu) {
+  VramdInferCall call = Call("target");
+  Received received;
+  VramdError error{};
+  struct Case {
+    VramdMemory preferred;
+    int output_gpu;
+  };
+  for (const Case& c : {Case{{VRAMD_DEVICE_CPU, -1}, kOnHost},
+                        Case{{VRAMD_DEVICE_GPU, -1}, kAnyGpu},
+                        Case{{VRAMD_DEVICE_GPU, 1}, 1},
+                        Case{{VRAMD_DEVICE_CUDA_HOST, 0}, kOnHost}}) {
+    call.preferred_output_memory = c.preferred;
+    ASSERT_EQ(api().infer_async(server(), &call, &Received::OnResult, &received, &error),
+              VRAMD_OK);
+    EXPECT_EQ(services_.seen->output_gpu, c.output_gpu)
+        << "kind " << c.preferred.kind << " device " << c.preferred.device_id;
+  }
+}
+
+TEST_F(AbiServicesTest, AGpuInputNeedsADeviceAndIsNeverReadAsHostMemory) {
+  if (memory::CudaDeviceCount() > 0) GTEST_SKIP() << "checks the refusal on a machine without a GPU";
+  float values[2] = {1, 2};
+  const int64_t shape[1] = {2};
+  VramdTensor input{"X", VRAMD_TYPE_FP32, shape, 1, values, sizeof values};
+  VramdMemory on_gpu{VRAMD_DEVICE_GPU, 0};
+  VramdInferCall call = Call("target");
+  call.inputs = &input;
+  call.input_memory = &on_gpu;
+  call.input_count = 1;
+  Received received;
+  for (int32_t kept : {0, 1}) {
+    call.inputs_outlive_call = kept;
+    services_.seen = nullptr;
+    VramdError error{};
+    EXPECT_EQ(api().infer_async(server(), &call, &Received::OnResult, &received, &error),
+              VRAMD_UNAVAILABLE);
+    EXPECT_THAT(error.message, HasSubstr("input 'X'")) << "kept " << kept;
+    EXPECT_EQ(services_.seen, nullptr) << "nothing ran";
+  }
+}
+
 TEST_F(AbiServicesTest, EachResponseIsAResultTheBackendOwns) {
   InferResponse response;
   int64_t out[2] = {5, 6};
-  response.outputs.push_back(Tensor{"OUT", DataType::kInt64, {2}, HostBuffer::CopyOf(out, sizeof out)});
+  response.outputs.push_back(Tensor{"OUT", DataType::kInt64, {2}, SharedBuffer::CopyOf(out, sizeof out)});
   response.parameters.push_back(InferParameter{"note", std::string("hi")});
   services_.answers.push_back({response, false});
   services_.answers.push_back({Status::Unavailable("queue full"), false});

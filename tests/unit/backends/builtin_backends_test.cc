@@ -58,7 +58,7 @@ Status LoadStatus(const std::string& config_text) { return Load(config_text).sta
 template <typename T>
 Tensor Make(const std::string& name, DataType type, Shape shape, const std::vector<T>& values) {
   return Tensor{name, type, std::move(shape),
-                HostBuffer::CopyOf(values.data(), values.size() * sizeof(T))};
+                SharedBuffer::CopyOf(values.data(), values.size() * sizeof(T))};
 }
 
 template <typename T>
@@ -159,7 +159,7 @@ TEST(IdentityBackendTest, ReturnsTheInputBytesForEveryType) {
     ASSERT_TRUE(loaded.ok()) << c.config_type << ": " << loaded.status().ToString();
     InferRequest req;
     std::string bytes(3 * c.bytes_per_element, '\x5a');
-    req.inputs.push_back(Tensor{"INPUT0", c.type, {3}, HostBuffer::FromString(bytes)});
+    req.inputs.push_back(Tensor{"INPUT0", c.type, {3}, SharedBuffer::FromString(bytes)});
     std::vector<Tensor> out;
     ASSERT_TRUE(loaded->instance->Execute(req, &out).ok()) << c.config_type;
     ASSERT_EQ(out.size(), 1u);
@@ -177,7 +177,7 @@ TEST(IdentityBackendTest, BytesOutputIsTheSerializedInput) {
   AppendBytesElement(&data, "hello");
   AppendBytesElement(&data, "");
   InferRequest req;
-  req.inputs.push_back(Tensor{"INPUT0", DataType::kBytes, {2}, HostBuffer::FromString(data)});
+  req.inputs.push_back(Tensor{"INPUT0", DataType::kBytes, {2}, SharedBuffer::FromString(data)});
   std::vector<Tensor> out;
   ASSERT_TRUE(loaded->instance->Execute(req, &out).ok());
   ASSERT_EQ(out.size(), 1u);
@@ -413,7 +413,7 @@ TEST(AddSubBackendTest, ReadsUnalignedInputs) {
   const int32_t b[2] = {1, 2};
   std::memcpy(body.data() + 1, a, 8);
   std::memcpy(body.data() + 9, b, 8);
-  HostBuffer whole = HostBuffer::FromString(body);
+  SharedBuffer whole = SharedBuffer::FromString(body);
   InferRequest req;
   req.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {2}, whole.Slice(1, 8)});
   req.inputs.push_back(Tensor{"INPUT1", DataType::kInt32, {2}, whole.Slice(9, 8)});

@@ -121,7 +121,7 @@ class MlpBackendTest : public ::testing::Test {
                                  size_t instance = 0) {
     InferRequest r;
     r.inputs.push_back(Tensor{"INPUT0", DataType::kFp32, {batch, k},
-                              HostBuffer::CopyOf(x.data(), x.size() * 4)});
+                              SharedBuffer::CopyOf(x.data(), x.size() * 4)});
     std::vector<Tensor> out;
     VRAMD_RETURN_IF_ERROR(instances_[instance]->Execute(r, &out));
     if (out.size() != 1 || out[0].name != "OUTPUT0" || out[0].datatype != DataType::kFp32) {
@@ -256,7 +256,7 @@ TEST_F(MlpBackendTest, BadRequestsAreRefused) {
   InferRequest r;  // no input at all
   std::vector<Tensor> out;
   EXPECT_THAT(instances_[0]->Execute(r, &out).message(), HasSubstr("missing input 'INPUT0'"));
-  r.inputs.push_back(Tensor{"INPUT0", DataType::kFp32, {1, 4}, HostBuffer::Allocate(12)});
+  r.inputs.push_back(Tensor{"INPUT0", DataType::kFp32, {1, 4}, SharedBuffer::Allocate(12)});
   EXPECT_THAT(instances_[0]->Execute(r, &out).message(), HasSubstr("needs 16 bytes, got 12"));
 }
 
@@ -495,7 +495,7 @@ TEST(MlpExampleTest, ExampleModelMatchesTheNumpyReference) {
   ASSERT_TRUE(x != nullptr && want != nullptr);
   InferRequest r;
   r.inputs.push_back(
-      Tensor{"INPUT0", DataType::kFp32, x->shape, HostBuffer::CopyOf(x->data, x->size())});
+      Tensor{"INPUT0", DataType::kFp32, x->shape, SharedBuffer::CopyOf(x->data, x->size())});
   std::vector<Tensor> out;
   ASSERT_TRUE((*instance)->Execute(r, &out).ok());
   ASSERT_EQ(out.size(), 1u);

@@ -1,8 +1,10 @@
 // The backend ABI's request-list interface end to end through the runtime: a C table whose
 // execute_requests answers each request through VramdServerApi::respond (one response, an
 // error, several for a decoupled model, later from another thread), dynamic batching handing
-// it several requests unjoined, Triton's response rules enforced, and a failed call answering
-// what the backend had not.
+// it several requests unjoined, Triton's response rules enforced, a failed call answering
+// what the backend had not, and where tensors are: a request says where its consumer takes
+// outputs, a GPU input reaches only a backend that takes GPU inputs (the others get it in host
+// memory), a GPU output needs the device.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +18,7 @@
 
 #include "backends/abi/abi_backend.h"
 #include "backends/backend.h"
+#include "memory/cuda_devices.h"
 #include "runtime/model_manager.h"
 #include "support/config_text.h"
 #include "support/manager_fixture.h"
@@ -40,6 +43,8 @@ std::vector<size_t> g_list_sizes;       // one entry per execute_requests call
 std::vector<std::string> g_refusals;    // respond's messages for refused calls
 std::vector<std::thread> g_later;       // threads answering after the call returned
 std::vector<std::string> g_parameters;  // parameters_json as received
+std::vector<VramdMemory> g_preferred;   // preferred_output_memory as received
+std::vector<std::pair<VramdMemory, const void*>> g_inputs;  // input_memory[0], inputs[0].data
 
 VramdCode ModelCreate(const VramdModelInfo* info, void** model, VramdError*) {
   auto* m = new ListModel;  // freed by ModelDestroy: the C side holds it
@@ -98,6 +103,27 @@ VramdCode ExecuteRequests(void* instance, VramdRequest* const* requests, size_t 
     {
       std::lock_guard lock(g_mu);
       g_parameters.push_back(std::string(r->parameters_json, r->parameters_json_size));
+      g_preferred.push_back(r->preferred_output_memory);
+      g_inputs.emplace_back(r->input_memory[0], r->inputs[0].data);
+    }
+    if (r->input_memory[0].kind == VRAMD_DEVICE_GPU) {
+      // Bytes on a GPU are not read here: the test checks where they came.
+      s->respond(s->server, r->responder, nullptr, VRAMD_INVALID_ARGUMENT, "input on a GPU",
+                 VRAMD_RESPONSE_FLAG_FINAL, &e);
+      continue;
+    }
+    if (id.rfind("gpuout", 0) == 0) {
+      // The server's answer to an output on GPU 0, passed on as the request's error.
+      VramdResponse* response = nullptr;
+      s->response_create(s->server, r->responder, &response, &e);
+      void* data = nullptr;
+      const VramdCode added = s->response_add_output(
+          s->server, response, "OUTPUT0", VRAMD_TYPE_INT32, r->inputs[0].shape,
+          r->inputs[0].rank, r->inputs[0].byte_size, VRAMD_DEVICE_GPU, 0, &data, &e);
+      s->response_delete(s->server, response);
+      s->respond(s->server, r->responder, nullptr, added, e.message, VRAMD_RESPONSE_FLAG_FINAL,
+                 &e);
+      continue;
     }
     if (id.rfind("fail", 0) == 0) {
       std::snprintf(error->message, sizeof error->message, "injected execute failure");
@@ -163,11 +189,32 @@ const VramdBackendApi* ListApi() {
   return &api;
 }
 
+// The same backend, taking GPU inputs where they are.
+const VramdBackendApi* GpuListApi() {
+  static const VramdBackendApi api = [] {
+    VramdBackendApi a = *ListApi();
+    a.name = "list_gpu_test";
+    a.accepts_gpu_inputs = 1;
+    return a;
+  }();
+  return &api;
+}
+
 backends::Backend* TheBackend() {
   static auto backend = backends::AbiBackend::Create(ListApi(), "list_test", std::nullopt);
   static bool registered = backend.ok() && backends::RegisterBackend(backend->get()).ok();
-  EXPECT_TRUE(registered);
+  static auto gpu = backends::AbiBackend::Create(GpuListApi(), "list_gpu_test", std::nullopt);
+  static bool gpu_registered = gpu.ok() && backends::RegisterBackend(gpu->get()).ok();
+  EXPECT_TRUE(registered && gpu_registered);
   return backend->get();
+}
+
+// Int32Request whose INPUT0 says it is on GPU 0 (its bytes are host memory: nothing may read
+// them as GPU memory on a machine without one, which the tests check).
+InferRequest GpuInt32Request(std::string id) {
+  InferRequest r = testing::Int32Request(std::move(id));
+  r.inputs[0].gpu = 0;
+  return r;
 }
 
 // ---- the tests --------------------------------------------------------------------------------
@@ -191,6 +238,8 @@ class RequestListsTest : public testing::ManagerTest {
     g_list_sizes.clear();
     g_refusals.clear();
     g_parameters.clear();
+    g_preferred.clear();
+    g_inputs.clear();
   }
   void TearDown() override {
     std::vector<std::thread> later;
@@ -201,8 +250,9 @@ class RequestListsTest : public testing::ManagerTest {
     for (auto& t : later) t.join();
   }
 
-  std::unique_ptr<runtime::ModelManager> Start(const std::string& extra) {
-    WriteModel("m", testing::Int32ModelConfig("list_test", 1, extra));
+  std::unique_ptr<runtime::ModelManager> Start(const std::string& extra,
+                                               const std::string& backend = "list_test") {
+    WriteModel("m", testing::Int32ModelConfig(backend, 1, extra));
     return StartManager(ManagerOptions());
   }
 
@@ -267,7 +317,7 @@ TEST_F(RequestListsTest, DynamicBatchingHandsSeveralRequestsUnjoined) {
     // beyond dimension 0); each request still arrives as its own [1, 2].
     std::vector<int32_t> v(2, i * 10);
     r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {1, static_cast<int64_t>(v.size())},
-                              HostBuffer::CopyOf(v.data(), v.size() * 4)});
+                              SharedBuffer::CopyOf(v.data(), v.size() * 4)});
     (*model)->InferAsync(std::make_shared<InferRequest>(std::move(r)),
                          [&answers, i](Result<runtime::InferOutcome> o) {
                            answers[i].set_value(std::move(o));
@@ -334,6 +384,63 @@ TEST_F(RequestListsTest, AFailedCallAnswersWhatTheBackendHadNot) {
   EXPECT_THAT(a.outcome.status().message(), HasSubstr("model 'm' version 1"));
   EXPECT_THAT(a.outcome.status().message(), HasSubstr("injected execute failure"));
   // The instance still serves.
+  EXPECT_TRUE(Run(*manager, testing::Int32Request("ok-after")).outcome.ok());
+}
+
+TEST_F(RequestListsTest, ARequestTellsTheBackendWhereItsConsumerTakesOutputs) {
+  auto manager = Start("");
+  InferRequest front_end = testing::Int32Request("ok-host");
+  InferRequest any_gpu = testing::Int32Request("ok-any");
+  any_gpu.output_gpu = kAnyGpu;
+  InferRequest gpu1 = testing::Int32Request("ok-gpu1");
+  gpu1.output_gpu = 1;
+  for (InferRequest* r : {&front_end, &any_gpu, &gpu1}) {
+    ASSERT_TRUE(Run(*manager, std::move(*r)).outcome.ok());
+  }
+  std::lock_guard lock(g_mu);
+  ASSERT_EQ(g_preferred.size(), 3u);
+  EXPECT_EQ(g_preferred[0].kind, VRAMD_DEVICE_CPU);
+  EXPECT_EQ(g_preferred[1].kind, VRAMD_DEVICE_GPU);
+  EXPECT_EQ(g_preferred[1].device_id, -1);
+  EXPECT_EQ(g_preferred[2].kind, VRAMD_DEVICE_GPU);
+  EXPECT_EQ(g_preferred[2].device_id, 1);
+  EXPECT_EQ(g_inputs[0].first.kind, VRAMD_DEVICE_CPU) << "a front end's inputs are host memory";
+}
+
+TEST_F(RequestListsTest, AGpuInputReachesOnlyABackendThatTakesGpuInputs) {
+  if (memory::CudaDeviceCount() > 0) GTEST_SKIP() << "fakes a GPU input on a machine without one";
+  // A backend that takes GPU inputs gets the input where it is, the bytes untouched.
+  auto gpu_manager = Start("", "list_gpu_test");
+  InferRequest r = GpuInt32Request("ok-gpuin");
+  const void* bytes = r.inputs[0].data.data();
+  Answer taken = Run(*gpu_manager, std::move(r));
+  ASSERT_FALSE(taken.outcome.ok());
+  EXPECT_THAT(taken.outcome.status().message(), HasSubstr("input on a GPU"));
+  {
+    std::lock_guard lock(g_mu);
+    ASSERT_EQ(g_inputs.size(), 1u);
+    EXPECT_EQ(g_inputs[0].first.kind, VRAMD_DEVICE_GPU);
+    EXPECT_EQ(g_inputs[0].first.device_id, 0);
+    EXPECT_EQ(g_inputs[0].second, bytes) << "no copy";
+    g_inputs.clear();
+  }
+  gpu_manager.reset();
+  // One that reads host memory never sees it: the runtime moves it to host first, which needs
+  // the device, so here the request fails naming the tensor and the backend is not called.
+  auto manager = Start("");
+  Answer moved = Run(*manager, GpuInt32Request("ok-gpuin-2"));
+  ASSERT_FALSE(moved.outcome.ok());
+  EXPECT_THAT(moved.outcome.status().message(), HasSubstr("tensor 'INPUT0' on cuda:0"));
+  std::lock_guard lock(g_mu);
+  EXPECT_TRUE(g_inputs.empty()) << "the backend was not called";
+}
+
+TEST_F(RequestListsTest, AGpuOutputNeedsTheDevice) {
+  if (memory::CudaDeviceCount() > 0) GTEST_SKIP() << "checks the refusal without a GPU";
+  auto manager = Start("");
+  Answer a = Run(*manager, testing::Int32Request("gpuout-1"));
+  ASSERT_FALSE(a.outcome.ok());
+  EXPECT_THAT(a.outcome.status().message(), HasSubstr("response_add_output 'OUTPUT0' on GPU 0"));
   EXPECT_TRUE(Run(*manager, testing::Int32Request("ok-after")).outcome.ok());
 }
 

@@ -37,7 +37,7 @@ std::string Raw(const std::string& header, const std::string& data) {
 }
 
 Result<File> ParseBytes(const std::string& bytes) {
-  return File::Parse(HostBuffer::CopyOf(bytes.data(), bytes.size()), kSource);
+  return File::Parse(SharedBuffer::CopyOf(bytes.data(), bytes.size()), kSource);
 }
 
 template <typename T>

@@ -40,11 +40,11 @@ InferRequest Request(std::string id, std::vector<int32_t> ints, std::string byte
   InferRequest r;
   r.id = std::move(id);
   r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {static_cast<int64_t>(ints.size())},
-                            HostBuffer::CopyOf(ints.data(), ints.size() * sizeof(int32_t))});
+                            SharedBuffer::CopyOf(ints.data(), ints.size() * sizeof(int32_t))});
   std::string serialized;
   AppendBytesElement(&serialized, bytes_element);
   r.inputs.push_back(
-      Tensor{"INPUT1", DataType::kBytes, {1}, HostBuffer::FromString(std::move(serialized))});
+      Tensor{"INPUT1", DataType::kBytes, {1}, SharedBuffer::FromString(std::move(serialized))});
   return r;
 }
 

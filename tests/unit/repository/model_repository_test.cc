@@ -132,7 +132,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] },
 
   auto tensor = [](const char* name, std::vector<int32_t> v) {
     return Tensor{name, DataType::kInt32, {static_cast<int64_t>(v.size())},
-                  HostBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))};
+                  SharedBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))};
   };
   InferRequest request;
   request.id = "r1";

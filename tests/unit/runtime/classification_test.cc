@@ -28,7 +28,7 @@ Tensor TensorOf(DataType type, Shape shape, const std::vector<T>& values) {
   t.shape = std::move(shape);
   std::string bytes(values.size() * sizeof(T), '\0');
   std::memcpy(bytes.data(), values.data(), bytes.size());
-  t.data = HostBuffer::FromString(std::move(bytes));
+  t.data = SharedBuffer::FromString(std::move(bytes));
   return t;
 }
 

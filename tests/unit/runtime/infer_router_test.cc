@@ -131,7 +131,7 @@ InferRequest IntRequest(std::vector<int32_t> values) {
   InferRequest r;
   r.id = "r";
   r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {static_cast<int64_t>(values.size())},
-                            HostBuffer::CopyOf(values.data(), values.size() * sizeof(int32_t))});
+                            SharedBuffer::CopyOf(values.data(), values.size() * sizeof(int32_t))});
   return r;
 }
 
@@ -154,7 +154,7 @@ class Answers : public std::enable_shared_from_this<Answers> {
       a.thread = std::this_thread::get_id();
       if (outcome.ok()) {
         a.version = outcome->response.model_version;
-        const HostBuffer& data = outcome->response.outputs.at(0).data;
+        const SharedBuffer& data = outcome->response.outputs.at(0).data;
         a.output.resize(data.size() / sizeof(int32_t));
         std::memcpy(a.output.data(), data.data(), data.size());
       }

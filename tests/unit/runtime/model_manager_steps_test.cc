@@ -140,7 +140,7 @@ std::shared_ptr<InferRequest> Request() {
   auto r = std::make_shared<InferRequest>();
   const int32_t v[2] = {4, 5};
   r->inputs.push_back(
-      Tensor{"INPUT0", DataType::kInt32, Shape{2}, HostBuffer::CopyOf(v, sizeof(v))});
+      Tensor{"INPUT0", DataType::kInt32, Shape{2}, SharedBuffer::CopyOf(v, sizeof(v))});
   return r;
 }
 

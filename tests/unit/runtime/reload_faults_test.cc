@@ -156,7 +156,7 @@ std::shared_ptr<InferRequest> IntRequest(const std::string& id, std::vector<int3
   auto r = std::make_shared<InferRequest>();
   r->id = id;
   r->inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {static_cast<int64_t>(x.size())},
-                             HostBuffer::CopyOf(x.data(), x.size() * sizeof(int32_t))});
+                             SharedBuffer::CopyOf(x.data(), x.size() * sizeof(int32_t))});
   return r;
 }
 

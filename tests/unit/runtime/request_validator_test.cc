@@ -52,13 +52,13 @@ Tensor Fixed(const std::string& name, DataType type, Shape shape, int64_t extra_
   const int64_t bytes =
       ElementCount(shape) * static_cast<int64_t>(DataTypeByteSize(type)) + extra_bytes;
   return Tensor{name, type, std::move(shape),
-                HostBuffer::FromString(std::string(static_cast<size_t>(bytes), '\0'))};
+                SharedBuffer::FromString(std::string(static_cast<size_t>(bytes), '\0'))};
 }
 
 Tensor Bytes(const std::string& name, Shape shape, const std::vector<std::string>& elements) {
   std::string data;
   for (const auto& e : elements) AppendBytesElement(&data, e);
-  return Tensor{name, DataType::kBytes, std::move(shape), HostBuffer::FromString(std::move(data))};
+  return Tensor{name, DataType::kBytes, std::move(shape), SharedBuffer::FromString(std::move(data))};
 }
 
 InferRequest AddSubRequest(Shape shape) {
@@ -195,7 +195,7 @@ TEST(RequestValidatorTest, VariableDimTakesAnySizeButNotNegative) {
     EXPECT_TRUE(ValidateInferRequest(c, r).ok()) << n;
   }
   InferRequest r;
-  r.inputs.push_back(Tensor{"INPUT0", DataType::kFp32, {-1, 2}, HostBuffer()});
+  r.inputs.push_back(Tensor{"INPUT0", DataType::kFp32, {-1, 2}, SharedBuffer()});
   ExpectInvalid(ValidateInferRequest(c, r), "dimension 0 is -1, expected a size >= 0");
 }
 
@@ -250,7 +250,7 @@ TEST(RequestValidatorTest, RejectsShapeWhoseByteSizeOverflows) {
   )pb");
   InferRequest r;
   r.inputs.push_back(
-      Tensor{"INPUT0", DataType::kFp64, {int64_t{1} << 40, int64_t{1} << 40}, HostBuffer()});
+      Tensor{"INPUT0", DataType::kFp64, {int64_t{1} << 40, int64_t{1} << 40}, SharedBuffer()});
   ExpectInvalid(ValidateInferRequest(c, r), "input 'INPUT0': byte size 0 does not match shape");
 }
 

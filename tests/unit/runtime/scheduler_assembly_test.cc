@@ -13,13 +13,13 @@ namespace {
 
 Tensor Int32(const std::string& name, Shape shape, std::vector<int32_t> v) {
   return Tensor{name, DataType::kInt32, std::move(shape),
-                HostBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))};
+                SharedBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))};
 }
 
 Tensor Bytes(const std::string& name, Shape shape, const std::vector<std::string>& elements) {
   std::string data;
   for (const auto& e : elements) AppendBytesElement(&data, e);
-  return Tensor{name, DataType::kBytes, std::move(shape), HostBuffer::FromString(std::move(data))};
+  return Tensor{name, DataType::kBytes, std::move(shape), SharedBuffer::FromString(std::move(data))};
 }
 
 std::vector<int32_t> Values(const Tensor& t) {

@@ -24,7 +24,7 @@ QueuedRequest Queued(std::string id, int64_t rows = 1, int64_t width = 2,
   r->id = std::move(id);
   r->timeout_us = timeout_us;
   r->inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {rows, width},
-                             HostBuffer::Allocate(rows * width * sizeof(int32_t))});
+                             SharedBuffer::Allocate(rows * width * sizeof(int32_t))});
   QueuedRequest q;
   q.request = std::move(r);
   q.batch_size = static_cast<uint64_t>(rows);

@@ -177,7 +177,7 @@ class SchedulerTest : public ::testing::Test {
     std::vector<int32_t> v(rows * width, value);
     Shape shape = batched ? Shape{rows, width} : Shape{width};
     r->inputs.push_back(Tensor{"INPUT0", DataType::kInt32, shape,
-                               HostBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))});
+                               SharedBuffer::CopyOf(v.data(), v.size() * sizeof(int32_t))});
     return r;
   }
 

@@ -86,7 +86,7 @@ InferRequest Request(std::vector<int32_t> ints) {
   InferRequest r;
   r.id = "r";
   r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {static_cast<int64_t>(ints.size())},
-                            HostBuffer::CopyOf(ints.data(), ints.size() * sizeof(int32_t))});
+                            SharedBuffer::CopyOf(ints.data(), ints.size() * sizeof(int32_t))});
   return r;
 }
 

@@ -35,7 +35,7 @@ InferResponse Text(const std::string& text) {
   t.name = "text_output";
   t.datatype = DataType::kBytes;
   t.shape = {1};
-  t.data = HostBuffer::FromString(std::move(data));
+  t.data = SharedBuffer::FromString(std::move(data));
   InferResponse r;
   r.outputs.push_back(std::move(t));
   return r;

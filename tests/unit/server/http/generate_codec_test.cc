@@ -179,7 +179,7 @@ Tensor BytesTensor(std::string name, Shape shape, std::vector<std::string> eleme
   t.name = std::move(name);
   t.datatype = DataType::kBytes;
   t.shape = std::move(shape);
-  t.data = HostBuffer::FromString(std::move(data));
+  t.data = SharedBuffer::FromString(std::move(data));
   return t;
 }
 
@@ -189,7 +189,7 @@ Tensor FixedTensor(std::string name, DataType type, Shape shape, std::vector<T> 
   t.name = std::move(name);
   t.datatype = type;
   t.shape = std::move(shape);
-  t.data = HostBuffer::CopyOf(values.data(), values.size() * sizeof(T));
+  t.data = SharedBuffer::CopyOf(values.data(), values.size() * sizeof(T));
   return t;
 }
 

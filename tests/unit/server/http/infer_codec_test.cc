@@ -61,7 +61,7 @@ Tensor MakeTensor(std::string name, DataType type, Shape shape, std::string byte
   t.name = std::move(name);
   t.datatype = type;
   t.shape = std::move(shape);
-  t.data = HostBuffer::FromString(std::move(bytes));
+  t.data = SharedBuffer::FromString(std::move(bytes));
   return t;
 }
 

@@ -61,7 +61,7 @@ class StatsRoutesTest : public ::testing::Test {
     InferRequest request;
     request.model_name = model;
     request.inputs.push_back(Tensor{"INPUT0", datatype, std::move(shape),
-                                    HostBuffer::CopyOf(data.data(), data.size() * 4)});
+                                    SharedBuffer::CopyOf(data.data(), data.size() * 4)});
     return (*loaded)->Infer(request);
   }
 

@@ -160,7 +160,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
     std::vector<int32_t> data(static_cast<size_t>(batch * 2), 1);
     InferRequest request;
     request.inputs.push_back(Tensor{"INPUT0", datatype, {batch, 2},
-                                    HostBuffer::CopyOf(data.data(), data.size() * 4)});
+                                    SharedBuffer::CopyOf(data.data(), data.size() * 4)});
     auto outcome = (*loaded)->Infer(request);
     return outcome.ok() ? Status() : outcome.status();
   }

@@ -1,5 +1,8 @@
-// HostBuffer: bytes in host memory with shared ownership, so a tensor can point into the
-// request body it came from (no copy) and an output can alias an input (identity).
+// SharedBuffer: bytes with shared ownership, so a tensor can point into the request body it came
+// from (no copy) and an output can alias an input (identity). The bytes are host memory unless
+// the Tensor holding the buffer says they are on a GPU (core/tensor.h): then they are device
+// memory that only CUDA copies may touch, and the owner returns them to memory:: when the last
+// reference goes. view() and mutable_data() are for host buffers only.
 //
 // A buffer is written only by the code that created it with Allocate, before it is shared;
 // after that it is read-only. Thread safety: const methods are safe from any thread.
@@ -13,16 +16,16 @@
 
 namespace vramd {
 
-class HostBuffer {
+class SharedBuffer {
  public:
-  HostBuffer() = default;
+  SharedBuffer() = default;
 
   // `size` uninitialized bytes owned by the new buffer.
-  static HostBuffer Allocate(size_t size);
-  static HostBuffer CopyOf(const void* data, size_t size);
-  static HostBuffer FromString(std::string bytes);
+  static SharedBuffer Allocate(size_t size);
+  static SharedBuffer CopyOf(const void* data, size_t size);
+  static SharedBuffer FromString(std::string bytes);
   // A view of `size` bytes at `data`, kept alive by `owner`.
-  static HostBuffer View(std::shared_ptr<const void> owner, const std::byte* data, size_t size);
+  static SharedBuffer View(std::shared_ptr<const void> owner, const std::byte* data, size_t size);
 
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
@@ -33,7 +36,7 @@ class HostBuffer {
   std::byte* mutable_data() { return const_cast<std::byte*>(data_); }
 
   // REQUIRES: offset + size <= this->size().
-  HostBuffer Slice(size_t offset, size_t size) const;
+  SharedBuffer Slice(size_t offset, size_t size) const;
 
  private:
   std::shared_ptr<const void> owner_;
