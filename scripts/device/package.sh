@@ -18,7 +18,7 @@ if [ -z "${VRAMD_PACKAGE_BUILD_DIR:-}" ]; then
   VRAMD_BUILD_DIR=build-device VRAMD_BUILD_TYPE=Release bash scripts/build.sh \
     -DVRAMD_BUILD_PYTHON_BACKEND=OFF
 else
-  grep -q '^VRAMD_WITH_CUDA\|CMAKE_CUDA_COMPILER:.*nvcc' "$build_dir/CMakeCache.txt" || {
+  grep -q -- '-DVRAMD_WITH_CUDA=1' "$build_dir/build.ninja" || {
     echo "package.sh: $build_dir is not a build with CUDA" >&2; exit 1; }
 fi
 

@@ -1,5 +1,7 @@
 #include "memory/native_memory.h"
 
+#include <spdlog/spdlog.h>
+
 namespace vramd::memory {
 
 NativeCharges& NativeCharges::operator=(NativeCharges&& other) noexcept {
@@ -22,7 +24,19 @@ void NativeCharges::Measure(const std::function<void()>& stretch) {
     stretch();
     return;
   }
-  meter_->Measure(*this, stretch);
+  if (!meter_->Measure(*this, stretch, NativeMemoryMeter::kCreationWait)) {
+    spdlog::info("native memory: cuda:{} was being measured for {} s; an instance was created "
+                 "unmeasured (what its libraries took shows as unattributed)",
+                 ordinal_, NativeMemoryMeter::kCreationWait.count());
+  }
+}
+
+void NativeCharges::MeasureExecution(const std::function<void()>& stretch) {
+  if (meter_ == nullptr) {
+    stretch();
+    return;
+  }
+  if (meter_->Measure(*this, stretch, std::chrono::milliseconds(0))) ++executions_measured;
 }
 
 void NativeCharges::Release() {
@@ -48,26 +62,34 @@ int64_t NativeMemoryMeter::PoolReserved(int ordinal) const {
   return reserved;
 }
 
-void NativeMemoryMeter::Measure(NativeCharges& charges, const std::function<void()>& stretch) {
+bool NativeMemoryMeter::Measure(NativeCharges& charges, const std::function<void()>& stretch,
+                                std::chrono::milliseconds wait_for) {
   const int ordinal = charges.ordinal_;
   if (nvml_ == nullptr || !charges.active() || ordinal < 0 || ordinal >= kMaxDevices) {
     stretch();
-    return;
+    return true;
   }
-  std::lock_guard<std::mutex> lock(device_mu_[ordinal]);
+  std::unique_lock<std::timed_mutex> lock(device_mu_[ordinal], std::defer_lock);
+  const bool locked =
+      wait_for.count() == 0 ? lock.try_lock() : lock.try_lock_for(wait_for);
+  if (!locked) {
+    stretch();
+    return false;
+  }
   const std::optional<int64_t> before = ProcessBytes(ordinal);
   const int64_t pool_before = PoolReserved(ordinal);
   stretch();
-  if (!before) return;
+  if (!before) return true;
   const std::optional<int64_t> after = ProcessBytes(ordinal);
-  if (!after) return;
+  if (!after) return true;
   const int64_t growth = (*after - *before) - (PoolReserved(ordinal) - pool_before);
-  if (growth < kMinimumCharge) return;
+  if (growth < kMinimumCharge) return true;
   charges.keys_.push_back(std::make_unique<char>());
   ledger_->RecordAllocation(charges.keys_.back().get(), static_cast<size_t>(growth),
                             Device::Cuda(ordinal), charges.owner_);
   charges.bytes_ += growth;
   totals_[ordinal].fetch_add(growth);
+  return true;
 }
 
 void NativeMemoryMeter::Release(NativeCharges& charges) {

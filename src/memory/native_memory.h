@@ -12,6 +12,12 @@
 // (a steady-state execution reuses what its first ones made). Growth below NVML's granularity
 // (kMinimumCharge) is left alone; a stretch that shrinks charges nothing.
 //
+// No stretch waits for the device without bound, because one may wait for another: an
+// execution that calls another model (BLS) waits for that model's execution, and one that
+// loads a model (explicit model control) for its instances' creation. An execution whose
+// device is being measured runs unmeasured (MeasureExecution; a later one is measured); a
+// creation waits at most kCreationWait, then runs unmeasured (logged).
+//
 // A charge is a ledger allocation of the growth's size on the device, under the instance's
 // owner, with a key no device pointer can have (host memory of this object's); it is released
 // when the instance's NativeCharges is destroyed, before its owner closes, so it is never a
@@ -26,6 +32,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,8 +61,12 @@ class NativeCharges {
   NativeCharges& operator=(const NativeCharges&) = delete;
 
   bool active() const { return meter_ != nullptr; }
-  // Runs `stretch`, measured by the meter when active (NativeMemoryMeter::Measure), else as is.
+  // Runs `stretch` (an instance's creation), measured by the meter when active
+  // (NativeMemoryMeter::Measure), else as is.
   void Measure(const std::function<void()>& stretch);
+  // Runs `stretch` (an execution), measured when active and no other stretch is being measured
+  // on the device, counting it in executions_measured then; else as is.
+  void MeasureExecution(const std::function<void()>& stretch);
   int64_t bytes() const { return bytes_; }
   // Executions measured so far (the meter stops after kExecutionsMeasured).
   int executions_measured = 0;
@@ -77,13 +88,17 @@ class NativeMemoryMeter {
   static constexpr int kExecutionsMeasured = 3;
   static constexpr int64_t kMinimumCharge = 1 << 20;
   static constexpr int kMaxDevices = 64;
+  static constexpr std::chrono::seconds kCreationWait{2};
 
   // `pid`: whose NVML figure to read (this process's). `ledger`, `allocator` and `nvml` must
   // outlive the meter; `nvml` may be null (nothing is measured).
   NativeMemoryMeter(Ledger* ledger, const Allocator* allocator, const Nvml* nvml, uint32_t pid);
 
-  // Runs `stretch`, charging to `charges` what it grew on its device outside the pools.
-  void Measure(NativeCharges& charges, const std::function<void()>& stretch);
+  // Runs `stretch`, charging to `charges` what it grew on its device outside the pools. With
+  // `wait_for` zero, measures only if no other stretch is being measured on the device now;
+  // otherwise waits that long for it. True when it measured.
+  bool Measure(NativeCharges& charges, const std::function<void()>& stretch,
+               std::chrono::milliseconds wait_for);
   // Whether the next execution of an instance with `charges` is one to measure.
   static bool WantsExecution(const NativeCharges& charges) {
     return charges.active() && charges.executions_measured < kExecutionsMeasured;
@@ -102,7 +117,8 @@ class NativeMemoryMeter {
   const Allocator* const allocator_;
   const Nvml* const nvml_;
   const uint32_t pid_;
-  std::array<std::mutex, kMaxDevices> device_mu_;  // serializes measured stretches per device
+  // Serializes measured stretches per device.
+  std::array<std::timed_mutex, kMaxDevices> device_mu_;
   std::array<std::atomic<int64_t>, kMaxDevices> totals_{};
 };
 

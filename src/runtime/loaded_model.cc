@@ -289,8 +289,7 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
   };
   // One execution at a time per instance, so its count needs no lock.
   if (memory::NativeMemoryMeter::WantsExecution(instance.native)) {
-    ++instance.native.executions_measured;
-    instance.native.Measure(run);
+    instance.native.MeasureExecution(run);
   } else {
     run();
   }

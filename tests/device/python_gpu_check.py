@@ -582,7 +582,7 @@ def main():
         for _ in range(20):
             body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape),
                                 "data": x.reshape(-1).tolist()}]}
-            status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body)
+            status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body, timeout=60)
             if status != 200:
                 results.append({"error": r})
                 continue

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "memory/memory_report.h"
 
@@ -52,11 +53,11 @@ class NativeMemoryTest : public ::testing::Test {
 TEST_F(NativeMemoryTest, GrowthOutsideThePoolsIsChargedToTheInstanceAndReleasedWithIt) {
   {
     NativeCharges charges(&meter_, instance_, 0);
-    meter_.Measure(charges, [&] { nvml_.used += 48 * kMiB; });  // a cuDNN handle, say
+    charges.Measure([&] { nvml_.used += 48 * kMiB; });  // a cuDNN handle, say
     EXPECT_EQ(charges.bytes(), 48 * kMiB);
     EXPECT_EQ(Live(instance_), 48 * kMiB);
     EXPECT_EQ(meter_.Total(0), 48 * kMiB);
-    meter_.Measure(charges, [&] { nvml_.used += 8 * kMiB; });
+    charges.Measure([&] { nvml_.used += 8 * kMiB; });
     EXPECT_EQ(Live(instance_), 56 * kMiB);
     EXPECT_EQ(meter_.Total(0), 56 * kMiB);
   }
@@ -67,8 +68,8 @@ TEST_F(NativeMemoryTest, GrowthOutsideThePoolsIsChargedToTheInstanceAndReleasedW
 
 TEST_F(NativeMemoryTest, SmallOrNegativeGrowthIsNotCharged) {
   NativeCharges charges(&meter_, instance_, 0);
-  meter_.Measure(charges, [&] { nvml_.used += kMiB / 2; });
-  meter_.Measure(charges, [&] { nvml_.used -= 64 * kMiB; });
+  charges.Measure([&] { nvml_.used += kMiB / 2; });
+  charges.Measure([&] { nvml_.used -= 64 * kMiB; });
   EXPECT_EQ(charges.bytes(), 0);
   EXPECT_EQ(Live(instance_), 0);
 }
@@ -78,19 +79,51 @@ TEST_F(NativeMemoryTest, OnlyTheFirstExecutionsAreMeasured) {
   int measured = 0;
   for (int i = 0; i < 10; ++i) {
     if (!NativeMemoryMeter::WantsExecution(charges)) continue;
-    ++charges.executions_measured;
-    meter_.Measure(charges, [&] { nvml_.used += 2 * kMiB; });
+    charges.MeasureExecution([&] { nvml_.used += 2 * kMiB; });
     ++measured;
   }
   EXPECT_EQ(measured, NativeMemoryMeter::kExecutionsMeasured);
   EXPECT_EQ(charges.bytes(), NativeMemoryMeter::kExecutionsMeasured * 2 * kMiB);
 }
 
+// An execution that waits for another model's execution on the same device (a BLS call) must
+// not wait for the device's measurement: that one is unmeasured, and counted for later.
+TEST_F(NativeMemoryTest, AnExecutionNestedInAMeasuredOneRunsUnmeasured) {
+  OwnerId callee_owner = ledger_.OpenOwner(model_, OwnerKind::kInstance, "callee_0");
+  NativeCharges caller(&meter_, instance_, 0);
+  NativeCharges callee(&meter_, callee_owner, 0);
+  bool callee_ran = false;
+  caller.MeasureExecution([&] {
+    std::thread other([&] {  // the called model's instance thread
+      callee.MeasureExecution([&] {
+        callee_ran = true;
+        nvml_.used += 2 * kMiB;
+      });
+    });
+    other.join();  // the caller waits for its answer
+  });
+  EXPECT_TRUE(callee_ran);
+  EXPECT_EQ(caller.executions_measured, 1);
+  EXPECT_EQ(callee.executions_measured, 0) << "a later execution of it is measured instead";
+  EXPECT_EQ(caller.bytes(), 2 * kMiB) << "what grew during the caller's stretch is blamed on it";
+  callee.MeasureExecution([&] { nvml_.used += 4 * kMiB; });
+  EXPECT_EQ(callee.executions_measured, 1);
+  EXPECT_EQ(callee.bytes(), 4 * kMiB);
+  // A creation on a device being measured (a model loaded from an execution) waits a bounded
+  // time, then is created unmeasured.
+  bool created = false;
+  caller.MeasureExecution([&] {
+    std::thread loader([&] { callee.Measure([&] { created = true; }); });
+    loader.join();
+  });
+  EXPECT_TRUE(created);
+}
+
 TEST_F(NativeMemoryTest, WithoutNvmlTheStretchRunsAndNothingIsCharged) {
   NativeMemoryMeter blind(&ledger_, &allocator_, nullptr, 1234);
   NativeCharges charges(&blind, instance_, 0);
   bool ran = false;
-  blind.Measure(charges, [&] {
+  charges.Measure([&] {
     ran = true;
     nvml_.used += 100 * kMiB;
   });
@@ -102,7 +135,7 @@ TEST_F(NativeMemoryTest, WithoutNvmlTheStretchRunsAndNothingIsCharged) {
 
 TEST_F(NativeMemoryTest, MovedChargesAreReleasedOnce) {
   NativeCharges charges(&meter_, instance_, 0);
-  meter_.Measure(charges, [&] { nvml_.used += 4 * kMiB; });
+  charges.Measure([&] { nvml_.used += 4 * kMiB; });
   NativeCharges moved(std::move(charges));
   EXPECT_EQ(moved.bytes(), 4 * kMiB);
   charges = NativeCharges();  // releasing the moved-from one releases nothing
@@ -114,7 +147,7 @@ TEST_F(NativeMemoryTest, MovedChargesAreReleasedOnce) {
 
 TEST_F(NativeMemoryTest, TheReportTakesTheChargesOutOfUnattributed) {
   NativeCharges charges(&meter_, instance_, 0);
-  meter_.Measure(charges, [&] { nvml_.used += 40 * kMiB; });
+  charges.Measure([&] { nvml_.used += 40 * kMiB; });
   std::vector<ContextBaseline> baselines{{0, 500 * kMiB, ""}};
   MemoryReportOptions options;
   options.native = &meter_;
