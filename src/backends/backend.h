@@ -133,7 +133,8 @@ class BackendModel {
   virtual Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) = 0;
   // Whether its instances (of a backend that TakesRequestLists()) take inputs in GPU memory
   // where they are (Tensor::gpu); false: the runtime moves them to host first. Per model, not
-  // per backend: the same library may serve one model in process and host another.
+  // per backend: the same library may serve one model in process and host another. Asked once
+  // its instances exist.
   virtual bool TakesGpuInputs() const { return false; }
 };
 
@@ -153,6 +154,9 @@ class Backend {
   // Responder (BackendInstance::ExecuteRequests), as Triton's backends do; a decoupled model
   // (model_transaction_policy.decoupled) needs a backend that does.
   virtual bool TakesRequestLists() const { return false; }
+  // Whether the library may take inputs in GPU memory where they are (its table's
+  // accepts_gpu_inputs); BackendModel::TakesGpuInputs says it per model.
+  virtual bool AcceptsGpuInputs() const { return false; }
   // Whether its instances answer BackendInstance::Ready; false: an instance is ready once
   // created, and the runtime asks nothing.
   virtual bool ChecksReadiness() const { return false; }

@@ -51,6 +51,16 @@ Result<IpcExport> ExportDeviceMemory(int ordinal, const void* ptr) {
   VRAMD_ASSIGN_OR_RETURN(GetAddressRange range, AddressRangeFunction());
   ScopedDevice scoped(ordinal);
   if (scoped.status() != cudaSuccess) return CudaError("cudaSetDevice", ordinal, scoped.status());
+  // The driver call below needs the device's context current on this thread, which the runtime
+  // makes so only at a thread's first runtime call: a thread that never made one (an instance
+  // thread of a model whose framework did its CUDA work elsewhere) has none. This call makes it.
+  cudaPointerAttributes attributes{};
+  if (const cudaError_t err = cudaPointerGetAttributes(&attributes, ptr); err != cudaSuccess) {
+    return CudaError("cudaPointerGetAttributes", ordinal, err);
+  }
+  if (attributes.type != cudaMemoryTypeDevice) {
+    return Status::InvalidArgument(fmt::format("cuda:{}: {} is not device memory", ordinal, ptr));
+  }
   unsigned long long base = 0;
   size_t size = 0;
   const auto address = reinterpret_cast<unsigned long long>(ptr);

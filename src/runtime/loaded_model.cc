@@ -179,7 +179,6 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     auto backend_model = (*backend)->LoadModel(ctx);
     if (!backend_model.ok()) return backend_model.status().WithContext(where);
     model->backend_model_ = std::move(backend_model).value();
-    model->gpu_inputs_ = model->backend_model_->TakesGpuInputs();
   }
 
   // "instances" is the time of creating them less the h2d the backend recorded meanwhile
@@ -216,6 +215,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     model->instances_.emplace_back(std::move(owner), std::move(instance).value(),
                                    std::move(native));
   }
+  model->gpu_inputs_ = model->backend_model_->TakesGpuInputs();
   if (timing != nullptr) {
     const std::chrono::duration<double> elapsed =
         std::chrono::steady_clock::now() - instances_start;

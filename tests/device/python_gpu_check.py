@@ -207,15 +207,16 @@ class TritonPythonModel:
         return responses
 '''
 
-GPU_ECHO_CONFIG = '''name: "py_gpu_echo"
+GPU_ECHO_CONFIG = '''name: "{name}"
 backend: "python"
 max_batch_size: 0
-input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1, 1024 ] },
-         { name: "PTR" data_type: TYPE_INT64 dims: [ 1 ] },
-         { name: "INPUT_ON_CPU" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] } ]
-parameters [ { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } } ]
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1, 1024 ] }},
+         {{ name: "PTR" data_type: TYPE_INT64 dims: [ 1 ] }},
+         {{ name: "INPUT_ON_CPU" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_GPU count: 2 gpus: [ 0 ] }} ]
+parameters [ {{ key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: {{ string_value: "no" }} }},
+             {{ key: "VRAMD_PYTHON_HOSTING" value: {{ string_value: "{hosting}" }} }} ]
 '''
 
 GPU_CALLER_MODEL = '''import json
@@ -235,13 +236,14 @@ class TritonPythonModel:
             x = torch.from_numpy(
                 pb_utils.get_input_tensor_by_name(request, "X").as_numpy()).to(self.device)
             x = x + 0  # made on this instance's stream, as a model's activations are
+            target = json.loads(request.parameters()).get("target", "py_gpu_echo")
             result = {"x_ptr": x.data_ptr()}
             for how, memory in (("default", None),
                                 ("gpu", pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0)),
                                 ("cpu", pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))):
                 extra = {} if memory is None else {"preferred_memory": memory}
                 answer = pb_utils.InferenceRequest(
-                    model_name="py_gpu_echo", inputs=[pb_utils.Tensor.from_dlpack("X", x)],
+                    model_name=target, inputs=[pb_utils.Tensor.from_dlpack("X", x)],
                     requested_output_names=["Y", "PTR", "INPUT_ON_CPU"], **extra).exec()
                 if answer.has_error():
                     raise pb_utils.TritonModelException(answer.error().message())
@@ -398,7 +400,10 @@ def main():
     for name, hosting in (("py_bls_gpu", "in_process"), ("py_bls_gpu_stub", "stub")):
         write(repo, name, BLS_GPU_CONFIG.format(name=name, hosting=hosting), BLS_GPU_MODEL)
     write(repo, "py_numpy_leaky", NUMPY_CONFIG, NUMPY_MODEL)
-    write(repo, "py_gpu_echo", GPU_ECHO_CONFIG, GPU_ECHO_MODEL)
+    write(repo, "py_gpu_echo", GPU_ECHO_CONFIG.format(name="py_gpu_echo", hosting="in_process"),
+          GPU_ECHO_MODEL)
+    write(repo, "py_gpu_echo_stub", GPU_ECHO_CONFIG.format(name="py_gpu_echo_stub",
+                                                           hosting="stub"), GPU_ECHO_MODEL)
     write(repo, "py_gpu_caller", GPU_CALLER_CONFIG, GPU_CALLER_MODEL)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, 1024, generator=g).cuda()
@@ -409,7 +414,7 @@ def main():
     try:
         for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_off",
                   "py_numpy_leaky", "py_torch_stub", "py_bls_gpu", "py_bls_gpu_stub",
-                  "py_gpu_echo", "py_gpu_caller"):
+                  "py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller"):
             status, body = server.call("POST", "/v2/repository/models/%s/load" % m)
             if not check(status == 200, "load %s (%s)" % (m, body)):
                 print(server.text()[-4000:])
@@ -608,14 +613,37 @@ def main():
               "py_gpu_echo over HTTP: its cuda output arrives as numbers (x * 2; max diff "
               "%.2e), its input came in host memory (INPUT_ON_CPU %d)"
               % (float(np.abs(out["Y"] - x * 2).max()), int(out["INPUT_ON_CPU"][0])))
+        # The same with the called model in a stub: the GPU input crosses to its host by CUDA
+        # IPC, its cuda output back as memory of vramd's pool the host filled (no host copy).
+        hosted = []
+        for _ in range(10):
+            body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape),
+                                "data": x.reshape(-1).tolist()}],
+                    "parameters": {"target": "py_gpu_echo_stub"}}
+            status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body, timeout=60)
+            hosted.append(json.loads(r["outputs"][0]["data"][0]) if status == 200
+                          else {"error": r})
+        say("#", "py_gpu_caller -> py_gpu_echo_stub: %s" % json.dumps(hosted[0])[:600])
+        ok = all("error" not in r for r in hosted)
+        check(ok and all(r["default"]["callee_input_on_cpu"] == 0
+                         and r["cpu"]["callee_input_on_cpu"] == 0 for r in hosted),
+              "BLS to a model in a stub: the cuda tensor reaches its host on the GPU (CUDA IPC)")
+        check(ok and all(not r["default"]["y_on_cpu"] and r["default"]["y_equal"]
+                         and not r["gpu"]["y_on_cpu"] and r["gpu"]["y_equal"]
+                         and r["cpu"]["y_on_cpu"] and r["cpu"]["y_equal"] for r in hosted),
+              "BLS to a model in a stub: its cuda output comes back on the GPU (default, "
+              "TRITONSERVER_MEMORY_GPU) or in host memory (TRITONSERVER_MEMORY_CPU), correct")
+        out = server.infer("py_gpu_echo_stub", "X", x, "FP32")
+        check(np.allclose(out["Y"], x * 2, rtol=1e-6, atol=0),
+              "py_gpu_echo_stub over HTTP answers x * 2")
         report = server.memory()
+        models = ("py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller")
         left = [n["path"] for n in walk(report["owners"]) if n["kind"] == "request"
-                and (n["path"].startswith("server/model:py_gpu_echo/")
-                     or n["path"].startswith("server/model:py_gpu_caller/"))]
-        check(not left and not leaks_of(report, "py_gpu_echo")
-              and not leaks_of(report, "py_gpu_caller"),
+                and any(n["path"].startswith("server/model:%s/" % m) for m in models)]
+        leaked = [l for m in models for l in leaks_of(report, m)]
+        check(not left and not leaked,
               "GPU tensors through BLS leave no request owner and no leak (%s %s)"
-              % (left[:3], leaks_of(report, "py_gpu_echo")[:2] + leaks_of(report, "py_gpu_caller")[:2]))
+              % (left[:3], leaked[:3]))
 
         # 6. Unload: the pools return their segments. py_torch_stream is loaded again first (its
         # instances take the streams the first ones left) and must answer the same.

@@ -322,6 +322,12 @@ bool AbiBackend::TakesRequestLists() const {
   return api_->struct_size >= kEnd && api_->execute_requests != nullptr;
 }
 
+bool AbiBackend::AcceptsGpuInputs() const {
+  constexpr size_t kEnd = offsetof(VramdBackendApi, accepts_gpu_inputs) +
+                          sizeof(VramdBackendApi::accepts_gpu_inputs);
+  return TakesRequestLists() && api_->struct_size >= kEnd && api_->accepts_gpu_inputs != 0;
+}
+
 bool AbiBackend::ChecksReadiness() const {
   constexpr size_t kEnd =
       offsetof(VramdBackendApi, instance_ready) + sizeof(VramdBackendApi::instance_ready);
@@ -396,10 +402,7 @@ Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& 
     handle->version_dir = ctx.version_dir.string();
     handle->config_json = config::ModelConfigToJson(*ctx.config);
     handle->checks_readiness = ChecksReadiness();
-    constexpr size_t kGpuInputsEnd = offsetof(VramdBackendApi, accepts_gpu_inputs) +
-                                     sizeof(VramdBackendApi::accepts_gpu_inputs);
-    handle->gpu_inputs = TakesRequestLists() && api_->struct_size >= kGpuInputsEnd &&
-                         api_->accepts_gpu_inputs != 0;
+    handle->gpu_inputs = AcceptsGpuInputs();
 
     VramdModelInfo info{};
     info.struct_size = sizeof(VramdModelInfo);

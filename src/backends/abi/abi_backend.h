@@ -50,6 +50,8 @@ class AbiBackend final : public Backend {
   bool ExecutesOnInstanceThreads() const override;
   // Whether the table sets execute_requests (a table that ends before it does not).
   bool TakesRequestLists() const override;
+  // The table sets accepts_gpu_inputs (and execute_requests).
+  bool AcceptsGpuInputs() const override;
   // Whether the table sets instance_ready (a table that ends before it does not).
   bool ChecksReadiness() const override;
   // The table's auto_complete_config, when it sets one: the config as JSON in, the completed

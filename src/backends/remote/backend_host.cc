@@ -34,8 +34,9 @@ namespace {
 // server's own (abi_responses.h): the execute_requests call's and the backend's until its
 // final respond (or the hand-back of a failed call).
 struct HostResponder {
-  explicit HostResponder(uint64_t i) : id(i) {}
+  HostResponder(uint64_t i, uint64_t request_owner) : id(i), owner(request_owner) {}
   const uint64_t id;
+  const uint64_t owner;  // the request's ledger owner: its GPU outputs are charged to it
   std::atomic<int> references{2};
   std::atomic<bool> finished{false};
   void Unref() {
@@ -47,11 +48,14 @@ struct HostOutput {
   std::string name;
   VramdDataType datatype;
   std::vector<int64_t> shape;
-  std::unique_ptr<std::byte[]> bytes;
+  std::unique_ptr<std::byte[]> bytes;  // host memory; null for a GPU output
   size_t size;
+  int32_t gpu = -1;        // a GPU output's device
+  void* device = nullptr;  // a GPU output's memory: vramd's (Host::AllocateDevice), mapped here
 };
 
 struct HostResponse {
+  uint64_t owner = 0;  // HostResponder::owner
   std::vector<HostOutput> outputs;
   std::string parameters_json;
 };
@@ -416,8 +420,8 @@ class Host {
     DecodeRequest(r, &q);
     Status status = r.Finish();
     std::vector<HostOutput> outputs;
+    if (status.ok()) status = q.Bind();
     if (status.ok()) {
-      q.Bind();
       VramdOutputs sink{sizeof(VramdOutputs), &outputs, &AddOutput};
       VramdError error{};
       VramdCode code = VRAMD_INTERNAL;
@@ -428,6 +432,7 @@ class Host {
       }
       status = FromCode(code, error);
     }
+    q.CloseMappings();
     WireWriter w;
     EncodeStatus(w, status);
     if (!status.ok()) outputs.clear();
@@ -448,12 +453,14 @@ class Host {
       DecodeRequest(r, requests.back().get());
     }
     Status status = r.Finish();
+    for (auto& q : requests) {
+      if (status.ok()) status = q->Bind();
+    }
     if (status.ok()) {
       std::vector<HostResponder*> responders;
       std::vector<VramdRequest*> list;
       for (auto& q : requests) {
-        q->Bind();
-        responders.push_back(new HostResponder(q->responder));
+        responders.push_back(new HostResponder(q->responder, q->owner));
         q->request.responder = reinterpret_cast<VramdResponder*>(responders.back());
         list.push_back(&q->request);
       }
@@ -471,6 +478,7 @@ class Host {
         h->Unref();
       }
     }
+    for (auto& q : requests) q->CloseMappings();
     static_cast<void>(ReplyStatus(f.id, status));
   }
 
@@ -655,6 +663,25 @@ class Host {
     NotifyDeviceFree(memory.id);
   }
 
+  // Lets go of GPU memory vramd gave this process, without freeing it: no kernel of this
+  // process uses it any more and the mapping is closed; its id names it to vramd, which takes it
+  // over (an output sent in a response). 0 for a pointer vramd did not give.
+  uint64_t HandOverDevice(void* ptr) EXCLUDES(mu_) {
+    DeviceMemory memory;
+    {
+      MutexLock lock(mu_);
+      auto it = device_memory_.find(ptr);
+      if (it == device_memory_.end()) return 0;
+      memory = std::move(it->second);
+      device_memory_.erase(it);
+    }
+    if (Status synced = memory::SynchronizeDevice(memory.mapping->ordinal()); !synced.ok()) {
+      Log(this, VRAMD_LOG_ERROR, fmt::format("respond: {}", synced.message()).c_str());
+    }
+    memory.mapping.reset();
+    return memory.id;
+  }
+
   void NotifyDeviceFree(uint64_t id) {
     WireWriter w;
     w.U64(id);
@@ -681,12 +708,16 @@ class Host {
       if (responder == nullptr || response == nullptr) {
         return Fail(error, Status::InvalidArgument("response_create: `responder` or `response` is NULL"));
       }
-      *response = reinterpret_cast<VramdResponse*>(new HostResponse);
+      auto* made = new HostResponse;  // the backend's until respond or response_delete
+      made->owner = AsResponder(responder)->owner;
+      *response = reinterpret_cast<VramdResponse*>(made);
       return VRAMD_OK;
     });
   }
 
-  static VramdCode ResponseAddOutput(void*, VramdResponse* response, const char* name,
+  // A GPU output is memory of vramd's pool (AllocateDevice, charged to the request), mapped
+  // here; respond hands it over to vramd by its id, no bytes crossing.
+  static VramdCode ResponseAddOutput(void* s, VramdResponse* response, const char* name,
                                      VramdDataType datatype, const int64_t* shape, size_t rank,
                                      size_t byte_size, VramdDeviceKind kind, int32_t device_id,
                                      void** data, VramdError* error) {
@@ -695,15 +726,40 @@ class Host {
         return Fail(error, Status::InvalidArgument("response_add_output: `response` or `data` is NULL"));
       }
       *data = nullptr;
-      if (kind == VRAMD_DEVICE_GPU) {
-        return Fail(error, Status::Unsupported(fmt::format(
-                               "response_add_output '{}': outputs on GPU {} are not carried by "
-                               "vramd yet; add it in host memory and copy into it",
-                               name != nullptr ? name : "(NULL)", device_id)));
+      HostResponse* r = AsResponse(response);
+      int32_t memory_kind = VRAMD_DEVICE_CPU;
+      std::memcpy(&memory_kind, &kind, sizeof memory_kind);
+      if (memory_kind != VRAMD_DEVICE_GPU || byte_size == 0) {
+        return AddOutput(&r->outputs, name, datatype, shape, rank, byte_size, data, error);
       }
-      return AddOutput(&AsResponse(response)->outputs, name, datatype, shape, rank, byte_size, data, error);
+      if (name == nullptr || (shape == nullptr && rank > 0)) {
+        return Fail(error, Status::InvalidArgument("response_add_output: NULL name or shape"));
+      }
+      auto device = Of(s)->AllocateDevice(r->owner, device_id, byte_size);
+      if (!device.ok()) {
+        return Fail(error, device.status().WithContext(
+                               fmt::format("response_add_output '{}' on GPU {}", name, device_id)));
+      }
+      r->outputs.push_back(HostOutput{name, datatype, std::vector<int64_t>(shape, shape + rank),
+                                      nullptr, byte_size, device_id, *device});
+      *data = *device;
+      return VRAMD_OK;
     });
   }
+
+  // Deletes a response, freeing what it still holds on a GPU (a response not sent, or the
+  // outputs a sent one did not hand over).
+  void DropResponse(HostResponse* response) {
+    std::unique_ptr<HostResponse> owned(response);
+    if (owned == nullptr) return;
+    for (const HostOutput& o : owned->outputs) {
+      if (o.device != nullptr) FreeDevice(o.device);
+    }
+  }
+  struct ResponseDropper {
+    Host* host;
+    void operator()(HostResponse* response) const { host->DropResponse(response); }
+  };
 
   static VramdCode ResponseSetParameters(void*, VramdResponse* response, const char* json,
                                          size_t json_size, VramdError* error) {
@@ -716,11 +772,17 @@ class Host {
     });
   }
 
-  static void ResponseDelete(void*, VramdResponse* response) { delete AsResponse(response); }
+  static void ResponseDelete(void* s, VramdResponse* response) {
+    try {
+      Of(s)->DropResponse(AsResponse(response));
+    } catch (...) {
+    }
+  }
 
   static VramdCode Respond(void* s, VramdResponder* responder, VramdResponse* response,
                            VramdCode code, const char* message, uint32_t flags, VramdError* error) {
-    std::unique_ptr<HostResponse> owned(AsResponse(response));  // taken in every case
+    // Taken in every case.
+    std::unique_ptr<HostResponse, ResponseDropper> owned(AsResponse(response), ResponseDropper{Of(s)});
     return Guarded("respond", error, [&] {
       HostResponder* h = AsResponder(responder);
       if (h == nullptr) return Fail(error, Status::InvalidArgument("respond: `responder` is NULL"));
@@ -740,8 +802,15 @@ class Host {
       w.Str(with_response ? owned->parameters_json : "");
       w.U32(with_response ? static_cast<uint32_t>(owned->outputs.size()) : 0);
       if (with_response) {
-        for (const HostOutput& o : owned->outputs) {
-          EncodeTensor(w, o.name.c_str(), o.datatype, o.shape.data(), o.shape.size(), o.bytes.get(), o.size);
+        for (HostOutput& o : owned->outputs) {
+          if (o.device == nullptr) {
+            EncodeTensor(w, o.name.c_str(), o.datatype, o.shape.data(), o.shape.size(), o.bytes.get(), o.size);
+            continue;
+          }
+          // vramd takes the memory over: this process lets go of it first (memory/cuda_ipc.h).
+          const uint64_t id = Of(s)->HandOverDevice(std::exchange(o.device, nullptr));
+          EncodeGpuTensor(w, o.name.c_str(), o.datatype, o.shape.data(), o.shape.size(), o.size,
+                          o.gpu, memory::IpcExport{}, id);
         }
       }
       owned.reset();

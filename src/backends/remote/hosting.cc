@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -31,6 +32,8 @@ struct RemoteShared {
   StubOptions base;  // label and model filled per stub
   HostingMode mode = HostingMode::kStub;
   std::string model_label;  // "model 'm' version 1"
+  bool library_takes_gpu_inputs = false;  // Backend::AcceptsGpuInputs of the library
+  std::atomic<bool> gpu_instance{false};  // an instance on a GPU was created
 
   Mutex mu;
   // Stub mode: the stub of each device (-1: CPU instances). Stubs go before `server` and `env`.
@@ -63,6 +66,13 @@ class RemoteInstance final : public BackendInstance {
 class RemoteModel final : public BackendModel {
  public:
   explicit RemoteModel(std::shared_ptr<RemoteShared> shared) : shared_(std::move(shared)) {}
+
+  // GPU inputs cross to the host by CUDA IPC only for a model on a GPU, whose host has a
+  // context there anyway; a CPU model's host gets them in host memory (opening them would cost
+  // it a context).
+  bool TakesGpuInputs() const override {
+    return shared_->library_takes_gpu_inputs && shared_->gpu_instance.load();
+  }
   ~RemoteModel() override {
     std::map<int, std::shared_ptr<Stub>> stubs;
     {
@@ -88,6 +98,7 @@ class RemoteModel final : public BackendModel {
     auto slot = (*stub)->AddInstance(std::move(info));
     shared_->server->set_load_timing(nullptr);
     if (!slot.ok()) return slot.status();
+    if (gpu) shared_->gpu_instance = true;
     return std::unique_ptr<BackendInstance>(std::make_unique<RemoteInstance>(shared_, *stub, *slot));
   }
 
@@ -257,6 +268,7 @@ Result<std::unique_ptr<BackendModel>> HostingBackend::LoadModel(const ModelConte
   auto shared = std::make_shared<RemoteShared>();
   shared->mode = hosting.mode;
   shared->model_label = fmt::format("model '{}' version {}", ctx.name, ctx.version);
+  shared->library_takes_gpu_inputs = in_process_->AcceptsGpuInputs();
   shared->server = std::make_unique<abi::ServerApi>(std::string(name()), ctx.allocator, ctx.services);
   if (!hosting.execution_env.empty()) {
     auto env = ExecutionEnv::Prepare(hosting.execution_env, ctx.model_dir, library_);

@@ -68,6 +68,7 @@ class HostingBackend final : public Backend {
   bool SupportsGpu() const override { return in_process_->SupportsGpu(); }
   bool ExecutesOnInstanceThreads() const override { return in_process_->ExecutesOnInstanceThreads(); }
   bool TakesRequestLists() const override { return in_process_->TakesRequestLists(); }
+  bool AcceptsGpuInputs() const override { return in_process_->AcceptsGpuInputs(); }
   bool ChecksReadiness() const override { return in_process_->ChecksReadiness(); }
   // Where the model will run: in vramd's process for in-process hosting, otherwise in a host
   // process started for it (Stub::AutoComplete) with the model's EXECUTION_ENV_PATH, as Triton

@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
+#include <cstring>
+
+#include "memory/cuda_devices.h"
+
 namespace vramd::backends::remote {
 
 namespace {
@@ -37,13 +42,37 @@ VramdDeviceKind DeviceKindFromWire(int32_t value, bool* valid) {
   return *valid ? static_cast<VramdDeviceKind>(value) : VRAMD_DEVICE_CPU;
 }
 
-void EncodeTensor(WireWriter& w, const char* name, VramdDataType datatype, const int64_t* shape,
-                  size_t rank, const void* data, size_t byte_size) {
+namespace {
+
+constexpr uint8_t kInFrame = 0;
+constexpr uint8_t kOnGpu = 1;
+
+void EncodeTensorHead(WireWriter& w, const char* name, VramdDataType datatype,
+                      const int64_t* shape, size_t rank, uint8_t place) {
   w.Str(name != nullptr ? name : "");
   w.U32(static_cast<uint32_t>(datatype));
   w.U32(static_cast<uint32_t>(rank));
   for (size_t i = 0; i < rank; ++i) w.I64(shape[i]);
+  w.U8(place);
+}
+
+}  // namespace
+
+void EncodeTensor(WireWriter& w, const char* name, VramdDataType datatype, const int64_t* shape,
+                  size_t rank, const void* data, size_t byte_size) {
+  EncodeTensorHead(w, name, datatype, shape, rank, kInFrame);
   w.AlignedBytes(data, byte_size);
+}
+
+void EncodeGpuTensor(WireWriter& w, const char* name, VramdDataType datatype,
+                     const int64_t* shape, size_t rank, size_t byte_size, int32_t gpu,
+                     const memory::IpcExport& ipc, uint64_t device_allocation) {
+  EncodeTensorHead(w, name, datatype, shape, rank, kOnGpu);
+  w.I32(gpu);
+  w.U64(byte_size);
+  w.Str(std::string_view(reinterpret_cast<const char*>(ipc.handle.data()), ipc.handle.size()));
+  w.U64(ipc.offset);
+  w.U64(device_allocation);
 }
 
 WireTensor DecodeTensor(WireReader& r) {
@@ -58,7 +87,26 @@ WireTensor DecodeTensor(WireReader& r) {
   if (rank > kMaxRank) r.Refuse("tensor rank", fmt::format("is {}, over {}", rank, kMaxRank));
   t.shape.reserve(rank);
   for (uint32_t i = 0; i < rank && r.ok(); ++i) t.shape.push_back(r.I64("tensor shape"));
-  t.data = r.AlignedBytes("tensor bytes", &t.byte_size);
+  const uint8_t place = r.U8("tensor place");
+  if (place == kInFrame) {
+    t.data = r.AlignedBytes("tensor bytes", &t.byte_size);
+    return t;
+  }
+  if (place != kOnGpu) {
+    r.Refuse("tensor place", fmt::format("is {}, neither in the frame (0) nor on a GPU (1)", place));
+    return t;
+  }
+  t.gpu = r.I32("tensor gpu");
+  if (r.ok() && t.gpu < 0) r.Refuse("tensor gpu", fmt::format("is {}, not a CUDA ordinal", t.gpu));
+  t.byte_size = r.U64("tensor byte size");
+  const std::string_view handle = r.Str("tensor ipc handle");
+  if (r.ok() && handle.size() != t.ipc.handle.size()) {
+    r.Refuse("tensor ipc handle",
+             fmt::format("has {} bytes, not {}", handle.size(), t.ipc.handle.size()));
+  }
+  if (r.ok()) std::memcpy(t.ipc.handle.data(), handle.data(), t.ipc.handle.size());
+  t.ipc.offset = r.U64("tensor ipc offset");
+  t.device_allocation = r.U64("tensor device allocation");
   return t;
 }
 
@@ -112,7 +160,7 @@ WireInstanceInfo DecodeInstanceInfo(WireReader& r) {
   return info;
 }
 
-void EncodeRequest(WireWriter& w, const VramdRequest& q, uint64_t responder) {
+Status EncodeRequest(WireWriter& w, const VramdRequest& q, uint64_t responder) {
   w.Str(q.id != nullptr ? q.id : "");
   w.U64(responder);
   w.U32(q.flags);
@@ -126,8 +174,25 @@ void EncodeRequest(WireWriter& w, const VramdRequest& q, uint64_t responder) {
   w.U32(static_cast<uint32_t>(q.input_count));
   for (size_t i = 0; i < q.input_count; ++i) {
     const VramdTensor& t = q.inputs[i];
-    EncodeTensor(w, t.name, t.datatype, t.shape, t.rank, t.data, t.byte_size);
+    const bool on_gpu = q.input_memory != nullptr && q.input_memory[i].kind == VRAMD_DEVICE_GPU;
+    if (!on_gpu || t.byte_size == 0) {
+      EncodeTensor(w, t.name, t.datatype, t.shape, t.rank, on_gpu ? nullptr : t.data,
+                   on_gpu ? 0 : t.byte_size);
+      continue;
+    }
+    const int32_t gpu = q.input_memory[i].device_id;
+    auto exported = memory::ExportDeviceMemory(gpu, t.data);
+    if (!exported.ok()) {
+      return exported.status().WithContext(
+          fmt::format("input '{}' on GPU {}: exporting it to the host", t.name, gpu));
+    }
+    EncodeGpuTensor(w, t.name, t.datatype, t.shape, t.rank, t.byte_size, gpu, *exported, 0);
   }
+  const bool gpu_out = q.struct_size > offsetof(VramdRequest, preferred_output_memory) &&
+                       q.preferred_output_memory.kind == VRAMD_DEVICE_GPU;
+  w.I32(gpu_out ? VRAMD_DEVICE_GPU : VRAMD_DEVICE_CPU);
+  w.I32(gpu_out ? q.preferred_output_memory.device_id : -1);
+  return Status::Ok();
 }
 
 void DecodeRequest(WireReader& r, WireRequest* q) {
@@ -141,16 +206,33 @@ void DecodeRequest(WireReader& r, WireRequest* q) {
   q->parameters_json = std::string(r.Str("parameters_json"));
   q->requested_outputs = DecodeStrings(r, "requested_outputs");
   q->inputs = DecodeTensors(r);
+  const int32_t kind = r.I32("preferred output kind");
+  const int32_t device = r.I32("preferred output device");
+  // Anything but a GPU reads as host memory, the default.
+  q->preferred_output_memory = kind == VRAMD_DEVICE_GPU ? VramdMemory{VRAMD_DEVICE_GPU, device}
+                                                        : VramdMemory{VRAMD_DEVICE_CPU, -1};
 }
 
-void WireRequest::Bind() {
+Status WireRequest::Bind() {
   tensors.clear();
   memory.clear();
   requested_output_names.clear();
+  CloseMappings();
   for (const WireTensor& t : inputs) {
+    const void* data = t.data;
+    if (t.gpu >= 0) {
+      auto mapped = memory::ImportedMemory::Open(t.gpu, t.ipc.handle);
+      if (!mapped.ok()) {
+        return mapped.status().WithContext(
+            fmt::format("input '{}': opening vramd's GPU {} memory", t.name, t.gpu));
+      }
+      data = (*mapped)->base() + t.ipc.offset;
+      mappings.push_back(std::move(mapped).value());
+    }
     tensors.push_back(VramdTensor{t.name.c_str(), t.datatype, t.shape.data(), t.shape.size(),
-                                  t.data, t.byte_size});
-    memory.push_back(VramdMemory{VRAMD_DEVICE_CPU, -1});
+                                  data, t.byte_size});
+    memory.push_back(t.gpu >= 0 ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu}
+                                : VramdMemory{VRAMD_DEVICE_CPU, -1});
   }
   for (const std::string& s : requested_outputs) requested_output_names.push_back(s.c_str());
   request = VramdRequest{};
@@ -169,6 +251,17 @@ void WireRequest::Bind() {
       correlation_id_string.has_value() ? correlation_id_string->c_str() : nullptr;
   request.timeout_us = timeout_us;
   request.input_memory = memory.data();
+  request.preferred_output_memory = preferred_output_memory;
+  return Status::Ok();
+}
+
+void WireRequest::CloseMappings() {
+  for (const auto& mapping : mappings) {
+    // A kernel the model queued may still read the input; nothing to do with a failure but go
+    // on closing (the mapping must not outlive the call).
+    static_cast<void>(memory::SynchronizeDevice(mapping->ordinal()));
+  }
+  mappings.clear();
 }
 
 WireRespond DecodeRespond(WireReader& r) {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,6 +16,8 @@
 
 #include "backends/abi/vramd_codes.h"
 #include "backends/remote/wire.h"
+#include "core/status.h"
+#include "memory/cuda_ipc.h"
 #include "vramd/backend.h"
 
 namespace vramd::backends::remote {
@@ -29,16 +32,28 @@ using abi::ToVramdCode;
 VramdCode CodeFromWire(uint32_t value);
 VramdDeviceKind DeviceKindFromWire(int32_t value, bool* valid);
 
+// A tensor's bytes cross in the frame (host memory), or stay on a GPU and cross by reference:
+// a CUDA IPC export of the allocation that holds them (memory/cuda_ipc.h; vramd -> host: a
+// request's input, opened by the host for the call) or the id of a DeviceAllocate of vramd's
+// (host -> vramd: an output the host filled and let go of, which vramd takes over).
 struct WireTensor {
   std::string name;
   VramdDataType datatype = VRAMD_TYPE_INVALID;
   std::vector<int64_t> shape;
-  const std::byte* data = nullptr;  // into the frame
+  const std::byte* data = nullptr;  // into the frame; null for a GPU tensor
   size_t byte_size = 0;
+  int32_t gpu = -1;                 // the CUDA ordinal of a GPU tensor; -1 in the frame
+  memory::IpcExport ipc;            // a GPU tensor's export (vramd -> host)
+  uint64_t device_allocation = 0;   // a GPU tensor's DeviceAllocate id (host -> vramd)
 };
 
 void EncodeTensor(WireWriter& w, const char* name, VramdDataType datatype, const int64_t* shape,
                   size_t rank, const void* data, size_t byte_size);
+// A GPU tensor by reference: its export (vramd -> host) or its DeviceAllocate id (host ->
+// vramd; `ipc` unused then).
+void EncodeGpuTensor(WireWriter& w, const char* name, VramdDataType datatype,
+                     const int64_t* shape, size_t rank, size_t byte_size, int32_t gpu,
+                     const memory::IpcExport& ipc, uint64_t device_allocation);
 // Checks the datatype (a known one), the rank (at most kMaxRank) and the sizes.
 WireTensor DecodeTensor(WireReader& r);
 std::vector<WireTensor> DecodeTensors(WireReader& r);
@@ -77,16 +92,24 @@ struct WireRequest {
   std::string parameters_json;
   std::vector<std::string> requested_outputs;
   std::vector<WireTensor> inputs;
+  VramdMemory preferred_output_memory{VRAMD_DEVICE_CPU, -1};
 
   // What Bind() fills.
   std::vector<VramdTensor> tensors;
   std::vector<VramdMemory> memory;
   std::vector<const char*> requested_output_names;
+  // The GPU inputs' mappings, opened by Bind, closed by CloseMappings.
+  std::vector<std::unique_ptr<memory::ImportedMemory>> mappings;
   VramdRequest request{};
-  void Bind();
+  // Points `request` at the fields, opening each GPU input's export; an error names the input.
+  Status Bind();
+  // Waits for the work on the mapped inputs' devices, then closes the mappings: before the
+  // host answers the call, since vramd may free the inputs once it has (memory/cuda_ipc.h).
+  void CloseMappings();
 };
-// The request fields of an execute or execute_requests call (inputs in host memory).
-void EncodeRequest(WireWriter& w, const VramdRequest& request, uint64_t responder);
+// The request fields of an execute or execute_requests call: host inputs in the frame, GPU
+// inputs (input_memory) by their CUDA IPC export; the preferred output memory.
+Status EncodeRequest(WireWriter& w, const VramdRequest& request, uint64_t responder);
 void DecodeRequest(WireReader& r, WireRequest* out);
 
 // One respond call (host -> vramd).

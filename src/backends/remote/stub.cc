@@ -30,6 +30,7 @@ constexpr std::chrono::milliseconds kLastBackoff{5000};
 // What a request shows the host: its VramdRequest and what the pointers point into.
 struct RequestView {
   std::vector<VramdTensor> inputs;
+  std::vector<VramdMemory> memory;
   std::vector<const char*> requested_outputs;
   std::string parameters_json;
   VramdRequest request{};
@@ -39,6 +40,8 @@ void ViewRequest(const InferRequest& r, RequestView* v) {
   for (const Tensor& t : r.inputs) {
     v->inputs.push_back(VramdTensor{t.name.c_str(), static_cast<VramdDataType>(static_cast<int>(t.datatype)),
                                     t.shape.data(), t.shape.size(), t.data.data(), t.data.size()});
+    v->memory.push_back(t.on_gpu() ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu}
+                                   : VramdMemory{VRAMD_DEVICE_CPU, -1});
   }
   for (const RequestedOutput& o : r.outputs) v->requested_outputs.push_back(o.name.c_str());
   v->parameters_json = ParametersToJson(r.parameters);
@@ -55,7 +58,51 @@ void ViewRequest(const InferRequest& r, RequestView* v) {
   q.correlation_id = r.correlation_id;
   q.correlation_id_string = r.correlation_id_string.empty() ? nullptr : r.correlation_id_string.c_str();
   q.timeout_us = r.timeout_us;
+  q.input_memory = v->memory.data();
+  q.preferred_output_memory =
+      r.output_gpu == kOnHost
+          ? VramdMemory{VRAMD_DEVICE_CPU, -1}
+          : VramdMemory{VRAMD_DEVICE_GPU, r.output_gpu == kAnyGpu ? -1 : r.output_gpu};
 }
+
+// GPU inputs copied into vramd's pool for a call, where CUDA IPC cannot export them where they
+// are (memory a framework mapped itself, as torch's expandable segments, is no cudaMalloc
+// allocation); freed once the host's call returned, its mappings closed.
+class StagedInputs {
+ public:
+  explicit StagedInputs(const VramdServerApi* server) : server_(server) {}
+  ~StagedInputs() {
+    for (const auto& [device, ptr] : staged_) server_->free(server_->server, VRAMD_DEVICE_GPU, device, ptr);
+  }
+  StagedInputs(const StagedInputs&) = delete;
+  StagedInputs& operator=(const StagedInputs&) = delete;
+
+  // Points each GPU input of `view` that cannot be exported at a copy in vramd's pool (a
+  // device-to-device copy, charged to the request's owner when it has one).
+  Status MakeExportable(VramdRequest* view, std::vector<VramdTensor>* inputs) {
+    for (size_t i = 0; i < inputs->size(); ++i) {
+      VramdTensor& t = (*inputs)[i];
+      const VramdMemory& m = view->input_memory[i];
+      if (m.kind != VRAMD_DEVICE_GPU || t.byte_size == 0) continue;
+      if (memory::ExportDeviceMemory(m.device_id, t.data).ok()) continue;
+      VramdError error{};
+      void* copy = nullptr;
+      VramdCode code = server_->allocate(server_->server, view->owner, VRAMD_DEVICE_GPU, m.device_id,
+                                         t.byte_size, nullptr, &copy, &error);
+      if (code != VRAMD_OK) return abi::FromVramd(code, error, fmt::format("input '{}'", t.name));
+      staged_.emplace_back(m.device_id, copy);
+      code = server_->copy(server_->server, VRAMD_DEVICE_GPU, m.device_id, copy, VRAMD_DEVICE_GPU,
+                           m.device_id, t.data, t.byte_size, nullptr, &error);
+      if (code != VRAMD_OK) return abi::FromVramd(code, error, fmt::format("input '{}'", t.name));
+      t.data = copy;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const VramdServerApi* const server_;
+  std::vector<std::pair<int32_t, void*>> staged_;
+};
 
 VramdCode CallCode(VramdError* error, const Status& s) {
   abi::SetError(error, s.message());
@@ -530,6 +577,40 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return peer_->Reply(call, w.buffer());
   }
 
+  // An output the host wrote into memory of a DeviceAllocate and let go of (its mapping
+  // closed): the response takes the allocation over, and frees it when its last reference goes.
+  Result<Tensor> AdoptGpuOutput(const WireTensor& t, const std::vector<Tensor>& outputs)
+      EXCLUDES(mu_) {
+    DeviceMemory memory;
+    {
+      MutexLock lock(mu_);
+      auto it = device_memory_.find(t.device_allocation);
+      if (it == device_memory_.end()) {
+        return Status::InvalidArgument(fmt::format(
+            "response_add_output '{}': GPU memory {} is not the host's", t.name, t.device_allocation));
+      }
+      memory = it->second;
+      device_memory_.erase(it);
+    }
+    const VramdServerApi* api = server();
+    const int32_t device = memory.device;
+    std::shared_ptr<void> held(memory.ptr, [api, device](void* ptr) {
+      api->free(api->server, VRAMD_DEVICE_GPU, device, ptr);
+    });
+    if (device != t.gpu || memory.size < t.byte_size) {
+      return Status::InvalidArgument(fmt::format(
+          "response_add_output '{}': {} bytes on GPU {} do not fit its memory ({} bytes on GPU {})",
+          t.name, t.byte_size, t.gpu, memory.size, device));
+    }
+    VRAMD_ASSIGN_OR_RETURN(Tensor tensor, abi::NewOutput(outputs, 0, "response_add_output",
+                                                         t.name.c_str(), t.datatype, t.shape.data(),
+                                                         t.shape.size(), t.byte_size));
+    const auto* bytes = static_cast<const std::byte*>(memory.ptr);
+    tensor.data = SharedBuffer::View(std::move(held), bytes, t.byte_size);
+    tensor.gpu = device;
+    return tensor;
+  }
+
   Status OnRespond(uint64_t call, WireReader& r) EXCLUDES(mu_) {
     WireRespond m = DecodeRespond(r);
     VRAMD_RETURN_IF_ERROR(r.Finish());
@@ -557,6 +638,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else if (m.has_response) {
       BackendResponse response;
       for (const WireTensor& t : m.outputs) {
+        if (t.gpu >= 0) {
+          auto adopted = AdoptGpuOutput(t, response.outputs);
+          if (!adopted.ok()) return Reply(call, adopted.status());
+          response.outputs.push_back(std::move(adopted).value());
+          continue;
+        }
         auto added = abi::AppendHostOutput(&response.outputs, 0, "response_add_output", t.name.c_str(),
                                            t.datatype, t.shape.data(), t.shape.size(), t.byte_size);
         if (!added.ok()) return Reply(call, added.status());
@@ -647,6 +734,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     VRAMD_RETURN_IF_ERROR(r.Finish());
     std::vector<VramdTensor> inputs;
     for (const WireTensor& t : c.inputs) {
+      // The host sends a call's inputs in host memory (backend_host.cc stages GPU ones).
+      if (t.gpu >= 0) {
+        return Status::InvalidArgument(fmt::format("infer_async: input '{}' came by reference", t.name));
+      }
       inputs.push_back(VramdTensor{t.name.c_str(), t.datatype, t.shape.data(), t.shape.size(), t.data, t.byte_size});
     }
     std::vector<const char*> outputs;
@@ -933,7 +1024,7 @@ Status Stub::Execute(uint32_t slot, const InferRequest& request, std::vector<Ten
   ViewRequest(request, &view);
   WireWriter w;
   w.U32(slot);
-  EncodeRequest(w, view.request, 0);
+  VRAMD_RETURN_IF_ERROR(EncodeRequest(w, view.request, 0));
   auto reply = connection->CallStatus(MessageType::kExecute, w.buffer());
   if (!reply.ok()) {
     if (connection->dead() && reply.status().code() == StatusCode::kUnavailable) return reply.status();
@@ -945,6 +1036,11 @@ Status Stub::Execute(uint32_t slot, const InferRequest& request, std::vector<Ten
   VRAMD_RETURN_IF_ERROR(r.Finish().WithContext(options_.label));
   const size_t first = outputs->size();
   for (const WireTensor& t : tensors) {
+    if (t.gpu >= 0) {  // outputs->add is host memory only
+      outputs->resize(first);
+      return Status::Internal(fmt::format("{}: output '{}' came on GPU {} from execute",
+                                          options_.label, t.name, t.gpu));
+    }
     auto added = abi::AppendHostOutput(outputs, first, "outputs->add", t.name.c_str(), t.datatype,
                                        t.shape.data(), t.shape.size(), t.byte_size);
     if (!added.ok()) {
@@ -962,11 +1058,23 @@ Status Stub::ExecuteRequests(uint32_t slot, std::span<const ListedRequest> reque
   WireWriter w;
   w.U32(slot);
   w.U32(static_cast<uint32_t>(requests.size()));
+  Status encoded;
+  StagedInputs staged(options_.server);  // after the call: declared before its reply
   for (const ListedRequest& listed : requests) {
     ids.push_back(connection->AddResponder(listed.responder, listed.request->id));
     RequestView view;
     ViewRequest(*listed.request, &view);
-    EncodeRequest(w, view.request, ids.back());
+    // A consumer that takes GPU outputs may get the host's: charged to the request, as an
+    // in-process backend's (the owner opens only then).
+    if (listed.request->output_gpu != kOnHost) view.request.owner = listed.OpenOwner();
+    encoded = staged.MakeExportable(&view.request, &view.inputs);
+    if (encoded.ok()) encoded = EncodeRequest(w, view.request, ids.back());
+    if (!encoded.ok()) break;
+  }
+  if (!encoded.ok()) {
+    // Handed back unsent: the runtime answers them with the error.
+    for (uint64_t id : ids) connection->DropResponder(id);
+    return encoded.WithContext(options_.label);
   }
   auto reply = connection->CallStatus(MessageType::kExecuteRequests, w.buffer());
   if (reply.ok()) {

@@ -17,6 +17,8 @@
 #include "backends/remote/messages.h"
 #include "backends/remote/wire.h"
 
+#include "memory/cuda_devices.h"
+
 namespace vramd::backends::remote {
 namespace {
 using ::testing::HasSubstr;
@@ -46,8 +48,9 @@ std::string EncodedRequest() {
   q.correlation_id_string = "seq";
   q.timeout_us = 5;
   q.owner = 9;
+  q.preferred_output_memory = VramdMemory{VRAMD_DEVICE_GPU, -1};
   WireWriter w;
-  EncodeRequest(w, q, 77);
+  EXPECT_TRUE(EncodeRequest(w, q, 77).ok());
   return w.buffer();
 }
 
@@ -57,8 +60,11 @@ TEST(WireTest, RequestRoundTrips) {
   WireRequest q;
   DecodeRequest(r, &q);
   ASSERT_TRUE(r.Finish().ok()) << r.status().ToString();
-  q.Bind();
+  ASSERT_TRUE(q.Bind().ok());
   EXPECT_STREQ(q.request.id, "r1");
+  EXPECT_EQ(q.request.preferred_output_memory.kind, VRAMD_DEVICE_GPU);
+  EXPECT_EQ(q.request.preferred_output_memory.device_id, -1);
+  EXPECT_EQ(q.request.input_memory[0].kind, VRAMD_DEVICE_CPU);
   EXPECT_EQ(q.responder, 77u);
   EXPECT_EQ(q.request.flags, 3u);
   EXPECT_EQ(q.request.correlation_id, 42u);
@@ -80,6 +86,74 @@ TEST(WireTest, RequestRoundTrips) {
   int32_t got[3];
   std::memcpy(got, t.data, sizeof got);
   EXPECT_EQ(got[2], 3);
+}
+
+// A GPU tensor crosses by reference: its device, size, CUDA IPC export and DeviceAllocate id
+// come back as sent, and no bytes are in the frame.
+TEST(WireTest, AGpuTensorCrossesByReference) {
+  const int64_t shape[2] = {2, 4};
+  memory::IpcExport ipc;
+  for (size_t i = 0; i < ipc.handle.size(); ++i) ipc.handle[i] = static_cast<std::byte>(i * 3);
+  ipc.offset = 4096;
+  WireWriter w;
+  w.U32(1);
+  EncodeGpuTensor(w, "Y", VRAMD_TYPE_FP32, shape, 2, 32, 1, ipc, 7);
+  const std::string bytes = w.buffer();
+  WireReader r(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), "Respond");
+  std::vector<WireTensor> tensors = DecodeTensors(r);
+  ASSERT_TRUE(r.Finish().ok()) << r.status().ToString();
+  ASSERT_EQ(tensors.size(), 1u);
+  const WireTensor& t = tensors[0];
+  EXPECT_EQ(t.name, "Y");
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(t.gpu, 1);
+  EXPECT_EQ(t.byte_size, 32u);
+  EXPECT_EQ(t.data, nullptr);
+  EXPECT_EQ(t.ipc.handle, ipc.handle);
+  EXPECT_EQ(t.ipc.offset, 4096u);
+  EXPECT_EQ(t.device_allocation, 7u);
+  EXPECT_LT(bytes.size(), 32u + 100u) << "no tensor bytes in the frame";
+
+  // An unknown place, or a negative device, is refused naming the field.
+  WireWriter unknown;
+  unknown.U32(1);
+  unknown.Str("Y");
+  unknown.U32(VRAMD_TYPE_FP32);
+  unknown.U32(0);
+  unknown.U8(5);
+  unknown.U64(0);  // what a tensor takes at least (DecodeTensors' count check)
+  unknown.U64(0);
+  const std::string bad = unknown.buffer();
+  WireReader r2(reinterpret_cast<const std::byte*>(bad.data()), bad.size(), "Respond");
+  DecodeTensors(r2);
+  EXPECT_THAT(r2.Finish().message(), HasSubstr("tensor place"));
+  WireWriter negative;
+  negative.U32(1);
+  EncodeGpuTensor(negative, "Y", VRAMD_TYPE_FP32, shape, 2, 32, -3, ipc, 7);
+  const std::string neg = negative.buffer();
+  WireReader r3(reinterpret_cast<const std::byte*>(neg.data()), neg.size(), "Respond");
+  DecodeTensors(r3);
+  EXPECT_THAT(r3.Finish().message(), HasSubstr("tensor gpu"));
+}
+
+// A request's GPU input is exported for the host; without a GPU that fails naming the input,
+// and nothing reads its pointer as host memory.
+TEST(WireTest, AGpuInputNeedsItsDeviceToBeExported) {
+  if (memory::CudaDeviceCount() > 0) GTEST_SKIP() << "checks the refusal without a GPU";
+  const float data[2] = {1, 2};
+  const int64_t shape[1] = {2};
+  VramdTensor input{"X", VRAMD_TYPE_FP32, shape, 1, data, sizeof data};
+  VramdMemory on_gpu{VRAMD_DEVICE_GPU, 0};
+  VramdRequest q{};
+  q.struct_size = sizeof q;
+  q.id = "g";
+  q.inputs = &input;
+  q.input_memory = &on_gpu;
+  q.input_count = 1;
+  WireWriter w;
+  Status encoded = EncodeRequest(w, q, 1);
+  ASSERT_FALSE(encoded.ok());
+  EXPECT_THAT(encoded.message(), HasSubstr("input 'X' on GPU 0"));
 }
 
 TEST(WireTest, EveryTruncationIsRefusedNamingAField) {
