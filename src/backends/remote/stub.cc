@@ -577,43 +577,63 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return peer_->Reply(call, w.buffer());
   }
 
-  // An output the host wrote into memory of a DeviceAllocate and let go of (its mapping
-  // closed): the response takes the allocation over, and frees it when its last reference goes.
-  Result<Tensor> AdoptGpuOutput(const WireTensor& t, const std::vector<Tensor>& outputs)
-      EXCLUDES(mu_) {
+  struct DeviceMemory {
+    void* ptr = nullptr;
+    int32_t device = 0;
+    uint64_t size = 0;
+  };
+  // A GPU output's memory the host handed over (TakeHandedOver).
+  struct HandedOver {
+    std::shared_ptr<void> held;  // null: not a GPU output, or not an allocation of the host's
     DeviceMemory memory;
-    {
-      MutexLock lock(mu_);
-      auto it = device_memory_.find(t.device_allocation);
-      if (it == device_memory_.end()) {
-        return Status::InvalidArgument(fmt::format(
-            "response_add_output '{}': GPU memory {} is not the host's", t.name, t.device_allocation));
-      }
-      memory = it->second;
-      device_memory_.erase(it);
-    }
+  };
+
+  // The memory of the GPU outputs the host handed over (DeviceAllocate memory it filled and let
+  // go of, its mapping closed), taken out of the host's allocations at once, whatever becomes of
+  // the response: each is freed when its holder goes (with a refused response, at once).
+  std::vector<HandedOver> TakeHandedOver(const std::vector<WireTensor>& outputs) EXCLUDES(mu_) {
+    std::vector<HandedOver> taken(outputs.size());
     const VramdServerApi* api = server();
-    const int32_t device = memory.device;
-    std::shared_ptr<void> held(memory.ptr, [api, device](void* ptr) {
-      api->free(api->server, VRAMD_DEVICE_GPU, device, ptr);
-    });
-    if (device != t.gpu || memory.size < t.byte_size) {
+    MutexLock lock(mu_);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].gpu < 0) continue;
+      auto it = device_memory_.find(outputs[i].device_allocation);
+      if (it == device_memory_.end()) continue;
+      const DeviceMemory memory = it->second;
+      device_memory_.erase(it);
+      taken[i].memory = memory;
+      taken[i].held = std::shared_ptr<void>(memory.ptr, [api, device = memory.device](void* ptr) {
+        api->free(api->server, VRAMD_DEVICE_GPU, device, ptr);
+      });
+    }
+    return taken;
+  }
+
+  // The response's tensor over handed-over memory, checked as response_add_output checks.
+  static Result<Tensor> AdoptGpuOutput(const WireTensor& t, HandedOver taken,
+                                       const std::vector<Tensor>& outputs) {
+    if (taken.held == nullptr) {
+      return Status::InvalidArgument(fmt::format(
+          "response_add_output '{}': GPU memory {} is not the host's", t.name, t.device_allocation));
+    }
+    if (taken.memory.device != t.gpu || taken.memory.size < t.byte_size) {
       return Status::InvalidArgument(fmt::format(
           "response_add_output '{}': {} bytes on GPU {} do not fit its memory ({} bytes on GPU {})",
-          t.name, t.byte_size, t.gpu, memory.size, device));
+          t.name, t.byte_size, t.gpu, taken.memory.size, taken.memory.device));
     }
     VRAMD_ASSIGN_OR_RETURN(Tensor tensor, abi::NewOutput(outputs, 0, "response_add_output",
                                                          t.name.c_str(), t.datatype, t.shape.data(),
                                                          t.shape.size(), t.byte_size));
-    const auto* bytes = static_cast<const std::byte*>(memory.ptr);
-    tensor.data = SharedBuffer::View(std::move(held), bytes, t.byte_size);
-    tensor.gpu = device;
+    const auto* bytes = static_cast<const std::byte*>(taken.memory.ptr);
+    tensor.data = SharedBuffer::View(std::move(taken.held), bytes, t.byte_size);
+    tensor.gpu = taken.memory.device;
     return tensor;
   }
 
   Status OnRespond(uint64_t call, WireReader& r) EXCLUDES(mu_) {
     WireRespond m = DecodeRespond(r);
     VRAMD_RETURN_IF_ERROR(r.Finish());
+    std::vector<HandedOver> handed_over = TakeHandedOver(m.outputs);
     const bool final = (m.flags & VRAMD_RESPONSE_FLAG_FINAL) != 0;
     std::shared_ptr<Responder> responder;
     {
@@ -637,9 +657,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       payload = Result<BackendResponse>(abi::FromVramd(m.code, text, ""));
     } else if (m.has_response) {
       BackendResponse response;
-      for (const WireTensor& t : m.outputs) {
+      for (size_t i = 0; i < m.outputs.size(); ++i) {
+        const WireTensor& t = m.outputs[i];
         if (t.gpu >= 0) {
-          auto adopted = AdoptGpuOutput(t, response.outputs);
+          auto adopted = AdoptGpuOutput(t, std::move(handed_over[i]), response.outputs);
           if (!adopted.ok()) return Reply(call, adopted.status());
           response.outputs.push_back(std::move(adopted).value());
           continue;
@@ -787,11 +808,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::map<uint64_t, Owed> responders_ GUARDED_BY(mu_);
   std::map<uint64_t, void*> families_ GUARDED_BY(mu_);
   std::map<uint64_t, void*> metrics_ GUARDED_BY(mu_);
-  struct DeviceMemory {
-    void* ptr = nullptr;
-    int32_t device = 0;
-    uint64_t size = 0;
-  };
   std::map<uint64_t, DeviceMemory> device_memory_ GUARDED_BY(mu_);  // DeviceAllocate's, by id
   // infer_async calls not yet at their final result, by the host's id for them (InferCancel).
   std::map<uint64_t, InferContext*> infer_calls_ GUARDED_BY(mu_);
