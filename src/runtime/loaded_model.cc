@@ -302,7 +302,7 @@ std::optional<QueuedRequest> LoadedModel::Admit(std::shared_ptr<const InferReque
   // GPU inputs (from a BLS call) go to host for a backend that reads only host memory, and a
   // BYTES tensor always: validation splits its elements on the host.
   Status valid = Status::Ok();
-  if (AnyOnGpu(request->inputs)) {
+  if (NeedsMoveToHost(request->inputs, /*bytes_only=*/gpu_inputs_)) {
     auto staged = std::make_shared<InferRequest>(*request);
     valid = MoveToHost(&staged->inputs, /*bytes_only=*/gpu_inputs_);
     if (valid.ok()) request = std::move(staged);

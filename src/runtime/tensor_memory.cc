@@ -9,8 +9,17 @@
 
 namespace vramd::runtime {
 
-bool AnyOnGpu(const std::vector<Tensor>& tensors) {
-  return std::any_of(tensors.begin(), tensors.end(), [](const Tensor& t) { return t.on_gpu(); });
+namespace {
+
+bool Moves(const Tensor& t, bool bytes_only) {
+  return t.on_gpu() && (!bytes_only || t.datatype == DataType::kBytes);
+}
+
+}  // namespace
+
+bool NeedsMoveToHost(const std::vector<Tensor>& tensors, bool bytes_only) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [bytes_only](const Tensor& t) { return Moves(t, bytes_only); });
 }
 
 Status MoveToHost(Tensor* tensor) {
@@ -33,8 +42,7 @@ Status MoveToHost(Tensor* tensor) {
 
 Status MoveToHost(std::vector<Tensor>* tensors, bool bytes_only) {
   for (Tensor& t : *tensors) {
-    if (bytes_only && t.datatype != DataType::kBytes) continue;
-    VRAMD_RETURN_IF_ERROR(MoveToHost(&t));
+    if (Moves(t, bytes_only)) VRAMD_RETURN_IF_ERROR(MoveToHost(&t));
   }
   return Status::Ok();
 }

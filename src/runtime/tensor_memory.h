@@ -16,11 +16,13 @@
 
 namespace vramd::runtime {
 
-bool AnyOnGpu(const std::vector<Tensor>& tensors);
-
 // Moves `tensor` to host memory; a host tensor is left as it is. The error names the tensor and
 // its device (Unavailable in a build without CUDA).
 Status MoveToHost(Tensor* tensor);
+
+// Whether MoveToHost(tensors, bytes_only) would move anything: a GPU tensor (with
+// `bytes_only`, a GPU BYTES tensor) among them.
+bool NeedsMoveToHost(const std::vector<Tensor>& tensors, bool bytes_only = false);
 
 // MoveToHost on each tensor, stopping at the first failure; with `bytes_only`, only BYTES ones.
 Status MoveToHost(std::vector<Tensor>* tensors, bool bytes_only = false);

@@ -583,15 +583,20 @@ def main():
 
         # 5d. GPU tensors through the request path (BLS in-process): no copy in, outputs on the
         # GPU unless the caller prefers the CPU; over HTTP the cuda output comes as numbers.
-        results = []
-        for _ in range(20):
+        def caller_results(target, n):
+            """py_gpu_caller's JSON RESULT for n requests calling `target`, or {"error": ...}."""
             body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape),
-                                "data": x.reshape(-1).tolist()}]}
-            status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body, timeout=60)
-            if status != 200:
-                results.append({"error": r})
-                continue
-            results.append(json.loads(r["outputs"][0]["data"][0]))
+                                "data": x.reshape(-1).tolist()}],
+                    "parameters": {"target": target}}
+            out = []
+            for _ in range(n):
+                status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body,
+                                        timeout=60)
+                out.append(json.loads(r["outputs"][0]["data"][0]) if status == 200
+                           else {"error": r})
+            return out
+
+        results = caller_results("py_gpu_echo", 20)
         first = results[0]
         say("#", "py_gpu_caller: %s" % json.dumps(first)[:600])
         ok = all("error" not in r for r in results)
@@ -615,14 +620,7 @@ def main():
               % (float(np.abs(out["Y"] - x * 2).max()), int(out["INPUT_ON_CPU"][0])))
         # The same with the called model in a stub: the GPU input crosses to its host by CUDA
         # IPC, its cuda output back as memory of vramd's pool the host filled (no host copy).
-        hosted = []
-        for _ in range(10):
-            body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape),
-                                "data": x.reshape(-1).tolist()}],
-                    "parameters": {"target": "py_gpu_echo_stub"}}
-            status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body, timeout=60)
-            hosted.append(json.loads(r["outputs"][0]["data"][0]) if status == 200
-                          else {"error": r})
+        hosted = caller_results("py_gpu_echo_stub", 10)
         say("#", "py_gpu_caller -> py_gpu_echo_stub: %s" % json.dumps(hosted[0])[:600])
         ok = all("error" not in r for r in hosted)
         check(ok and all(r["default"]["callee_input_on_cpu"] == 0

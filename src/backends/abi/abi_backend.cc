@@ -110,8 +110,7 @@ void ViewRequest(const InferRequest& request, ListedRequestView* view) {
                                        static_cast<VramdDataType>(static_cast<int>(t.datatype)),
                                        t.shape.data(), t.shape.size(), t.data.data(),
                                        t.data.size()});
-    view->input_memory.push_back(t.on_gpu() ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu}
-                                            : VramdMemory{VRAMD_DEVICE_CPU, -1});
+    view->input_memory.push_back(abi::MemoryOf(t));
   }
   for (const RequestedOutput& o : request.outputs) view->requested_outputs.push_back(o.name.c_str());
   view->parameters_json = ParametersToJson(request.parameters);
@@ -130,11 +129,7 @@ void ViewRequest(const InferRequest& request, ListedRequestView* view) {
       request.correlation_id_string.empty() ? nullptr : request.correlation_id_string.c_str();
   v.timeout_us = request.timeout_us;
   v.input_memory = view->input_memory.data();
-  v.preferred_output_memory = request.output_gpu == kOnHost
-                                  ? VramdMemory{VRAMD_DEVICE_CPU, -1}
-                                  : VramdMemory{VRAMD_DEVICE_GPU,
-                                                request.output_gpu == kAnyGpu ? -1
-                                                                              : request.output_gpu};
+  v.preferred_output_memory = abi::PreferredOutputMemory(request.output_gpu);
 }
 
 class AbiInstance final : public BackendInstance {

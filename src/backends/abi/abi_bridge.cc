@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "backends/abi/abi_responses.h"
+#include "core/infer_request.h"
 
 namespace vramd::backends::abi {
 
@@ -29,6 +30,24 @@ SharedBuffer ShareBuffer(memory::Buffer buffer) {
   auto held = std::make_shared<memory::Buffer>(std::move(buffer));
   const auto* bytes = static_cast<const std::byte*>(held->data());
   return SharedBuffer::View(std::move(held), bytes, size);
+}
+
+VramdMemory MemoryOf(const Tensor& tensor) {
+  return tensor.on_gpu() ? VramdMemory{VRAMD_DEVICE_GPU, tensor.gpu}
+                         : VramdMemory{VRAMD_DEVICE_CPU, -1};
+}
+
+VramdMemory PreferredOutputMemory(int output_gpu) {
+  if (output_gpu == kOnHost) return {VRAMD_DEVICE_CPU, -1};
+  return {VRAMD_DEVICE_GPU, output_gpu == kAnyGpu ? -1 : output_gpu};
+}
+
+int OutputGpuOf(const VramdMemory& preferred) {
+  // Read as the integer a library wrote: a value the enum lacks must not be loaded as one.
+  int32_t kind = VRAMD_DEVICE_CPU;
+  std::memcpy(&kind, &preferred.kind, sizeof kind);
+  if (kind != VRAMD_DEVICE_GPU) return kOnHost;
+  return preferred.device_id < 0 ? kAnyGpu : preferred.device_id;
 }
 
 ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator,

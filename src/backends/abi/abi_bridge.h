@@ -14,6 +14,7 @@
 #include "backends/abi/vramd_codes.h"
 #include "core/shared_buffer.h"
 #include "core/status.h"
+#include "core/tensor.h"
 #include "memory/allocator.h"
 #include "memory/device.h"
 #include "vramd/backend.h"
@@ -29,6 +30,13 @@ Result<memory::Device> ToDevice(VramdDeviceKind kind, int32_t device_id);
 
 // `buffer`'s bytes as a tensor's data: returned to its pool when the last reference goes.
 SharedBuffer ShareBuffer(memory::Buffer buffer);
+
+// Where a tensor's bytes are, as the ABI says it (Tensor::gpu: kOnHost or a CUDA ordinal).
+VramdMemory MemoryOf(const Tensor& tensor);
+// InferRequest::output_gpu as VramdRequest::preferred_output_memory (kAnyGpu: GPU -1), and back
+// (a GPU with a negative device: kAnyGpu; any other kind: kOnHost).
+VramdMemory PreferredOutputMemory(int output_gpu);
+int OutputGpuOf(const VramdMemory& preferred);
 
 // One VramdServerApi: allocate/free go to `allocator` (charged to the owner the backend names;
 // 0 means the calling thread's current owner), log goes to spdlog as "[backend <name>] ...",

@@ -252,12 +252,7 @@ Result<std::shared_ptr<InferRequest>> RequestOf(void* server, const VramdInferCa
     request->correlation_id_string = call.correlation_id_string;
   }
   request->timeout_us = call.timeout_us;
-  int32_t preferred = VRAMD_DEVICE_CPU;
-  std::memcpy(&preferred, &call.preferred_output_memory.kind, sizeof preferred);
-  if (preferred == VRAMD_DEVICE_GPU) {
-    const int32_t device = call.preferred_output_memory.device_id;
-    request->output_gpu = device < 0 ? kAnyGpu : device;
-  }
+  request->output_gpu = OutputGpuOf(call.preferred_output_memory);
   return request;
 }
 
@@ -335,9 +330,7 @@ VramdCode InferResultOutput(void* /*server*/, const VramdInferResult* result, si
   const Tensor& t = outputs[index];
   *tensor = VramdTensor{t.name.c_str(), static_cast<VramdDataType>(static_cast<int>(t.datatype)),
                         t.shape.data(), t.shape.size(), t.data.data(), t.data.size()};
-  if (memory != nullptr) {
-    *memory = t.on_gpu() ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu} : VramdMemory{VRAMD_DEVICE_CPU, -1};
-  }
+  if (memory != nullptr) *memory = MemoryOf(t);
   return VRAMD_OK;
 }
 

@@ -40,8 +40,7 @@ void ViewRequest(const InferRequest& r, RequestView* v) {
   for (const Tensor& t : r.inputs) {
     v->inputs.push_back(VramdTensor{t.name.c_str(), static_cast<VramdDataType>(static_cast<int>(t.datatype)),
                                     t.shape.data(), t.shape.size(), t.data.data(), t.data.size()});
-    v->memory.push_back(t.on_gpu() ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu}
-                                   : VramdMemory{VRAMD_DEVICE_CPU, -1});
+    v->memory.push_back(abi::MemoryOf(t));
   }
   for (const RequestedOutput& o : r.outputs) v->requested_outputs.push_back(o.name.c_str());
   v->parameters_json = ParametersToJson(r.parameters);
@@ -59,10 +58,7 @@ void ViewRequest(const InferRequest& r, RequestView* v) {
   q.correlation_id_string = r.correlation_id_string.empty() ? nullptr : r.correlation_id_string.c_str();
   q.timeout_us = r.timeout_us;
   q.input_memory = v->memory.data();
-  q.preferred_output_memory =
-      r.output_gpu == kOnHost
-          ? VramdMemory{VRAMD_DEVICE_CPU, -1}
-          : VramdMemory{VRAMD_DEVICE_GPU, r.output_gpu == kAnyGpu ? -1 : r.output_gpu};
+  q.preferred_output_memory = abi::PreferredOutputMemory(r.output_gpu);
 }
 
 // GPU inputs copied into vramd's pool for a call, where CUDA IPC cannot export them where they
