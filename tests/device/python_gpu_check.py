@@ -36,8 +36,10 @@ The models are model.py files written here (torch on cuda:0, KIND_GPU):
     request path. A torch cuda tensor passed by BLS reaches the called model on the GPU at the
     caller's own address (no copy), and its cuda output comes back on the GPU (Triton's default
     preferred memory, and TRITONSERVER_MEMORY_GPU) or in host memory (TRITONSERVER_MEMORY_CPU),
-    correct each way; over HTTP py_gpu_echo's cuda output arrives as numbers; nothing is left
-    in the ledger or filed as a leak.
+    correct each way; over HTTP py_gpu_echo's cuda output arrives as numbers; the same with
+    the called model in a stub (py_gpu_echo_stub) and with the caller in a stub
+    (py_gpu_caller_stub, to either): GPU tensors cross processes by CUDA IPC, never through
+    host memory; nothing is left in the ledger or filed as a leak.
 """
 
 import argparse
@@ -263,12 +265,13 @@ class TritonPythonModel:
         return responses
 '''
 
-GPU_CALLER_CONFIG = '''name: "py_gpu_caller"
+GPU_CALLER_CONFIG = '''name: "{name}"
 backend: "python"
 max_batch_size: 0
-input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] } ]
-output [ { name: "RESULT" data_type: TYPE_STRING dims: [ 1 ] } ]
-instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1, 1024 ] }} ]
+output [ {{ name: "RESULT" data_type: TYPE_STRING dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_GPU count: 1 gpus: [ 0 ] }} ]
+parameters [ {{ key: "VRAMD_PYTHON_HOSTING" value: {{ string_value: "{hosting}" }} }} ]
 '''
 
 
@@ -404,7 +407,10 @@ def main():
           GPU_ECHO_MODEL)
     write(repo, "py_gpu_echo_stub", GPU_ECHO_CONFIG.format(name="py_gpu_echo_stub",
                                                            hosting="stub"), GPU_ECHO_MODEL)
-    write(repo, "py_gpu_caller", GPU_CALLER_CONFIG, GPU_CALLER_MODEL)
+    write(repo, "py_gpu_caller", GPU_CALLER_CONFIG.format(name="py_gpu_caller",
+                                                          hosting="in_process"), GPU_CALLER_MODEL)
+    write(repo, "py_gpu_caller_stub", GPU_CALLER_CONFIG.format(name="py_gpu_caller_stub",
+                                                               hosting="stub"), GPU_CALLER_MODEL)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, 1024, generator=g).cuda()
     x = np.random.default_rng(1).standard_normal((3, 1024)).astype(np.float32)
@@ -414,7 +420,7 @@ def main():
     try:
         for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_off",
                   "py_numpy_leaky", "py_torch_stub", "py_bls_gpu", "py_bls_gpu_stub",
-                  "py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller"):
+                  "py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller", "py_gpu_caller_stub"):
             status, body = server.call("POST", "/v2/repository/models/%s/load" % m)
             if not check(status == 200, "load %s (%s)" % (m, body)):
                 print(server.text()[-4000:])
@@ -583,14 +589,14 @@ def main():
 
         # 5d. GPU tensors through the request path (BLS in-process): no copy in, outputs on the
         # GPU unless the caller prefers the CPU; over HTTP the cuda output comes as numbers.
-        def caller_results(target, n):
-            """py_gpu_caller's JSON RESULT for n requests calling `target`, or {"error": ...}."""
+        def caller_results(target, n, caller="py_gpu_caller"):
+            """`caller`'s JSON RESULT for n requests calling `target`, or {"error": ...}."""
             body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape),
                                 "data": x.reshape(-1).tolist()}],
                     "parameters": {"target": target}}
             out = []
             for _ in range(n):
-                status, r = server.call("POST", "/v2/models/py_gpu_caller/infer", body,
+                status, r = server.call("POST", "/v2/models/%s/infer" % caller, body,
                                         timeout=60)
                 out.append(json.loads(r["outputs"][0]["data"][0]) if status == 200
                            else {"error": r})
@@ -634,8 +640,26 @@ def main():
         out = server.infer("py_gpu_echo_stub", "X", x, "FP32")
         check(np.allclose(out["Y"], x * 2, rtol=1e-6, atol=0),
               "py_gpu_echo_stub over HTTP answers x * 2")
+        # 5e. The caller itself in a stub: its cuda tensor reaches the called model on the GPU (by
+        # reference into vramd's pool, where the stub's torch memory comes from, or by the
+        # host's CUDA IPC export), and the cuda output comes back to the stub on the GPU (vramd's
+        # export of it, kept until the stub lets go): no byte through host memory either way.
+        for target in ("py_gpu_echo", "py_gpu_echo_stub"):
+            hosted = caller_results(target, 10, caller="py_gpu_caller_stub")
+            say("#", "py_gpu_caller_stub -> %s: %s" % (target, json.dumps(hosted[0])[:600]))
+            ok = all("error" not in r for r in hosted)
+            check(ok and all(r[how]["callee_input_on_cpu"] == 0 for r in hosted
+                             for how in ("default", "gpu", "cpu")),
+                  "BLS from a stub to %s: the caller's cuda tensor reaches it on the GPU, not "
+                  "through host memory" % target)
+            check(ok and all(not r["default"]["y_on_cpu"] and r["default"]["y_equal"]
+                             and not r["gpu"]["y_on_cpu"] and r["gpu"]["y_equal"]
+                             and r["cpu"]["y_on_cpu"] and r["cpu"]["y_equal"] for r in hosted),
+                  "BLS from a stub to %s: the cuda output comes back on the GPU (default, "
+                  "TRITONSERVER_MEMORY_GPU) or in host memory (TRITONSERVER_MEMORY_CPU), "
+                  "correct" % target)
         report = server.memory()
-        models = ("py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller")
+        models = ("py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller", "py_gpu_caller_stub")
         left = [n["path"] for n in walk(report["owners"]) if n["kind"] == "request"
                 and any(n["path"].startswith("server/model:%s/" % m) for m in models)]
         leaked = [l for m in models for l in leaks_of(report, m)]

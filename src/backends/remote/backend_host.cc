@@ -60,13 +60,18 @@ struct HostResponse {
   std::string parameters_json;
 };
 
-// One response of an infer_async call: it keeps its frame, which its tensors point into.
+// One response of an infer_async call: it keeps its frame, which its host tensors point into,
+// and the mappings of its GPU tensors, which are vramd's pool memory that vramd holds (`held`)
+// until the host lets go of the result (InferResultRelease).
 struct HostInferResult {
   Frame frame;
   VramdCode code = VRAMD_OK;
   std::string message;
   std::string parameters_json;
   std::vector<WireTensor> outputs;
+  std::vector<const void*> output_data;  // each output's bytes in this process
+  std::vector<std::unique_ptr<memory::ImportedMemory>> mappings;
+  uint64_t held = 0;  // vramd's id for the result it keeps for the GPU outputs; 0: none
 };
 
 HostResponder* AsResponder(VramdResponder* r) { return reinterpret_cast<HostResponder*>(r); }
@@ -494,20 +499,31 @@ class Host {
     result->message = std::string(r.Str("message"));
     result->parameters_json = std::string(r.Str("parameters_json"));
     result->outputs = DecodeTensors(r);
-    const Status status = r.Finish();
+    result->held = r.U64("held");
+    Status status = r.Finish();
+    if (status.ok()) status = MapOutputs(result.get());
     InferContext target;
+    bool found = false;
     {
       MutexLock lock(mu_);
       auto it = infers_.find(context);
-      if (it == infers_.end()) return;  // not ours (or after its final result): dropped
-      target = it->second;
-      if (final || !status.ok()) infers_.erase(it);
+      if (it != infers_.end()) {
+        found = true;
+        target = it->second;
+        if (final || !status.ok()) infers_.erase(it);
+      }
+    }
+    if (!found) {  // not ours (or after its final result): dropped
+      ReleaseResult(std::move(result));
+      return;
     }
     if (!status.ok()) {
       result->code = VRAMD_INTERNAL;
       result->message = status.message();
       result->outputs.clear();
+      result->output_data.clear();
       result->parameters_json = "{}";
+      CloseResultMappings(result.get());
     }
     try {
       target.on_result(target.context, reinterpret_cast<VramdInferResult*>(result.release()),
@@ -515,6 +531,43 @@ class Host {
     } catch (...) {
     }
   }
+
+  // Opens the mapping of each GPU output (vramd's export of the pool memory that holds it).
+  static Status MapOutputs(HostInferResult* result) {
+    for (const WireTensor& t : result->outputs) {
+      if (t.gpu < 0) {
+        result->output_data.push_back(t.data);
+        continue;
+      }
+      auto mapped = memory::ImportedMemory::Open(t.gpu, t.ipc.handle);
+      if (!mapped.ok()) {
+        return mapped.status().WithContext(
+            fmt::format("infer_async: output '{}': opening vramd's GPU {} memory", t.name, t.gpu));
+      }
+      result->output_data.push_back((*mapped)->base() + t.ipc.offset);
+      result->mappings.push_back(std::move(mapped).value());
+    }
+    return Status::Ok();
+  }
+
+  // No kernel of this process may still read the outputs once vramd may reuse their memory,
+  // and the mappings close before vramd hears (memory/cuda_ipc.h).
+  void CloseResultMappings(HostInferResult* result) {
+    for (const auto& mapping : result->mappings) {
+      if (Status synced = memory::SynchronizeDevice(mapping->ordinal()); !synced.ok()) {
+        Log(this, VRAMD_LOG_ERROR, fmt::format("infer_result_release: {}", synced.message()).c_str());
+      }
+    }
+    result->mappings.clear();
+    if (result->held != 0) {
+      WireWriter w;
+      w.U64(result->held);
+      static_cast<void>(peer_.Notify(MessageType::kInferResultRelease, w.buffer()));
+      result->held = 0;
+    }
+  }
+
+  void ReleaseResult(std::unique_ptr<HostInferResult> result) { CloseResultMappings(result.get()); }
 
   // ---- The server table the library calls. ----
 
@@ -637,7 +690,7 @@ class Host {
     }
     void* ptr = (*mapped)->base() + offset;
     MutexLock lock(mu_);
-    device_memory_[ptr] = DeviceMemory{id, std::move(*mapped)};
+    device_memory_[ptr] = DeviceMemory{id, size, std::move(*mapped)};
     return ptr;
   }
 
@@ -680,6 +733,37 @@ class Host {
     }
     memory.mapping.reset();
     return memory.id;
+  }
+
+  // How a GPU input at `ptr` crosses to vramd by reference: as an offset into memory vramd gave
+  // this process (no mapping for vramd to open), or as this process's own CUDA IPC export.
+  // nullopt: neither (its bytes then cross in host memory).
+  std::optional<CallInputPlace> PlaceOnGpu(int32_t gpu, const void* ptr, size_t size) EXCLUDES(mu_) {
+    const auto* p = static_cast<const std::byte*>(ptr);
+    {
+      MutexLock lock(mu_);
+      // The block that starts at or before `ptr`: the last one whose start is not after it.
+      auto it = device_memory_.upper_bound(const_cast<void*>(ptr));
+      if (it != device_memory_.begin()) {
+        --it;
+        const auto* start = static_cast<const std::byte*>(it->first);
+        const size_t offset = static_cast<size_t>(p - start);
+        if (it->second.mapping->ordinal() == gpu && offset <= it->second.size &&
+            size <= it->second.size - offset) {
+          CallInputPlace place;
+          place.gpu = gpu;
+          place.device_allocation = it->second.id;
+          place.ipc.offset = offset;
+          return place;
+        }
+      }
+    }
+    auto exported = memory::ExportDeviceMemory(gpu, ptr);
+    if (!exported.ok()) return std::nullopt;
+    CallInputPlace place;
+    place.gpu = gpu;
+    place.ipc = *exported;
+    return place;
   }
 
   void NotifyDeviceFree(uint64_t id) {
@@ -862,30 +946,38 @@ class Host {
           (call->input_count > 0 && call->inputs == nullptr)) {
         return Fail(error, Status::InvalidArgument("infer_async: a NULL call, model, inputs or on_result"));
       }
-      // vramd takes a call's inputs in host memory (it copies GPU inputs to host in-process):
-      // a GPU input is copied to host here, so the bytes cross once.
-      std::vector<VramdTensor> staged_inputs;
+      // A GPU input crosses by reference where it can (PlaceOnGpu); otherwise its bytes are
+      // copied to host memory here and cross in the frame.
+      std::vector<CallInputPlace> places(call->input_count);
+      std::vector<VramdTensor> inputs(call->inputs, call->inputs + call->input_count);
       std::vector<std::unique_ptr<std::byte[]>> staged;
-      VramdInferCall staged_call;
-      if (call->input_memory != nullptr) {
-        for (size_t i = 0; i < call->input_count; ++i) {
-          VramdTensor t = call->inputs[i];
-          if (call->input_memory[i].kind == VRAMD_DEVICE_GPU && t.byte_size > 0) {
-            auto device = ToDevice(VRAMD_DEVICE_GPU, call->input_memory[i].device_id);
-            if (!device.ok()) return Fail(error, device.status().WithContext("infer_async"));
-            staged.push_back(std::make_unique<std::byte[]>(t.byte_size));
-            Status copied = memory::CopyBytes(memory::Device::Cpu(), staged.back().get(), *device,
-                                              t.data, t.byte_size, nullptr);
-            if (!copied.ok()) return Fail(error, copied.WithContext(fmt::format("infer_async: input '{}'", t.name)));
-            t.data = staged.back().get();
-          }
-          staged_inputs.push_back(t);
+      std::vector<int32_t> synchronized;
+      for (size_t i = 0; call->input_memory != nullptr && i < inputs.size(); ++i) {
+        VramdTensor& t = inputs[i];
+        if (call->input_memory[i].kind != VRAMD_DEVICE_GPU || t.byte_size == 0) continue;
+        auto device = ToDevice(VRAMD_DEVICE_GPU, call->input_memory[i].device_id);
+        if (!device.ok()) return Fail(error, device.status().WithContext("infer_async"));
+        const int32_t gpu = device->index;
+        // The called model reads in another process, on streams of its own: the work that
+        // produced the input must be done first.
+        if (std::find(synchronized.begin(), synchronized.end(), gpu) == synchronized.end()) {
+          Status synced = memory::SynchronizeDevice(gpu);
+          if (!synced.ok()) return Fail(error, synced.WithContext("infer_async"));
+          synchronized.push_back(gpu);
         }
-        staged_call = *call;
-        staged_call.inputs = staged_inputs.data();
-        staged_call.input_memory = nullptr;
-        call = &staged_call;
+        if (auto place = Of(s)->PlaceOnGpu(gpu, t.data, t.byte_size)) {
+          places[i] = *place;
+          continue;
+        }
+        staged.push_back(std::make_unique<std::byte[]>(t.byte_size));
+        Status copied = memory::CopyBytes(memory::Device::Cpu(), staged.back().get(), *device,
+                                          t.data, t.byte_size, nullptr);
+        if (!copied.ok()) return Fail(error, copied.WithContext(fmt::format("infer_async: input '{}'", t.name)));
+        t.data = staged.back().get();
       }
+      VramdInferCall sent = *call;
+      sent.inputs = inputs.data();
+      call = &sent;
       Host* host = Of(s);
       void** cancel_token =
           call->struct_size >= offsetof(VramdInferCall, cancel_token) + sizeof(void**)
@@ -899,7 +991,7 @@ class Host {
         host->infers_[id] = InferContext{on_result, context};
       }
       WireWriter w;
-      EncodeInferCall(w, id, *call);
+      EncodeInferCall(w, id, *call, places);
       auto reply = host->CallChecked(MessageType::kInferAsync, w);
       if (!reply.ok()) {
         MutexLock lock(host->mu_);
@@ -945,8 +1037,11 @@ class Host {
       return Fail(error, Status::InvalidArgument("infer_result_output: no such output"));
     }
     const WireTensor& t = r->outputs[index];
-    *tensor = VramdTensor{t.name.c_str(), t.datatype, t.shape.data(), t.shape.size(), t.data, t.byte_size};
-    if (memory != nullptr) *memory = VramdMemory{VRAMD_DEVICE_CPU, -1};
+    *tensor = VramdTensor{t.name.c_str(), t.datatype, t.shape.data(), t.shape.size(),
+                          r->output_data[index], t.byte_size};
+    if (memory != nullptr) {
+      *memory = t.gpu >= 0 ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu} : VramdMemory{VRAMD_DEVICE_CPU, -1};
+    }
     return VRAMD_OK;
   }
 
@@ -955,8 +1050,13 @@ class Host {
     return r == nullptr || r->parameters_json.empty() ? "{}" : r->parameters_json.c_str();
   }
 
-  static void InferResultRelease(void*, VramdInferResult* result) {
-    delete reinterpret_cast<HostInferResult*>(result);
+  static void InferResultRelease(void* s, VramdInferResult* result) {
+    std::unique_ptr<HostInferResult> owned(reinterpret_cast<HostInferResult*>(result));
+    if (owned == nullptr) return;
+    try {
+      Of(s)->ReleaseResult(std::move(owned));
+    } catch (...) {
+    }
   }
 
   static VramdCode LoadModel(void* s, const char* model, const char* config_json, VramdError* error) {
@@ -1091,9 +1191,11 @@ class Host {
   std::map<uint64_t, InferContext> infers_ GUARDED_BY(mu_);
   struct DeviceMemory {
     uint64_t id = 0;  // vramd's DeviceAllocate id
+    size_t size = 0;
     std::unique_ptr<memory::ImportedMemory> mapping;
   };
-  std::map<void*, DeviceMemory> device_memory_ GUARDED_BY(mu_);  // by the pointer handed out
+  // By the pointer handed out, in address order (PlaceOnGpu finds the block that holds one).
+  std::map<void*, DeviceMemory> device_memory_ GUARDED_BY(mu_);
 
   // Threads last: they stop (joining) before the state above goes.
   Worker control_;

@@ -276,7 +276,8 @@ WireRespond DecodeRespond(WireReader& r) {
   return out;
 }
 
-void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& c) {
+void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& c,
+                     std::span<const CallInputPlace> places) {
   w.U64(context);
   w.Str(c.model != nullptr ? c.model : "");
   w.I64(c.version);
@@ -284,7 +285,12 @@ void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& c) {
   w.U32(static_cast<uint32_t>(c.input_count));
   for (size_t i = 0; i < c.input_count; ++i) {
     const VramdTensor& t = c.inputs[i];
-    EncodeTensor(w, t.name, t.datatype, t.shape, t.rank, t.data, t.byte_size);
+    if (i < places.size() && places[i].gpu >= 0) {
+      EncodeGpuTensor(w, t.name, t.datatype, t.shape, t.rank, t.byte_size, places[i].gpu,
+                      places[i].ipc, places[i].device_allocation);
+    } else {
+      EncodeTensor(w, t.name, t.datatype, t.shape, t.rank, t.data, t.byte_size);
+    }
   }
   EncodeStrings(w, c.requested_outputs, c.requested_output_count);
   w.OptStr(c.parameters_json);
@@ -296,6 +302,9 @@ void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& c) {
   w.I32(c.preferred_output_memory.device_id);
   w.I32(c.decoupled);
   w.U64(c.parent_owner);
+  const bool kept = c.struct_size >= offsetof(VramdInferCall, inputs_outlive_call) + sizeof(int32_t) &&
+                    c.inputs_outlive_call != 0;
+  w.U8(kept ? 1 : 0);
 }
 
 WireInferCall DecodeInferCall(WireReader& r) {
@@ -315,6 +324,7 @@ WireInferCall DecodeInferCall(WireReader& r) {
   c.preferred_device = r.I32("preferred_device");
   c.decoupled = r.I32("decoupled");
   c.parent_owner = r.U64("parent_owner");
+  c.inputs_outlive_call = r.U8("inputs_outlive_call") != 0;
   return c;
 }
 

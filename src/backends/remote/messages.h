@@ -124,7 +124,18 @@ struct WireRespond {
 };
 WireRespond DecodeRespond(WireReader& r);
 
-// A call into another model (host -> vramd): VramdInferCall's fields, inputs in host memory.
+// Where one input of a call into another model crosses (host -> vramd): in the frame, or on a
+// GPU by reference: at an offset into memory vramd gave the host (DeviceAllocate; no mapping
+// to open, the bytes are in vramd's own pool) or as the host's own CUDA IPC export.
+struct CallInputPlace {
+  int32_t gpu = -1;                // -1: the bytes cross in the frame
+  uint64_t device_allocation = 0;  // vramd's id for the memory that holds them; 0: `ipc` says
+  memory::IpcExport ipc;           // the offset into device_allocation, or the host's export
+};
+
+// A call into another model (host -> vramd): VramdInferCall's fields; each input in the frame
+// or on a GPU by reference (CallInputPlace), and whether the host keeps the inputs until the
+// call's final result (VramdInferCall::inputs_outlive_call).
 struct WireInferCall {
   uint64_t context = 0;
   std::string model;
@@ -141,8 +152,12 @@ struct WireInferCall {
   int32_t preferred_device = -1;
   int32_t decoupled = 0;
   uint64_t parent_owner = 0;
+  bool inputs_outlive_call = false;
 };
-void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& call);
+// `places` has one entry per input of `call`, or is empty (all in the frame); a GPU input whose
+// place is the frame must already be in host memory (the host stages it).
+void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& call,
+                     std::span<const CallInputPlace> places = {});
 WireInferCall DecodeInferCall(WireReader& r);
 
 }  // namespace vramd::backends::remote

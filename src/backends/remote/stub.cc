@@ -16,6 +16,7 @@
 #include "backends/remote/peer.h"
 #include "backends/remote/worker.h"
 #include "core/infer_request.h"
+#include "memory/cuda_devices.h"
 #include "memory/cuda_ipc.h"
 #include "memory/hosted_processes.h"
 
@@ -318,23 +319,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::map<uint64_t, Owed> responders;
     std::map<uint64_t, void*> families, metrics;
     std::map<uint64_t, DeviceMemory> device_memory;
+    std::map<uint64_t, VramdInferResult*> held_results;
     {
       MutexLock lock(mu_);
       responders.swap(responders_);
       families.swap(families_);
       metrics.swap(metrics_);
       device_memory.swap(device_memory_);
+      held_results.swap(held_results_);
     }
-    // The process is reaped, its mappings gone with its context: its GPU memory can go back.
+    // The process is reaped, its mappings gone with its context: its GPU memory can go back
+    // (memory a call of another model still reads goes when that call ends).
     uint64_t held = 0;
-    for (const auto& [id, m] : device_memory) {
-      held += m.size;
-      server()->free(server()->server, VRAMD_DEVICE_GPU, m.device, m.ptr);
-    }
+    for (const auto& [id, m] : device_memory) held += m.size;
     if (!device_memory.empty()) {
       spdlog::info("stub for {} (pid {}) held {} GPU allocation(s) of vramd's ({} bytes) when it "
                    "ended; freed", options_.label, pid_, device_memory.size(), held);
     }
+    device_memory.clear();
+    // Results of calls into other models it had not let go of.
+    for (auto& [id, result] : held_results) server()->infer_result_release(server()->server, result);
     // The stub first: a client that got its error then finds the model restarting (not ready).
     on_closed_(this);
     for (auto& [id, owed] : responders) Answer(*owed.responder, reason);
@@ -388,16 +392,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
       case MessageType::kDeviceFree: {
         const uint64_t id = r.U64("id");
         VRAMD_RETURN_IF_ERROR(r.Finish());
-        std::optional<DeviceMemory> memory;
+        DeviceMemory memory;  // freed here, or by the last call still reading it
         {
           MutexLock lock(mu_);
+          // An unknown id (a double free) is the host's bug and harmless here.
           if (auto it = device_memory_.find(id); it != device_memory_.end()) {
-            memory = it->second;
+            memory = std::move(it->second);
             device_memory_.erase(it);
           }
         }
-        // An unknown id (a double free) is the host's bug and harmless here.
-        if (memory.has_value()) server()->free(server()->server, VRAMD_DEVICE_GPU, memory->device, memory->ptr);
+        return Status::Ok();
+      }
+      case MessageType::kInferResultRelease: {
+        const uint64_t id = r.U64("id");
+        VRAMD_RETURN_IF_ERROR(r.Finish());
+        VramdInferResult* result = nullptr;
+        {
+          MutexLock lock(mu_);
+          // An unknown id (a double release) is the host's bug and harmless here.
+          if (auto it = held_results_.find(id); it != held_results_.end()) {
+            result = it->second;
+            held_results_.erase(it);
+          }
+        }
+        if (result != nullptr) server()->infer_result_release(server()->server, result);
         return Status::Ok();
       }
       case MessageType::kInferCancel: {
@@ -559,11 +577,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       server()->free(server()->server, VRAMD_DEVICE_GPU, device, ptr);
       return Reply(call, exported.status().WithContext("exporting it to the host"));
     }
+    const VramdServerApi* api = server();
+    std::shared_ptr<void> held(ptr, [api, device](void* p) { api->free(api->server, VRAMD_DEVICE_GPU, device, p); });
     uint64_t id;
     {
       MutexLock lock(mu_);
       id = next_id_++;
-      device_memory_[id] = DeviceMemory{ptr, device, size};
+      device_memory_[id] = DeviceMemory{ptr, device, size, std::move(held)};
     }
     WireWriter w;
     EncodeStatus(w, Status::Ok());
@@ -573,63 +593,56 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return peer_->Reply(call, w.buffer());
   }
 
+  // A DeviceAllocate's memory: freed when the last holder lets go (the host's DeviceFree, its
+  // end, or a response or call of another model that still uses it).
   struct DeviceMemory {
     void* ptr = nullptr;
     int32_t device = 0;
     uint64_t size = 0;
-  };
-  // A GPU output's memory the host handed over (TakeHandedOver).
-  struct HandedOver {
-    std::shared_ptr<void> held;  // null: not a GPU output, or not an allocation of the host's
-    DeviceMemory memory;
+    std::shared_ptr<void> held;  // null: none (not an allocation of the host's)
   };
 
   // The memory of the GPU outputs the host handed over (DeviceAllocate memory it filled and let
   // go of, its mapping closed), taken out of the host's allocations at once, whatever becomes of
   // the response: each is freed when its holder goes (with a refused response, at once).
-  std::vector<HandedOver> TakeHandedOver(const std::vector<WireTensor>& outputs) EXCLUDES(mu_) {
-    std::vector<HandedOver> taken(outputs.size());
-    const VramdServerApi* api = server();
+  std::vector<DeviceMemory> TakeHandedOver(const std::vector<WireTensor>& outputs) EXCLUDES(mu_) {
+    std::vector<DeviceMemory> taken(outputs.size());
     MutexLock lock(mu_);
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (outputs[i].gpu < 0) continue;
       auto it = device_memory_.find(outputs[i].device_allocation);
       if (it == device_memory_.end()) continue;
-      const DeviceMemory memory = it->second;
+      taken[i] = std::move(it->second);
       device_memory_.erase(it);
-      taken[i].memory = memory;
-      taken[i].held = std::shared_ptr<void>(memory.ptr, [api, device = memory.device](void* ptr) {
-        api->free(api->server, VRAMD_DEVICE_GPU, device, ptr);
-      });
     }
     return taken;
   }
 
   // The response's tensor over handed-over memory, checked as response_add_output checks.
-  static Result<Tensor> AdoptGpuOutput(const WireTensor& t, HandedOver taken,
+  static Result<Tensor> AdoptGpuOutput(const WireTensor& t, DeviceMemory taken,
                                        const std::vector<Tensor>& outputs) {
     if (taken.held == nullptr) {
       return Status::InvalidArgument(fmt::format(
           "response_add_output '{}': GPU memory {} is not the host's", t.name, t.device_allocation));
     }
-    if (taken.memory.device != t.gpu || taken.memory.size < t.byte_size) {
+    if (taken.device != t.gpu || taken.size < t.byte_size) {
       return Status::InvalidArgument(fmt::format(
           "response_add_output '{}': {} bytes on GPU {} do not fit its memory ({} bytes on GPU {})",
-          t.name, t.byte_size, t.gpu, taken.memory.size, taken.memory.device));
+          t.name, t.byte_size, t.gpu, taken.size, taken.device));
     }
     VRAMD_ASSIGN_OR_RETURN(Tensor tensor, abi::NewOutput(outputs, 0, "response_add_output",
                                                          t.name.c_str(), t.datatype, t.shape.data(),
                                                          t.shape.size(), t.byte_size));
-    const auto* bytes = static_cast<const std::byte*>(taken.memory.ptr);
+    const auto* bytes = static_cast<const std::byte*>(taken.ptr);
     tensor.data = SharedBuffer::View(std::move(taken.held), bytes, t.byte_size);
-    tensor.gpu = taken.memory.device;
+    tensor.gpu = taken.device;
     return tensor;
   }
 
   Status OnRespond(uint64_t call, WireReader& r) EXCLUDES(mu_) {
     WireRespond m = DecodeRespond(r);
     VRAMD_RETURN_IF_ERROR(r.Finish());
-    std::vector<HandedOver> handed_over = TakeHandedOver(m.outputs);
+    std::vector<DeviceMemory> handed_over = TakeHandedOver(m.outputs);
     const bool final = (m.flags & VRAMD_RESPONSE_FLAG_FINAL) != 0;
     std::shared_ptr<Responder> responder;
     {
@@ -684,6 +697,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     uint64_t id = 0;
     const VramdServerApi* server = nullptr;
     void* cancel_token = nullptr;  // infer_async's; released with the context
+    bool gpu_outputs = false;      // the host takes GPU outputs where they are
+    // The host's DeviceAllocate memory the call reads in place, kept until its final result
+    // even if the host frees it or ends.
+    std::vector<std::shared_ptr<void>> inputs_held;
   };
 
   // Ends a call's context after its final result: out of the connection's table (where
@@ -704,25 +721,48 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const char* message = nullptr;
       VramdCode code = s->infer_result_error(s->server, result, &message);
       std::string text = message != nullptr ? message : "";
-      std::vector<VramdTensor> tensors;
-      std::vector<std::vector<std::byte>> copies;  // outputs that were not in host memory
+      struct Output {
+        VramdTensor tensor{};
+        int32_t gpu = -1;  // exported to the host from there; -1: in the frame
+        memory::IpcExport ipc;
+      };
+      std::vector<Output> outputs;
+      std::vector<std::vector<std::byte>> copies;  // GPU outputs that cross in host memory
       if (code == VRAMD_OK) {
         const size_t n = s->infer_result_output_count(s->server, result);
         copies.reserve(n);
         for (size_t i = 0; i < n && code == VRAMD_OK; ++i) {
-          VramdTensor t{};
+          Output out;
           VramdMemory m{VRAMD_DEVICE_CPU, -1};
           VramdError error{};
-          code = s->infer_result_output(s->server, result, i, &t, &m, &error);
-          if (code == VRAMD_OK && m.kind == VRAMD_DEVICE_GPU) {
-            copies.emplace_back(t.byte_size);
-            code = s->copy(s->server, VRAMD_DEVICE_CPU, -1, copies.back().data(), m.kind, m.device_id,
-                           t.data, t.byte_size, nullptr, &error);
-            t.data = copies.back().data();
+          code = s->infer_result_output(s->server, result, i, &out.tensor, &m, &error);
+          if (code == VRAMD_OK && m.kind == VRAMD_DEVICE_GPU && out.tensor.byte_size > 0) {
+            // Pool memory exports (a cudaMalloc segment); what does not is copied to host.
+            auto exported = ctx->gpu_outputs ? memory::ExportDeviceMemory(m.device_id, out.tensor.data)
+                                             : Result<memory::IpcExport>(Status::Unavailable("host memory asked for"));
+            if (exported.ok()) {
+              out.gpu = m.device_id;
+              out.ipc = *exported;
+            } else {
+              copies.emplace_back(out.tensor.byte_size);
+              code = s->copy(s->server, VRAMD_DEVICE_CPU, -1, copies.back().data(), m.kind, m.device_id,
+                             out.tensor.data, out.tensor.byte_size, nullptr, &error);
+              out.tensor.data = copies.back().data();
+            }
           }
           if (code != VRAMD_OK) text = error.message;
-          tensors.push_back(t);
+          outputs.push_back(out);
         }
+      }
+      const bool exported = code == VRAMD_OK && std::any_of(outputs.begin(), outputs.end(),
+                                                            [](const Output& o) { return o.gpu >= 0; });
+      auto connection = ctx->connection.lock();
+      // The host maps the exported outputs: the result (their memory) is kept until it lets go.
+      uint64_t held = 0;
+      if (exported && connection != nullptr) {
+        MutexLock lock(connection->mu_);
+        held = connection->next_id_++;
+        connection->held_results_[held] = result;
       }
       WireWriter w;
       w.U64(ctx->id);
@@ -730,13 +770,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
       w.U32(static_cast<uint32_t>(code));
       w.Str(text);
       w.Str(s->infer_result_parameters(s->server, result));
-      w.U32(code == VRAMD_OK ? static_cast<uint32_t>(tensors.size()) : 0);
+      w.U32(code == VRAMD_OK ? static_cast<uint32_t>(outputs.size()) : 0);
       if (code == VRAMD_OK) {
-        for (const VramdTensor& t : tensors) EncodeTensor(w, t.name, t.datatype, t.shape, t.rank, t.data, t.byte_size);
+        for (const Output& o : outputs) {
+          const VramdTensor& t = o.tensor;
+          if (o.gpu >= 0) {
+            EncodeGpuTensor(w, t.name, t.datatype, t.shape, t.rank, t.byte_size, o.gpu, o.ipc, 0);
+          } else {
+            EncodeTensor(w, t.name, t.datatype, t.shape, t.rank, t.data, t.byte_size);
+          }
+        }
       }
-      s->infer_result_release(s->server, result);
+      w.U64(held);
+      if (held == 0) s->infer_result_release(s->server, result);
       result = nullptr;
-      if (auto connection = ctx->connection.lock()) {
+      if (connection != nullptr) {
         static_cast<void>(connection->peer_->Notify(MessageType::kInferResult, w.buffer()));
       }
     } catch (const std::exception& e) {
@@ -746,16 +794,59 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (final != 0) EndInferContext(ctx);
   }
 
+  // A call's GPU input the host sent by reference, where it is in this process: in memory vramd
+  // gave the host (kept for the call by `ctx`) or in the host's own export, opened here.
+  Result<const void*> LocateGpuInput(const WireTensor& t, InferContext* ctx,
+                                     std::vector<std::unique_ptr<memory::ImportedMemory>>* mappings)
+      EXCLUDES(mu_) {
+    if (t.device_allocation == 0) {
+      auto mapped = memory::ImportedMemory::Open(t.gpu, t.ipc.handle);
+      if (!mapped.ok()) {
+        return mapped.status().WithContext(
+            fmt::format("input '{}': opening the host's GPU {} memory", t.name, t.gpu));
+      }
+      const void* data = (*mapped)->base() + t.ipc.offset;
+      mappings->push_back(std::move(mapped).value());
+      return data;
+    }
+    MutexLock lock(mu_);
+    auto it = device_memory_.find(t.device_allocation);
+    if (it == device_memory_.end()) {
+      return Status::InvalidArgument(fmt::format(
+          "input '{}': GPU memory {} is not the host's", t.name, t.device_allocation));
+    }
+    const DeviceMemory& m = it->second;
+    if (m.device != t.gpu || t.ipc.offset > m.size || t.byte_size > m.size - t.ipc.offset) {
+      return Status::InvalidArgument(fmt::format(
+          "input '{}': {} bytes at offset {} on GPU {} are not within its memory ({} bytes on GPU {})",
+          t.name, t.byte_size, t.ipc.offset, t.gpu, m.size, m.device));
+    }
+    ctx->inputs_held.push_back(m.held);
+    return static_cast<const std::byte*>(m.ptr) + t.ipc.offset;
+  }
+
   Status OnInferAsync(uint64_t call, WireReader& r) {
     WireInferCall c = DecodeInferCall(r);
     VRAMD_RETURN_IF_ERROR(r.Finish());
+    auto ctx = std::make_unique<InferContext>();
+    ctx->connection = weak_from_this();
+    ctx->id = c.context;
+    ctx->server = server();
+    ctx->gpu_outputs = c.preferred_kind == VRAMD_DEVICE_GPU;
     std::vector<VramdTensor> inputs;
+    std::vector<VramdMemory> memory;
+    // The host's own exports, opened for the call: vramd copies what they hold before
+    // infer_async returns (inputs_outlive_call is not set), and they close before the reply.
+    std::vector<std::unique_ptr<memory::ImportedMemory>> mappings;
     for (const WireTensor& t : c.inputs) {
-      // The host sends a call's inputs in host memory (backend_host.cc stages GPU ones).
+      const void* data = t.data;
       if (t.gpu >= 0) {
-        return Status::InvalidArgument(fmt::format("infer_async: input '{}' came by reference", t.name));
+        auto located = LocateGpuInput(t, ctx.get(), &mappings);
+        if (!located.ok()) return Reply(call, located.status().WithContext("infer_async"));
+        data = *located;
       }
-      inputs.push_back(VramdTensor{t.name.c_str(), t.datatype, t.shape.data(), t.shape.size(), t.data, t.byte_size});
+      inputs.push_back(VramdTensor{t.name.c_str(), t.datatype, t.shape.data(), t.shape.size(), data, t.byte_size});
+      memory.push_back(t.gpu >= 0 ? VramdMemory{VRAMD_DEVICE_GPU, t.gpu} : VramdMemory{VRAMD_DEVICE_CPU, -1});
     }
     std::vector<const char*> outputs;
     for (const std::string& s : c.requested_outputs) outputs.push_back(s.c_str());
@@ -765,6 +856,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     v.version = c.version;
     v.id = c.id ? c.id->c_str() : nullptr;
     v.inputs = inputs.data();
+    v.input_memory = memory.data();
     v.input_count = inputs.size();
     v.requested_outputs = outputs.data();
     v.requested_output_count = outputs.size();
@@ -773,22 +865,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     v.correlation_id = c.correlation_id;
     v.correlation_id_string = c.correlation_id_string ? c.correlation_id_string->c_str() : nullptr;
     v.timeout_us = c.timeout_us;
-    // Results reach the host as bytes in its segments, so they are asked for in host memory
-    // whatever the host preferred: GPU tensors between a host and vramd do not cross yet.
-    v.preferred_output_memory = VramdMemory{VRAMD_DEVICE_CPU, -1};
+    v.preferred_output_memory = ctx->gpu_outputs ? VramdMemory{VRAMD_DEVICE_GPU, c.preferred_device}
+                                                 : VramdMemory{VRAMD_DEVICE_CPU, -1};
     v.decoupled = c.decoupled;
     v.parent_owner = c.parent_owner;
-    auto* ctx = new InferContext{weak_from_this(), c.context, server()};
-    v.cancel_token = &ctx->cancel_token;
+    // Inputs in the frame go with the frame, when this returns: vramd copies them.
+    const bool all_kept = std::all_of(c.inputs.begin(), c.inputs.end(), [](const WireTensor& t) {
+      return t.gpu >= 0 && t.device_allocation != 0;
+    });
+    v.inputs_outlive_call = c.inputs_outlive_call && all_kept ? 1 : 0;
+    InferContext* context = ctx.release();  // ended by the final result (EndInferContext)
+    v.cancel_token = &context->cancel_token;
     {
       // In the table before the call may run (its final result may come before infer_async
       // returns, and takes it out).
       MutexLock lock(mu_);
-      infer_calls_[c.context] = ctx;
+      infer_calls_[c.context] = context;
     }
     VramdError error{};
-    const VramdCode code = server()->infer_async(server()->server, &v, &OnInferResult, ctx, &error);
-    if (code != VRAMD_OK) EndInferContext(ctx);  // refused: no result comes
+    const VramdCode code = server()->infer_async(server()->server, &v, &OnInferResult, context, &error);
+    if (code != VRAMD_OK) EndInferContext(context);  // refused: no result comes
+    for (const auto& mapping : mappings) static_cast<void>(memory::SynchronizeDevice(mapping->ordinal()));
+    mappings.clear();
     return Reply(call, abi::FromVramd(code, error, ""));
   }
 
@@ -807,6 +905,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::map<uint64_t, DeviceMemory> device_memory_ GUARDED_BY(mu_);  // DeviceAllocate's, by id
   // infer_async calls not yet at their final result, by the host's id for them (InferCancel).
   std::map<uint64_t, InferContext*> infer_calls_ GUARDED_BY(mu_);
+  // infer_async results whose GPU outputs the host maps, kept until its InferResultRelease.
+  std::map<uint64_t, VramdInferResult*> held_results_ GUARDED_BY(mu_);
   // In the memory report's list of hosts (NVML per PID) while the process lives.
   std::unique_ptr<memory::HostedProcesses::Registration> hosted_ GUARDED_BY(mu_);
   std::optional<std::string> hang_ GUARDED_BY(mu_);  // set when a call ran past its timeout

@@ -7,7 +7,7 @@
 namespace vramd::backends::remote {
 
 bool IsKnownMessageType(uint32_t v) {
-  return (v >= 1 && v <= 10) || (v >= 20 && v <= 25) || (v >= 30 && v <= 40);
+  return (v >= 1 && v <= 10) || (v >= 20 && v <= 26) || (v >= 30 && v <= 40);
 }
 
 std::string MessageTypeName(uint32_t v) {
@@ -28,6 +28,7 @@ std::string MessageTypeName(uint32_t v) {
     case MessageType::kMetricRelease: return "MetricRelease";
     case MessageType::kDeviceFree: return "DeviceFree";
     case MessageType::kInferCancel: return "InferCancel";
+    case MessageType::kInferResultRelease: return "InferResultRelease";
     case MessageType::kRespond: return "Respond";
     case MessageType::kIsCancelled: return "IsCancelled";
     case MessageType::kInferAsync: return "InferAsync";

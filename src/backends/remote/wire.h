@@ -48,6 +48,9 @@ enum class MessageType : uint32_t {
   kDeviceFree = 24,
   // Cancel an infer_async call (VramdServerApi::infer_cancel) by the host's id for it.
   kInferCancel = 25,
+  // The host let go of an infer_async result whose GPU outputs vramd kept for it (their
+  // mappings closed first), by vramd's id for it.
+  kInferResultRelease = 26,
   // host -> vramd (each answered by a kReply).
   kRespond = 30,
   kIsCancelled = 31,

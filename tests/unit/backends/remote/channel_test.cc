@@ -156,6 +156,68 @@ TEST(WireTest, AGpuInputNeedsItsDeviceToBeExported) {
   EXPECT_THAT(encoded.message(), HasSubstr("input 'X' on GPU 0"));
 }
 
+// A hosted model's call into another model: a host input crosses in the frame, a GPU one by
+// reference (an offset into vramd's DeviceAllocate memory, or the host's own export), and
+// whether the host keeps its inputs until the final result comes along.
+TEST(WireTest, ACallsGpuInputsCrossByReference) {
+  const int32_t host_data[2] = {5, 6};
+  const int64_t shape[1] = {2};
+  int32_t gpu_stand_in[2] = {0, 0};  // never read: a GPU input's bytes stay where they are
+  VramdTensor inputs[3] = {{"H", VRAMD_TYPE_INT32, shape, 1, host_data, sizeof host_data},
+                           {"D", VRAMD_TYPE_INT32, shape, 1, gpu_stand_in, 8},
+                           {"E", VRAMD_TYPE_INT32, shape, 1, gpu_stand_in, 8}};
+  CallInputPlace places[3];
+  places[1].gpu = 0;
+  places[1].device_allocation = 11;
+  places[1].ipc.offset = 256;
+  places[2].gpu = 1;
+  places[2].ipc.handle[0] = std::byte{9};
+  places[2].ipc.offset = 64;
+  VramdInferCall c{};
+  c.struct_size = sizeof c;
+  c.model = "callee";
+  c.inputs = inputs;
+  c.input_count = 3;
+  c.preferred_output_memory = VramdMemory{VRAMD_DEVICE_GPU, -1};
+  c.inputs_outlive_call = 1;
+  WireWriter w;
+  EncodeInferCall(w, 3, c, places);
+  const std::string bytes = w.buffer();
+  WireReader r(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), "InferAsync");
+  WireInferCall got = DecodeInferCall(r);
+  ASSERT_TRUE(r.Finish().ok()) << r.status().ToString();
+  EXPECT_EQ(got.context, 3u);
+  EXPECT_EQ(got.model, "callee");
+  EXPECT_TRUE(got.inputs_outlive_call);
+  EXPECT_EQ(got.preferred_kind, VRAMD_DEVICE_GPU);
+  EXPECT_EQ(got.preferred_device, -1);
+  ASSERT_EQ(got.inputs.size(), 3u);
+  EXPECT_EQ(got.inputs[0].gpu, -1);
+  ASSERT_EQ(got.inputs[0].byte_size, 8u);
+  EXPECT_EQ(std::memcmp(got.inputs[0].data, host_data, 8), 0);
+  EXPECT_EQ(got.inputs[1].gpu, 0);
+  EXPECT_EQ(got.inputs[1].device_allocation, 11u);
+  EXPECT_EQ(got.inputs[1].ipc.offset, 256u);
+  EXPECT_EQ(got.inputs[1].data, nullptr);
+  EXPECT_EQ(got.inputs[2].gpu, 1);
+  EXPECT_EQ(got.inputs[2].device_allocation, 0u);
+  EXPECT_EQ(got.inputs[2].ipc.handle, places[2].ipc.handle);
+  EXPECT_EQ(got.inputs[2].ipc.offset, 64u);
+
+  // A library built before inputs_outlive_call (a shorter struct) reads as "not kept".
+  VramdInferCall old = c;
+  old.struct_size = offsetof(VramdInferCall, inputs_outlive_call);
+  WireWriter w2;
+  EncodeInferCall(w2, 4, old);
+  const std::string b2 = w2.buffer();
+  WireReader r2(reinterpret_cast<const std::byte*>(b2.data()), b2.size(), "InferAsync");
+  WireInferCall got2 = DecodeInferCall(r2);
+  ASSERT_TRUE(r2.Finish().ok()) << r2.status().ToString();
+  EXPECT_FALSE(got2.inputs_outlive_call);
+  ASSERT_EQ(got2.inputs.size(), 3u);
+  EXPECT_EQ(got2.inputs[1].gpu, -1) << "no places: every input in the frame";
+}
+
 TEST(WireTest, EveryTruncationIsRefusedNamingAField) {
   const std::string bytes = EncodedRequest();
   for (size_t n = 0; n < bytes.size(); ++n) {
