@@ -155,7 +155,12 @@ def test_poll_mode_waits_for_a_growing_version(start_server, repo):
     assert time.monotonic() - done >= MIN_SETTLE_S - 0.35, "loaded before the file settled"
     life = no_failed_load(c, "affine")
     assert life["serving"] == ["2"], life
-    assert life["last_load"]["ok"] and life["last_load"]["versions"] == ["2"], life
+    # Version 2 serves from the switch on; the load is recorded once version 1 has drained and
+    # gone, a moment later (last_load is the last finished load).
+    life = wait_for(lambda: (lambda l: l if l["last_load"]["versions"] == ["2"] else None)(
+        model_lifecycle(c, "affine")), SETTLE_TIMEOUT_S,
+        what=lambda: "the load of version 2 to be recorded\n%s" % model_lifecycle(c, "affine"))
+    assert life["last_load"]["ok"] and life["serving"] == ["2"], life
     assert not is_ready(c, "affine", 1)  # latest 1: version 1 went
 
 
