@@ -72,7 +72,7 @@ def start_server(binary, repo, log_path):
     log = open(log_path, "wb")
     proc = subprocess.Popen(
         [binary, "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
-         "--http-port", "0", "--metrics-port", "0"],
+         "--http-port", "0", "--metrics-port", "0", "--grpc-port", "0"],
         stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -86,7 +86,7 @@ printf '{"id":"bench","inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32
   "$in0" "$in1" >"$BODY_FILE"
 
 # --- vramd ----------------------------------------------------------------------------------------
-$(pin_prefix "$SERVER_CPUS") "$VRAMD_BIN" serve --model-repository "$MODEL_REPO" --http-port 0 \
+$(pin_prefix "$SERVER_CPUS") "$VRAMD_BIN" serve --model-repository "$MODEL_REPO" --http-port 0 --grpc-port 0 \
   --http-address 127.0.0.1 --metrics-port 0 --http-thread-count "$SERVER_THREADS" >"$TMP/vramd.log" 2>&1 &
 VRAMD_PID=$!
 VRAMD_PORT=""

@@ -30,7 +30,7 @@ declare -A rps
 for malloc in defaults tuned; do
   keep=0
   [ "$malloc" = defaults ] && keep=1
-  VRAMD_KEEP_MALLOC_DEFAULTS=$keep "$vramd" serve --http-port $port --no-allow-metrics \
+  VRAMD_KEEP_MALLOC_DEFAULTS=$keep "$vramd" serve --http-port $port --grpc-port 0 --no-allow-metrics \
     --model-repository examples/models > "$out/server-$malloc.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf localhost:$port/v2/models/identity_fp32/ready > /dev/null && break; sleep 0.2; done

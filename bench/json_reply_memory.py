@@ -109,7 +109,7 @@ def start_vramd(binary, repo):
     log_path = os.path.join(repo, "vramd.log")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [binary, "serve", "--model-repository", repo, "--http-port", "0", "--http-address",
+            [binary, "serve", "--model-repository", repo, "--http-port", "0", "--grpc-port", "0", "--http-address",
              "127.0.0.1", "--no-allow-metrics", "--http-thread-count", "2",
              "--http-max-input-size", str(1 << 30)],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)

@@ -144,7 +144,7 @@ def main():
     log = open(args.server_log, "w")
     server = subprocess.Popen([args.vramd, "serve", "--model-repository", repo,
                                "--model-control-mode", "explicit",
-                               "--http-port", str(args.port), "--metrics-port", "0",
+                               "--http-port", str(args.port), "--metrics-port", "0", "--grpc-port", "0",
                                "--http-thread-count", str(args.clients + 4)],
                               stdout=log, stderr=subprocess.STDOUT)
     result = {"weights_bytes": weights, "cycles": args.cycles, "clients": args.clients,

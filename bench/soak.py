@@ -164,7 +164,7 @@ def main():
             f.write(ADD_SUB_BODY)
 
     log = open(os.path.join(out, "server.log"), "wb")
-    argv = [a.vramd, "serve", "--model-repository", repo, "--http-port", "0",
+    argv = [a.vramd, "serve", "--model-repository", repo, "--http-port", "0", "--grpc-port", "0",
             "--http-address", "127.0.0.1", "--metrics-port", "0",
             "--model-control-mode", "explicit", "--load-model", "*"] + a.server_args.split()
     server = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)

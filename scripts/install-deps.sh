@@ -10,6 +10,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # libraries (see docs/dependencies in README)
   protobuf-compiler libprotobuf-dev libboost-dev rapidjson-dev
+  # the gRPC front end, and the Python client its tests use
+  libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-protobuf
   libspdlog-dev libfmt-dev libcli11-dev libopenblas-dev
   # the pytorch backend (CPU LibTorch) and the TorchScript models its tests make at test time
   libtorch-dev python3-torch

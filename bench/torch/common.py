@@ -101,7 +101,7 @@ class Vramd:
         self.logf.write(f"\n# vramd {' '.join(args)}\n".encode())
         self.logf.flush()
         start_offset = self.logf.tell()
-        cmd = [binary, "serve", "--http-port", "0", "--no-allow-metrics"]
+        cmd = [binary, "serve", "--http-port", "0", "--grpc-port", "0", "--no-allow-metrics"]
         for r in repos:
             cmd += ["--model-repository", r]
         if backend_dir:

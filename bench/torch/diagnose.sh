@@ -26,7 +26,7 @@ for spec in $VARIANTS; do
   variant=${spec%%:*}
   env_args=(VRAMD_PYTORCH_PROFILE=1)
   [ "$spec" != "$variant" ] && IFS=, read -r -a extra <<< "${spec#*:}" && env_args+=("${extra[@]}")
-  env "${env_args[@]}" "$vramd" serve --http-port $port --no-allow-metrics \
+  env "${env_args[@]}" "$vramd" serve --http-port $port --grpc-port 0 --no-allow-metrics \
     --model-repository "$out/m/repo" --backend-directory "$backends" ${VRAMD_SERVE_ARGS:-} \
     > "$out/$variant.log" 2>&1 &
   pid=$!

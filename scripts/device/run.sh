@@ -109,7 +109,7 @@ python3 scripts/make_mlp_model.py model "$gpu_repo/mlp_gpu" --inputs 256 --targe
   --outputs 16 --kind gpu --instances 2 --max-batch-size 8 --name mlp_gpu >/dev/null
 python3 scripts/make_mlp_model.py reference "$gpu_repo/mlp_gpu" "$gpu_repo/ref.json" --batch 4
 "$BIN"/vramd serve --model-repository examples/models --model-repository "$gpu_repo" \
-  --http-port 18000 --metrics-port 18002 > "$OUT/server.log" 2>&1 &
+  --http-port 18000 --metrics-port 18002 --grpc-port 18001 > "$OUT/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 50); do curl -sf localhost:18000/v2/health/live >/dev/null 2>&1 && break; sleep 0.2; done
 python3 - "$gpu_repo/ref.json" <<'PY' | tee -a "$summary" || status=1

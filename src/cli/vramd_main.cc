@@ -29,6 +29,8 @@
 #include "memory/nvml.h"
 #include "runtime/custom_metrics.h"
 #include "runtime/model_manager.h"
+#include "server/grpc/grpc_routes.h"
+#include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
 #include "server/http/kserve_routes.h"
 #include "server/http/metrics_routes.h"
@@ -46,6 +48,11 @@ struct ServeOptions {
   int http_header_timeout_secs = 30;
   int http_body_timeout_secs = 30;
   int64_t http_body_memory_mib = 1024;
+  bool allow_grpc = true;
+  std::string grpc_address = "0.0.0.0";
+  int grpc_port = 8001;
+  int grpc_threads = 0;
+  vramd::grpc_server::GrpcServer::Options grpc;  // keepalive settings
   int log_verbose = 0;
   bool exit_on_error = false;
   bool strict_readiness = true;
@@ -204,6 +211,28 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   }
   spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
 
+  // Declared after the HTTP server and shut down before it: both reach the same manager.
+  std::unique_ptr<vramd::grpc_server::GrpcRoutes> grpc_routes;
+  std::unique_ptr<vramd::grpc_server::GrpcServer> grpc_server;
+  if (options.allow_grpc) {
+    grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
+        manager->get(),
+        vramd::grpc_server::GrpcRoutes::ServerInfo{"vramd", VRAMD_VERSION, options.strict_readiness});
+    vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
+    grpc_options.address = options.grpc_address;
+    grpc_options.port = static_cast<uint16_t>(options.grpc_port);
+    grpc_options.threads = options.grpc_threads;
+    grpc_options.drain_timeout = std::chrono::seconds(options.exit_timeout_secs);
+    auto started = vramd::grpc_server::GrpcServer::Start(grpc_options, grpc_routes.get());
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().message());
+      (*server)->Shutdown();
+      return 1;
+    }
+    grpc_server = std::move(started).value();
+    spdlog::info("gRPC listening on {}:{}", options.grpc_address, grpc_server->port());
+  }
+
   std::unique_ptr<vramd::http::HttpServer> metrics_server;
   if (options.allow_metrics) {
     vramd::http::HttpServer::Options metrics_options;
@@ -233,6 +262,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
         });
     if (!started.ok()) {
       spdlog::error("{}", started.status().message());
+      if (grpc_server) grpc_server->Shutdown();
       (*server)->Shutdown();
       return 1;
     }
@@ -243,6 +273,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   int sig = stop_signals.Wait();
   spdlog::info("received {}: finishing in-flight requests, then exiting",
                sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (grpc_server) grpc_server->Shutdown();
   (*server)->Shutdown();
   if (metrics_server) metrics_server->Shutdown();
   spdlog::info("vramd stopped");
@@ -299,6 +330,43 @@ int main(int argc, char** argv) {
                     "Request bodies being read or answered hold at most this much memory "
                     "together; a request that would pass it is answered 503")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_flag("--allow-grpc,!--no-allow-grpc", options.allow_grpc,
+                  "Serve Triton's gRPC protocol (inference.GRPCInferenceService)")
+      ->capture_default_str();
+  serve->add_option("--grpc-address", options.grpc_address, "Address to listen on for gRPC")
+      ->capture_default_str();
+  serve->add_option("--grpc-port", options.grpc_port, "gRPC port; 0 picks a free one")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  serve->add_option("--grpc-infer-thread-count", options.grpc_threads,
+                    "gRPC completion-queue threads; 0 means one per hardware thread, at most 4")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--grpc-keepalive-time", options.grpc.keepalive_time_ms,
+                    "gRPC keepalive ping interval in ms (GRPC_ARG_KEEPALIVE_TIME_MS)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--grpc-keepalive-timeout", options.grpc.keepalive_timeout_ms,
+                    "How long to wait for a keepalive ping's answer, in ms")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--grpc-keepalive-permit-without-calls",
+                    options.grpc.keepalive_permit_without_calls,
+                    "Allow keepalive pings on a connection with no call in flight")
+      ->capture_default_str();
+  serve->add_option("--grpc-http2-max-pings-without-data", options.grpc.http2_max_pings_without_data,
+                    "Pings sent without data before a frame with data must come (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--grpc-http2-min-recv-ping-interval-without-data",
+                    options.grpc.http2_min_recv_ping_interval_without_data_ms,
+                    "Shortest interval between a client's pings with no data, in ms")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--grpc-http2-max-ping-strikes", options.grpc.http2_max_ping_strikes,
+                    "Bad pings tolerated before the connection is closed (0: any number)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   serve->add_option("--log-verbose", options.log_verbose, "Verbose logging level (0 = off)")
       ->capture_default_str();

@@ -106,7 +106,7 @@ class Server:
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [vramd, "serve", "--model-repository", repo, "--backend-directory", backend_dir,
-             "--model-control-mode", "explicit", "--http-port", str(self.port),
+             "--model-control-mode", "explicit", "--http-port", str(self.port), "--grpc-port", "0",
              "--metrics-port", "0"], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:

@@ -60,6 +60,7 @@ def copy_model(source, repo, name, parameters=None):
 
 
 LISTEN_RE = re.compile(r"HTTP listening on (\[[^\]]+\]|[^\s:]+):(\d+)")
+GRPC_LISTEN_RE = re.compile(r"gRPC listening on (\S+):(\d+)")
 # Signs that the process died or misbehaved in a way a clean exit code would not show.
 CRASH_MARKERS = [
     "Segmentation fault",
@@ -108,7 +109,7 @@ class VramdProcess:
         for r in self.repos:
             argv += ["--model-repository", r]
         argv += ["--http-port", str(self.requested_port), "--http-address", "127.0.0.1",
-                 "--metrics-port", "0"]
+                 "--metrics-port", "0", "--grpc-port", "0", "--grpc-address", "127.0.0.1"]
         if os.environ.get("VRAMD_E2E_LOG_VERBOSE"):
             argv += ["--log-verbose", os.environ["VRAMD_E2E_LOG_VERBOSE"]]
         return argv + self.extra_args
@@ -164,6 +165,20 @@ class VramdProcess:
                                      % (self.proc.returncode, self.describe()))
             time.sleep(0.05)
         raise AssertionError("no 'HTTP listening on <addr>:<port>' line in the log within %.0fs\n%s"
+                             % (timeout, self.describe()))
+
+    def grpc_port(self, timeout=START_TIMEOUT_S):
+        """The gRPC port from the 'gRPC listening on <addr>:<port>' line (after HTTP's)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = GRPC_LISTEN_RE.search(self.log())
+            if m:
+                return int(m.group(2))
+            if self.proc.poll() is not None:
+                raise AssertionError("vramd exited with %s before listening for gRPC\n%s"
+                                     % (self.proc.returncode, self.describe()))
+            time.sleep(0.05)
+        raise AssertionError("no 'gRPC listening on' line within %.0fs\n%s"
                              % (timeout, self.describe()))
 
     def _wait_200(self, path, deadline):

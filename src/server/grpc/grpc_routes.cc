@@ -1,0 +1,244 @@
+#include "server/grpc/grpc_routes.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "config/model_config_json.h"
+#include "runtime/infer_router.h"
+#include "server/grpc/infer_proto_codec.h"
+
+namespace vramd::grpc_server {
+namespace {
+
+using inference::ModelRepositoryParameter;
+
+grpc::Status Ok() { return grpc::Status::OK; }
+
+template <typename Response>
+void Fail(const Reply<Response>& reply, const Status& status) {
+  reply(ToGrpcStatus(status), Response());
+}
+
+bool IsDecoupled(const config::ModelConfig& config) {
+  return config.has_model_transaction_policy() && config.model_transaction_policy().decoupled();
+}
+
+void AddTensors(const config::ModelConfig& config, const auto& tensors, auto* out) {
+  for (const auto& t : tensors) {
+    auto* m = out->Add();
+    m->set_name(t.name());
+    m->set_datatype(std::string(DataTypeWireName(static_cast<DataType>(t.data_type()))));
+    if (config.max_batch_size() > 0) m->add_shape(-1);
+    for (int64_t d : t.dims()) m->add_shape(d);
+  }
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const Status& status) {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (status.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kAlreadyExists: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kUnsupported: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case StatusCode::kUnknown: code = grpc::StatusCode::UNKNOWN; break;
+  }
+  return grpc::Status(code, status.message());
+}
+
+GrpcRoutes::GrpcRoutes(runtime::ModelManager* manager, ServerInfo info)
+    : manager_(manager), mutable_manager_(manager), info_(std::move(info)) {
+  control_ = std::make_unique<http::ControlDispatcher>(2);
+}
+
+GrpcRoutes::GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info)
+    : manager_(manager), info_(std::move(info)) {}
+
+void GrpcRoutes::ServerLive(std::shared_ptr<const inference::ServerLiveRequest>,
+                            Reply<inference::ServerLiveResponse> reply) const {
+  inference::ServerLiveResponse r;
+  r.set_live(true);
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::ServerReady(std::shared_ptr<const inference::ServerReadyRequest>,
+                             Reply<inference::ServerReadyResponse> reply) const {
+  inference::ServerReadyResponse r;
+  r.set_ready(!info_.strict_readiness || manager_->AllModelsReady());
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::ModelReady(std::shared_ptr<const inference::ModelReadyRequest> request,
+                            Reply<inference::ModelReadyResponse> reply) const {
+  auto version = ParseModelVersion(request->version());
+  if (!version.ok()) return Fail(reply, version.status());
+  auto found = manager_->Find(request->name(), *version);
+  inference::ModelReadyResponse r;
+  if (!found.ok()) {
+    // An unknown model or version is an error, as over HTTP; a known one not serving reads
+    // not ready.
+    if (found.status().code() == StatusCode::kNotFound) return Fail(reply, found.status());
+    return reply(Ok(), std::move(r));
+  }
+  if (!(*found)->ChecksReadiness()) {
+    r.set_ready((*found)->Available().ok());
+    return reply(Ok(), std::move(r));
+  }
+  // The backend is asked on the version's probe thread (up to 5 s), not on this one.
+  (*found)->CheckReadyAsync([reply = std::move(reply)](Status ready) {
+    inference::ModelReadyResponse answer;
+    answer.set_ready(ready.ok());
+    reply(Ok(), std::move(answer));
+  });
+}
+
+void GrpcRoutes::ServerMetadata(std::shared_ptr<const inference::ServerMetadataRequest>,
+                                Reply<inference::ServerMetadataResponse> reply) const {
+  inference::ServerMetadataResponse r;
+  r.set_name(info_.name);
+  r.set_version(info_.version);
+  for (const char* e : {"classification", "model_configuration", "model_repository",
+                        "parameters", "statistics"}) {
+    r.add_extensions(e);
+  }
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::ModelMetadata(std::shared_ptr<const inference::ModelMetadataRequest> request,
+                               Reply<inference::ModelMetadataResponse> reply) const {
+  auto version = ParseModelVersion(request->version());
+  if (!version.ok()) return Fail(reply, version.status());
+  auto found = manager_->Find(request->name(), *version);
+  if (!found.ok()) return Fail(reply, found.status());
+  const config::ModelConfig& config = (*found)->config();
+  inference::ModelMetadataResponse r;
+  r.set_name(config.name());
+  if (*version != 0) {
+    r.add_versions(std::to_string(*version));
+  } else if (auto versions = manager_->ReadyVersions(request->name()); versions.ok()) {
+    for (int64_t v : *versions) r.add_versions(std::to_string(v));
+  }
+  r.set_platform(config.platform().empty() ? config.backend() : config.platform());
+  AddTensors(config, config.input(), r.mutable_inputs());
+  AddTensors(config, config.output(), r.mutable_outputs());
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::ModelConfig(std::shared_ptr<const inference::ModelConfigRequest> request,
+                             Reply<inference::ModelConfigResponse> reply) const {
+  auto version = ParseModelVersion(request->version());
+  if (!version.ok()) return Fail(reply, version.status());
+  inference::ModelConfigResponse r;
+  if (*version != 0) {
+    auto found = manager_->Find(request->name(), *version);
+    if (!found.ok()) return Fail(reply, found.status());
+    *r.mutable_config() = (*found)->config();
+  } else {
+    auto config = manager_->FindConfig(request->name());
+    if (!config.ok()) return Fail(reply, config.status());
+    *r.mutable_config() = **config;
+  }
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> message,
+                            Reply<inference::ModelInferResponse> reply) const {
+  auto version = ParseModelVersion(message->model_version());
+  if (!version.ok()) return Fail(reply, version.status());
+  auto request = std::make_shared<InferRequest>();
+  // As the HTTP route's: run by the model's scheduler, possibly on an instance thread, which
+  // encodes and replies; the outcome's ledger owner closes after the reply is encoded.
+  runtime::InferCallback done = [request, reply = std::move(reply)](
+                                    Result<runtime::InferOutcome> outcome) {
+    request->inputs = {};  // views into the message: the runtime is done with them
+    if (!outcome.ok()) return Fail(reply, outcome.status());
+    inference::ModelInferResponse r;
+    Status encoded = EncodeInferResponse(outcome->response, *request, &r);
+    if (!encoded.ok()) return Fail(reply, encoded);
+    reply(Ok(), std::move(r));
+  };
+  const std::string model = message->model_name();
+  runtime::InferRouter(manager_).InferAsync(
+      model, *version, std::move(request),
+      [message = std::move(message)](const config::ModelConfig& config) -> Result<InferRequest> {
+        if (IsDecoupled(config)) {
+          return Status::Unsupported(
+              "ModelInfer RPC doesn't support models with decoupled transaction policy");
+        }
+        return DecodeInferRequest(message);
+      },
+      std::move(done));
+}
+
+void GrpcRoutes::RepositoryIndex(std::shared_ptr<const inference::RepositoryIndexRequest> request,
+                                 Reply<inference::RepositoryIndexResponse> reply) const {
+  inference::RepositoryIndexResponse r;
+  for (const auto& entry : manager_->Index()) {
+    if (request->ready() &&
+        entry.state != runtime::TritonStateName(runtime::LifecycleState::kReady)) {
+      continue;
+    }
+    auto* m = r.add_models();
+    m->set_name(entry.name);
+    if (entry.version != 0) m->set_version(std::to_string(entry.version));
+    m->set_state(entry.state);
+    m->set_reason(entry.reason);
+  }
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::RepositoryModelLoad(
+    std::shared_ptr<const inference::RepositoryModelLoadRequest> request,
+    Reply<inference::RepositoryModelLoadResponse> reply) const {
+  std::shared_ptr<const config::ModelConfig> config_override;
+  for (const auto& [key, p] : request->parameters()) {
+    if (key.substr(0, 5) == "file:") {
+      return Fail(reply, Status::Unsupported(fmt::format(
+                             "repository load: parameter '{}': model files in the request are "
+                             "not supported; put them in the model repository",
+                             key)));
+    }
+    if (key != "config") continue;
+    if (p.parameter_choice_case() != ModelRepositoryParameter::kStringParam) {
+      return Fail(reply, Status::InvalidArgument(
+                             "repository load: parameter 'config' must be a string holding the "
+                             "model configuration as JSON"));
+    }
+    auto parsed = config::ModelConfigFromJson(p.string_param());
+    if (!parsed.ok()) {
+      return Fail(reply, Status::InvalidArgument(fmt::format(
+                             "repository load: parameter 'config': {}", parsed.status().message())));
+    }
+    config_override = std::make_shared<const config::ModelConfig>(std::move(parsed).value());
+  }
+  if (mutable_manager_ == nullptr) {
+    return Fail(reply, Status::InvalidArgument(
+                           "explicit model load / unload is not allowed if polling is enabled"));
+  }
+  control_->Post([this, request, config_override, reply = std::move(reply)] {
+    Status status = mutable_manager_->Load(request->model_name(), config_override);
+    reply(ToGrpcStatus(status), inference::RepositoryModelLoadResponse());
+  });
+}
+
+void GrpcRoutes::RepositoryModelUnload(
+    std::shared_ptr<const inference::RepositoryModelUnloadRequest> request,
+    Reply<inference::RepositoryModelUnloadResponse> reply) const {
+  if (mutable_manager_ == nullptr) {
+    return Fail(reply, Status::InvalidArgument(
+                           "explicit model load / unload is not allowed if polling is enabled"));
+  }
+  control_->Post([this, request, reply = std::move(reply)] {
+    Status status = mutable_manager_->Unload(request->model_name());
+    reply(ToGrpcStatus(status), inference::RepositoryModelUnloadResponse());
+  });
+}
+
+}  // namespace vramd::grpc_server

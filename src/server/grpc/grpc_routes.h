@@ -1,0 +1,77 @@
+// What each RPC of inference.GRPCInferenceService does (grpc_service.proto), on top of the
+// ModelManager and the runtime's one request path (runtime/infer_router.h), with the HTTP
+// front end's checks and texts (server/http/kserve_routes.h) and Triton's mapping of errors to
+// gRPC codes (ToGrpcStatus). The server machinery (completion queues, threads) is
+// grpc_server.h's; this class sees messages only.
+//
+// Every handler answers through its Reply exactly once, possibly later and from another thread
+// (ModelInfer answers from an instance thread; load and unload from a control thread).
+//
+// Thread safety: every handler may be called concurrently.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "runtime/model_manager.h"
+#include "server/grpc/grpc_service.pb.h"
+#include "server/http/control_dispatcher.h"
+
+namespace vramd::grpc_server {
+
+// Triton's mapping: InvalidArgument and AlreadyExists INVALID_ARGUMENT, NotFound NOT_FOUND,
+// Unavailable UNAVAILABLE, Unsupported UNIMPLEMENTED, ResourceExhausted RESOURCE_EXHAUSTED,
+// Cancelled CANCELLED, Internal INTERNAL, Unknown UNKNOWN. The message is the Status's.
+grpc::Status ToGrpcStatus(const Status& status);
+
+template <typename Response>
+using Reply = std::function<void(grpc::Status, Response)>;
+
+class GrpcRoutes {
+ public:
+  struct ServerInfo {
+    std::string name = "vramd";
+    std::string version;
+    bool strict_readiness = true;  // as KServeRoutes::ServerInfo
+  };
+
+  // `manager` must outlive this object and every request it starts. A const manager serves
+  // everything but load and unload, which then answer as the HTTP routes do.
+  GrpcRoutes(runtime::ModelManager* manager, ServerInfo info);
+  GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info);
+
+  void ServerLive(std::shared_ptr<const inference::ServerLiveRequest> request,
+                  Reply<inference::ServerLiveResponse> reply) const;
+  void ServerReady(std::shared_ptr<const inference::ServerReadyRequest> request,
+                   Reply<inference::ServerReadyResponse> reply) const;
+  void ModelReady(std::shared_ptr<const inference::ModelReadyRequest> request,
+                  Reply<inference::ModelReadyResponse> reply) const;
+  void ServerMetadata(std::shared_ptr<const inference::ServerMetadataRequest> request,
+                      Reply<inference::ServerMetadataResponse> reply) const;
+  void ModelMetadata(std::shared_ptr<const inference::ModelMetadataRequest> request,
+                     Reply<inference::ModelMetadataResponse> reply) const;
+  void ModelConfig(std::shared_ptr<const inference::ModelConfigRequest> request,
+                   Reply<inference::ModelConfigResponse> reply) const;
+  void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                  Reply<inference::ModelInferResponse> reply) const;
+  void RepositoryIndex(std::shared_ptr<const inference::RepositoryIndexRequest> request,
+                       Reply<inference::RepositoryIndexResponse> reply) const;
+  void RepositoryModelLoad(std::shared_ptr<const inference::RepositoryModelLoadRequest> request,
+                           Reply<inference::RepositoryModelLoadResponse> reply) const;
+  void RepositoryModelUnload(std::shared_ptr<const inference::RepositoryModelUnloadRequest> request,
+                             Reply<inference::RepositoryModelUnloadResponse> reply) const;
+
+ private:
+  const runtime::ModelManager* manager_;
+  runtime::ModelManager* mutable_manager_ = nullptr;  // null: load and unload are refused
+  const ServerInfo info_;
+  // Load and unload, which take seconds, run here, not on a completion-queue thread. Last:
+  // joined (answering what was posted) before the rest goes.
+  std::unique_ptr<http::ControlDispatcher> control_;
+};
+
+}  // namespace vramd::grpc_server

@@ -1,0 +1,343 @@
+#include "server/grpc/grpc_server.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/mutex.h"
+#include "server/grpc/grpc_service.grpc.pb.h"
+
+namespace vramd::grpc_server {
+namespace {
+
+using Service = inference::GRPCInferenceService::AsyncService;
+
+// A completion-queue tag: one call's state machine. Proceed runs on a queue thread for each
+// event of the call and says whether the call still waits on gRPC (kept) or is done (freed).
+class Call {
+ public:
+  virtual ~Call() = default;
+  virtual bool Proceed(bool ok) = 0;
+};
+
+}  // namespace
+
+class GrpcServer::Impl {
+ public:
+  Impl(const Options& options, const GrpcRoutes* routes) : options_(options), routes_(routes) {}
+
+  Status Start() {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int selected_port = 0;
+    const std::string address = fmt::format("{}:{}", options_.address, options_.port);
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+    builder.RegisterService(&service_);
+    builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+    builder.SetMaxSendMessageSize(options_.max_message_bytes);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_ms);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+                               options_.keepalive_permit_without_calls ? 1 : 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
+                               options_.http2_max_pings_without_data);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                               options_.http2_min_recv_ping_interval_without_data_ms);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, options_.http2_max_ping_strikes);
+    int threads = options_.threads;
+    if (threads <= 0) {
+      threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+    }
+    for (int i = 0; i < threads; ++i) cqs_.push_back(builder.AddCompletionQueue());
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || selected_port == 0) {
+      server_.reset();
+      for (auto& cq : cqs_) cq->Shutdown();
+      DrainQueues();
+      return Status::Unavailable(fmt::format("gRPC: cannot listen on {}", address));
+    }
+    port_ = selected_port;
+    {
+      MutexLock lock(mu_);
+      accepting_ = true;
+    }
+    for (auto& cq : cqs_) ListenAll(cq.get());
+    for (auto& cq : cqs_) {
+      threads_.emplace_back([cq = cq.get()] { Drain(cq); });
+    }
+    return Status::Ok();
+  }
+
+  int port() const { return port_; }
+
+  void Shutdown() EXCLUDES(mu_) {
+    if (server_ == nullptr) return;
+    server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
+    {
+      // No call is matched from here on; what the runtime still owes comes (exactly once).
+      MutexLock lock(mu_);
+      lock.Wait(owed_cv_, [this]() REQUIRES(mu_) { return owed_ == 0; });
+      accepting_ = false;
+    }
+    for (auto& cq : cqs_) cq->Shutdown();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    server_.reset();
+  }
+
+  Service* service() { return &service_; }
+  const GrpcRoutes* routes() const { return routes_; }
+
+  // Runs `enqueue` (a RequestX of the service) unless the queues are closing: a call that got
+  // its request asks for the next one, which must not reach a queue being shut down.
+  template <typename Enqueue>
+  void IfAccepting(Enqueue enqueue) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (accepting_) enqueue();
+  }
+
+  void Owe() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    ++owed_;
+  }
+  void Paid() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (--owed_ == 0) owed_cv_.notify_all();
+  }
+
+ private:
+  void ListenAll(grpc::ServerCompletionQueue* cq);
+
+  static void Drain(grpc::ServerCompletionQueue* cq) {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq->Next(&tag, &ok)) {
+      std::unique_ptr<Call> call(static_cast<Call*>(tag));
+      if (call->Proceed(ok)) static_cast<void>(call.release());  // still the queue's
+    }
+  }
+  void DrainQueues() {
+    for (auto& cq : cqs_) Drain(cq.get());
+  }
+
+  const Options options_;
+  const GrpcRoutes* const routes_;
+  Service service_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  Mutex mu_;
+  std::condition_variable owed_cv_;
+  int64_t owed_ GUARDED_BY(mu_) = 0;  // calls handed to a handler, not yet answered
+  bool accepting_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // joined by Shutdown
+};
+
+namespace {
+
+// One unary RPC: waits for a request, asks for the next, runs the handler, sends its answer.
+template <typename Request, typename Response>
+class UnaryCall final : public Call {
+ public:
+  using Enqueue = void (Service::*)(grpc::ServerContext*, Request*,
+                                    grpc::ServerAsyncResponseWriter<Response>*,
+                                    grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*);
+  using Handler = void (GrpcRoutes::*)(std::shared_ptr<const Request>, Reply<Response>) const;
+
+  UnaryCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
+            Handler handler)
+      : server_(server), cq_(cq), enqueue_(enqueue), handler_(handler) {}
+
+  static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
+                     Handler handler) {
+    server->IfAccepting([&] {
+      auto call = std::make_unique<UnaryCall>(server, cq, enqueue, handler);
+      UnaryCall* tag = call.release();  // the queue's until it hands the tag back
+      (server->service()->*enqueue)(&tag->context_, tag->request_.get(), &tag->writer_, cq, cq, tag);
+    });
+  }
+
+  bool Proceed(bool ok) override {
+    if (answered_ || !ok) return false;  // sent, or the server is shutting down
+    Listen(server_, cq_, enqueue_, handler_);
+    server_->Owe();
+    (server_->routes()->*handler_)(request_, [this](grpc::Status status, Response response) {
+      // Once Finish is queued the queue's thread may free this call at any moment: nothing of
+      // it is touched after. The server outlives every answer it is owed.
+      GrpcServer::Impl* server = server_;
+      answered_ = true;
+      response_ = std::move(response);
+      if (status.ok()) {
+        writer_.Finish(response_, status, this);
+      } else {
+        writer_.FinishWithError(status, this);
+      }
+      server->Paid();
+    });
+    return true;
+  }
+
+ private:
+  GrpcServer::Impl* const server_;
+  grpc::ServerCompletionQueue* const cq_;
+  const Enqueue enqueue_;
+  const Handler handler_;
+  grpc::ServerContext context_;
+  std::shared_ptr<Request> request_ = std::make_shared<Request>();
+  Response response_;
+  grpc::ServerAsyncResponseWriter<Response> writer_{&context_};
+  bool answered_ = false;  // read on the queue's thread after the Finish it precedes
+};
+
+// An RPC vramd does not serve yet: UNIMPLEMENTED, naming it.
+template <typename Request, typename Response>
+class UnimplementedCall final : public Call {
+ public:
+  using Enqueue = typename UnaryCall<Request, Response>::Enqueue;
+
+  UnimplementedCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
+                    const char* name)
+      : server_(server), cq_(cq), enqueue_(enqueue), name_(name) {}
+
+  static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
+                     const char* name) {
+    server->IfAccepting([&] {
+      auto call = std::make_unique<UnimplementedCall>(server, cq, enqueue, name);
+      UnimplementedCall* tag = call.release();
+      (server->service()->*enqueue)(&tag->context_, &tag->request_, &tag->writer_, cq, cq, tag);
+    });
+  }
+
+  bool Proceed(bool ok) override {
+    if (answered_ || !ok) return false;
+    Listen(server_, cq_, enqueue_, name_);
+    answered_ = true;
+    writer_.FinishWithError(
+        grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                     fmt::format("{} is not implemented by vramd yet", name_)),
+        this);
+    return true;
+  }
+
+ private:
+  GrpcServer::Impl* const server_;
+  grpc::ServerCompletionQueue* const cq_;
+  const Enqueue enqueue_;
+  const char* const name_;
+  grpc::ServerContext context_;
+  Request request_;
+  grpc::ServerAsyncResponseWriter<Response> writer_{&context_};
+  bool answered_ = false;
+};
+
+// ModelStreamInfer, not served yet: the stream ends at once with UNIMPLEMENTED.
+class UnimplementedStream final : public Call {
+ public:
+  UnimplementedStream(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq)
+      : server_(server), cq_(cq) {}
+
+  static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) {
+    server->IfAccepting([&] {
+      auto call = std::make_unique<UnimplementedStream>(server, cq);
+      UnimplementedStream* tag = call.release();
+      server->service()->RequestModelStreamInfer(&tag->context_, &tag->stream_, cq, cq, tag);
+    });
+  }
+
+  bool Proceed(bool ok) override {
+    if (answered_ || !ok) return false;
+    Listen(server_, cq_);
+    answered_ = true;
+    stream_.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                "ModelStreamInfer is not implemented by vramd yet"),
+                   this);
+    return true;
+  }
+
+ private:
+  GrpcServer::Impl* const server_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext context_;
+  grpc::ServerAsyncReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>
+      stream_{&context_};
+  bool answered_ = false;
+};
+
+template <typename Request, typename Response>
+void Serve(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
+           typename UnaryCall<Request, Response>::Enqueue enqueue,
+           typename UnaryCall<Request, Response>::Handler handler) {
+  UnaryCall<Request, Response>::Listen(server, cq, enqueue, handler);
+}
+
+template <typename Request, typename Response>
+void Refuse(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
+            typename UnaryCall<Request, Response>::Enqueue enqueue, const char* name) {
+  UnimplementedCall<Request, Response>::Listen(server, cq, enqueue, name);
+}
+
+}  // namespace
+
+void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
+  using namespace inference;  // NOLINT: the message names, as the service spells them
+  Serve<ServerLiveRequest, ServerLiveResponse>(this, cq, &Service::RequestServerLive,
+                                               &GrpcRoutes::ServerLive);
+  Serve<ServerReadyRequest, ServerReadyResponse>(this, cq, &Service::RequestServerReady,
+                                                 &GrpcRoutes::ServerReady);
+  Serve<ModelReadyRequest, ModelReadyResponse>(this, cq, &Service::RequestModelReady,
+                                               &GrpcRoutes::ModelReady);
+  Serve<ServerMetadataRequest, ServerMetadataResponse>(this, cq, &Service::RequestServerMetadata,
+                                                       &GrpcRoutes::ServerMetadata);
+  Serve<ModelMetadataRequest, ModelMetadataResponse>(this, cq, &Service::RequestModelMetadata,
+                                                     &GrpcRoutes::ModelMetadata);
+  Serve<ModelConfigRequest, ModelConfigResponse>(this, cq, &Service::RequestModelConfig,
+                                                 &GrpcRoutes::ModelConfig);
+  Serve<ModelInferRequest, ModelInferResponse>(this, cq, &Service::RequestModelInfer,
+                                               &GrpcRoutes::ModelInfer);
+  Serve<RepositoryIndexRequest, RepositoryIndexResponse>(this, cq, &Service::RequestRepositoryIndex,
+                                                         &GrpcRoutes::RepositoryIndex);
+  Serve<RepositoryModelLoadRequest, RepositoryModelLoadResponse>(
+      this, cq, &Service::RequestRepositoryModelLoad, &GrpcRoutes::RepositoryModelLoad);
+  Serve<RepositoryModelUnloadRequest, RepositoryModelUnloadResponse>(
+      this, cq, &Service::RequestRepositoryModelUnload, &GrpcRoutes::RepositoryModelUnload);
+  UnimplementedStream::Listen(this, cq);
+  Refuse<ModelStatisticsRequest, ModelStatisticsResponse>(
+      this, cq, &Service::RequestModelStatistics, "ModelStatistics");
+  Refuse<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
+      this, cq, &Service::RequestSystemSharedMemoryStatus, "SystemSharedMemoryStatus");
+  Refuse<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
+      this, cq, &Service::RequestSystemSharedMemoryRegister, "SystemSharedMemoryRegister");
+  Refuse<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
+      this, cq, &Service::RequestSystemSharedMemoryUnregister, "SystemSharedMemoryUnregister");
+  Refuse<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
+      this, cq, &Service::RequestCudaSharedMemoryStatus, "CudaSharedMemoryStatus");
+  Refuse<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
+      this, cq, &Service::RequestCudaSharedMemoryRegister, "CudaSharedMemoryRegister");
+  Refuse<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
+      this, cq, &Service::RequestCudaSharedMemoryUnregister, "CudaSharedMemoryUnregister");
+  Refuse<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
+                                                    "TraceSetting");
+  Refuse<LogSettingsRequest, LogSettingsResponse>(this, cq, &Service::RequestLogSettings,
+                                                  "LogSettings");
+}
+
+Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& options,
+                                                      const GrpcRoutes* routes) {
+  auto impl = std::make_unique<Impl>(options, routes);
+  VRAMD_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl)));
+}
+
+GrpcServer::GrpcServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GrpcServer::~GrpcServer() { Shutdown(); }
+int GrpcServer::port() const { return impl_->port(); }
+void GrpcServer::Shutdown() { impl_->Shutdown(); }
+
+}  // namespace vramd::grpc_server

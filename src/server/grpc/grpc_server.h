@@ -1,0 +1,60 @@
+// GrpcServer: serves inference.GRPCInferenceService (grpc_service.proto) with GrpcRoutes, and
+// grpc.health.v1.Health, on gRPC's asynchronous completion-queue API: a few threads of its own,
+// each draining one completion queue, and no thread per call. A call's answer may come from any
+// thread (an instance thread for ModelInfer); the call object lives until gRPC has sent it.
+//
+// RPCs vramd does not serve yet (ModelStreamInfer, ModelStatistics, the shared-memory RPCs,
+// TraceSetting, LogSettings) answer UNIMPLEMENTED naming themselves.
+//
+// Shutdown: stops taking calls, waits up to `drain_timeout` for the calls in flight to be sent
+// (then cancels them), waits for every call the runtime still owes an answer (it answers each
+// exactly once), then drains the queues and joins the threads.
+//
+// Thread safety: port() and Shutdown() may be called from any thread; Shutdown once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/grpc/grpc_routes.h"
+
+namespace vramd::grpc_server {
+
+class GrpcServer {
+ public:
+  struct Options {
+    std::string address = "0.0.0.0";
+    uint16_t port = 8001;  // 0: a free one (port() says which)
+    int threads = 0;       // completion-queue threads; 0: as many as cores, at most 4
+    // Triton's defaults: messages up to INT32_MAX bytes each way.
+    int max_message_bytes = 2147483647;
+    std::chrono::seconds drain_timeout{30};
+    // Keepalive, as Triton's --grpc-keepalive-* and --grpc-http2-* flags (their defaults).
+    int keepalive_time_ms = 7200000;
+    int keepalive_timeout_ms = 20000;
+    bool keepalive_permit_without_calls = false;
+    int http2_max_pings_without_data = 2;
+    int http2_min_recv_ping_interval_without_data_ms = 300000;
+    int http2_max_ping_strikes = 2;
+  };
+
+  // `routes` must outlive the server. Fails naming the address when it cannot listen.
+  static Result<std::unique_ptr<GrpcServer>> Start(const Options& options, const GrpcRoutes* routes);
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  int port() const;
+  void Shutdown();
+
+  class Impl;
+
+ private:
+  explicit GrpcServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vramd::grpc_server

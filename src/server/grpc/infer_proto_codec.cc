@@ -1,0 +1,385 @@
+#include "server/grpc/infer_proto_codec.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <variant>
+
+namespace vramd::grpc_server {
+namespace {
+
+using inference::InferParameter;
+using inference::InferTensorContents;
+using inference::ModelInferRequest;
+
+Status Invalid(std::string message) { return Status::InvalidArgument(std::move(message)); }
+
+std::string_view KindOf(const InferParameter& p) {
+  switch (p.parameter_choice_case()) {
+    case InferParameter::kBoolParam: return "a boolean";
+    case InferParameter::kInt64Param: return "an int64";
+    case InferParameter::kStringParam: return "a string";
+    case InferParameter::kDoubleParam: return "a double";
+    case InferParameter::kUint64Param: return "a uint64";
+    case InferParameter::PARAMETER_CHOICE_NOT_SET: break;
+  }
+  return "no value";
+}
+
+// The parameter as a non-negative integer, if it is one.
+std::optional<uint64_t> NonNegative(const InferParameter& p) {
+  if (p.has_uint64_param()) return p.uint64_param();
+  if (p.has_int64_param() && p.int64_param() >= 0) return static_cast<uint64_t>(p.int64_param());
+  return std::nullopt;
+}
+
+Result<vramd::InferParameter> ValueOf(const std::string& key, const InferParameter& p,
+                                      std::string_view what) {
+  switch (p.parameter_choice_case()) {
+    case InferParameter::kBoolParam: return vramd::InferParameter{key, p.bool_param()};
+    case InferParameter::kInt64Param: return vramd::InferParameter{key, p.int64_param()};
+    case InferParameter::kStringParam: return vramd::InferParameter{key, p.string_param()};
+    case InferParameter::kDoubleParam: return vramd::InferParameter{key, p.double_param()};
+    case InferParameter::kUint64Param: return vramd::InferParameter{key, p.uint64_param()};
+    case InferParameter::PARAMETER_CHOICE_NOT_SET: break;
+  }
+  return Invalid(fmt::format("{} '{}' has no value", what, key));
+}
+
+// Protobuf maps iterate in no set order: the keys are taken sorted, so a request's parameters
+// reach the model in one order whatever the client library did.
+template <typename Map>
+std::map<std::string, const InferParameter*> Sorted(const Map& map) {
+  std::map<std::string, const InferParameter*> out;
+  for (const auto& [key, value] : map) out.emplace(key, &value);
+  return out;
+}
+
+bool IsSharedMemoryParameter(std::string_view key) { return key.substr(0, 14) == "shared_memory_"; }
+
+Status SharedMemoryUnsupported(std::string_view what, std::string_view name, std::string_view key) {
+  return Status::Unsupported(fmt::format(
+      "{} '{}': shared memory (parameter '{}') is not supported by vramd yet; send the tensor "
+      "in the request",
+      what, name, key));
+}
+
+Status ReadRequestParameters(const ModelInferRequest& m, InferRequest* request) {
+  for (const auto& [key, value] : Sorted(m.parameters())) {
+    const InferParameter& p = *value;
+    auto must_be_bool = [&](bool* out) -> Status {
+      if (!p.has_bool_param()) {
+        return Invalid(fmt::format("request parameter '{}' must be true or false, got {}", key,
+                                   KindOf(p)));
+      }
+      *out = p.bool_param();
+      return Status::Ok();
+    };
+    auto must_be_uint = [&](std::string_view unit, uint64_t* out) -> Status {
+      auto v = NonNegative(p);
+      if (!v) {
+        return Invalid(fmt::format("request parameter '{}' must be a non-negative integer{}, got {}",
+                                   key, unit, KindOf(p)));
+      }
+      *out = *v;
+      return Status::Ok();
+    };
+    if (key == "timeout") {
+      VRAMD_RETURN_IF_ERROR(must_be_uint(" (microseconds)", &request->timeout_us));
+    } else if (key == "priority") {
+      uint64_t priority = 0;  // checked as Triton checks it, then dropped: one priority level
+      VRAMD_RETURN_IF_ERROR(must_be_uint("", &priority));
+    } else if (key == "sequence_id") {
+      if (auto v = NonNegative(p)) {
+        request->correlation_id = *v;
+        request->correlation_id_string.clear();
+      } else if (p.has_string_param()) {
+        request->correlation_id = 0;
+        request->correlation_id_string = p.string_param();
+      } else {
+        return Invalid(fmt::format(
+            "request parameter 'sequence_id' must be a non-negative integer or a string, got {}",
+            KindOf(p)));
+      }
+    } else if (key == "sequence_start" || key == "sequence_end") {
+      bool set = false;
+      VRAMD_RETURN_IF_ERROR(must_be_bool(&set));
+      const uint32_t flag =
+          key == "sequence_start" ? kRequestFlagSequenceStart : kRequestFlagSequenceEnd;
+      request->flags = set ? (request->flags | flag) : (request->flags & ~flag);
+    } else if (key == "binary_data_output") {
+      // HTTP's binary tensor extension; gRPC outputs are always raw.
+    } else if (std::string_view(key).substr(0, 7) == "triton_") {
+      return Invalid(fmt::format(
+          "request parameter '{}': keys starting with 'triton_' are reserved for Triton usage "
+          "and should not be specified",
+          key));
+    } else {
+      VRAMD_ASSIGN_OR_RETURN(vramd::InferParameter parameter, ValueOf(key, p, "request parameter"));
+      request->parameters.push_back(std::move(parameter));
+    }
+  }
+  return Status::Ok();
+}
+
+// Copies `values` into `out` as elements of type T, each checked against T's range.
+template <typename T, typename Repeated>
+Status PackValues(const Repeated& values, const std::string& name, std::string* out) {
+  out->resize(static_cast<size_t>(values.size()) * sizeof(T));
+  for (int i = 0; i < values.size(); ++i) {
+    const auto v = values.Get(i);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
+        return Invalid(fmt::format("input '{}': element {} ({}) is out of range of its datatype",
+                                   name, i, v));
+      }
+    }
+    const T element = static_cast<T>(v);
+    std::memcpy(out->data() + static_cast<size_t>(i) * sizeof(T), &element, sizeof(T));
+  }
+  return Status::Ok();
+}
+
+// The typed contents of `tensor`'s datatype as its bytes; the other fields must be empty.
+Result<std::string> PackContents(const InferTensorContents& c, const Tensor& tensor) {
+  const std::string& n = tensor.name;
+  std::string bytes;
+  int count = 0;
+  const int total = c.bool_contents_size() + c.int_contents_size() + c.int64_contents_size() +
+                    c.uint_contents_size() + c.uint64_contents_size() + c.fp32_contents_size() +
+                    c.fp64_contents_size() + c.bytes_contents_size();
+  switch (tensor.datatype) {
+    case DataType::kBool:
+      count = c.bool_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<bool>(c.bool_contents(), n, &bytes));
+      break;
+    case DataType::kInt8:
+      count = c.int_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<int8_t>(c.int_contents(), n, &bytes));
+      break;
+    case DataType::kInt16:
+      count = c.int_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<int16_t>(c.int_contents(), n, &bytes));
+      break;
+    case DataType::kInt32:
+      count = c.int_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<int32_t>(c.int_contents(), n, &bytes));
+      break;
+    case DataType::kInt64:
+      count = c.int64_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<int64_t>(c.int64_contents(), n, &bytes));
+      break;
+    case DataType::kUint8:
+      count = c.uint_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<uint8_t>(c.uint_contents(), n, &bytes));
+      break;
+    case DataType::kUint16:
+      count = c.uint_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<uint16_t>(c.uint_contents(), n, &bytes));
+      break;
+    case DataType::kUint32:
+      count = c.uint_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<uint32_t>(c.uint_contents(), n, &bytes));
+      break;
+    case DataType::kUint64:
+      count = c.uint64_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<uint64_t>(c.uint64_contents(), n, &bytes));
+      break;
+    case DataType::kFp32:
+      count = c.fp32_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<float>(c.fp32_contents(), n, &bytes));
+      break;
+    case DataType::kFp64:
+      count = c.fp64_contents_size();
+      VRAMD_RETURN_IF_ERROR(PackValues<double>(c.fp64_contents(), n, &bytes));
+      break;
+    case DataType::kBytes:
+      count = c.bytes_contents_size();
+      for (const std::string& element : c.bytes_contents()) AppendBytesElement(&bytes, element);
+      break;
+    case DataType::kFp16:
+    case DataType::kBf16:
+      return Invalid(fmt::format(
+          "input '{}': {} has no typed contents field; send it in raw_input_contents", n,
+          DataTypeWireName(tensor.datatype)));
+    case DataType::kInvalid: break;
+  }
+  if (total != count) {
+    return Invalid(fmt::format(
+        "input '{}': its contents are in a field other than the one of datatype {}", n,
+        DataTypeWireName(tensor.datatype)));
+  }
+  if (count != ElementCount(tensor.shape)) {
+    return Invalid(fmt::format("input '{}': {} elements in its contents, but shape {} has {}", n,
+                               count, ShapeToString(tensor.shape), ElementCount(tensor.shape)));
+  }
+  return bytes;
+}
+
+// Bytes the raw form of `tensor` must have; nullopt for BYTES (variable) or on overflow.
+std::optional<uint64_t> FixedByteSize(const Tensor& tensor) {
+  const size_t element = DataTypeByteSize(tensor.datatype);
+  if (element == 0) return std::nullopt;
+  uint64_t bytes;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(ElementCount(tensor.shape)), element, &bytes)) {
+    return std::nullopt;
+  }
+  return bytes;
+}
+
+Status ReadInput(const ModelInferRequest::InferInputTensor& in, size_t position, Tensor* tensor) {
+  if (in.name().empty()) return Invalid(fmt::format("inputs[{}]: 'name' must not be empty", position));
+  tensor->name = in.name();
+  const std::string& n = tensor->name;
+  for (int i = 0; i < in.shape_size(); ++i) {
+    if (in.shape(i) < 0) {
+      return Invalid(fmt::format("input '{}': shape[{}] must be a non-negative integer, got {}", n,
+                                 i, in.shape(i)));
+    }
+    tensor->shape.push_back(in.shape(i));
+  }
+  const std::optional<DataType> type = DataTypeFromWireName(in.datatype());
+  if (!type) {
+    return Invalid(fmt::format(
+        "input '{}': unknown datatype '{}' (expected BOOL, UINT8..UINT64, INT8..INT64, FP16, "
+        "BF16, FP32, FP64 or BYTES)",
+        n, in.datatype()));
+  }
+  tensor->datatype = *type;
+  for (const auto& [key, value] : in.parameters()) {
+    if (IsSharedMemoryParameter(key)) return SharedMemoryUnsupported("input", n, key);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<int64_t> ParseModelVersion(const std::string& text) {
+  if (text.empty()) return int64_t{0};
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v <= 0) {
+    return Invalid(fmt::format("model version '{}' is not a positive integer", text));
+  }
+  return v;
+}
+
+Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest> message) {
+  const ModelInferRequest& m = *message;
+  InferRequest request;
+  request.id = m.id();
+  VRAMD_RETURN_IF_ERROR(ReadRequestParameters(m, &request));
+  const bool raw = m.raw_input_contents_size() > 0;
+  if (raw && m.raw_input_contents_size() != m.inputs_size()) {
+    return Invalid(fmt::format(
+        "raw_input_contents has {} entries but the request has {} inputs; send one per input, "
+        "in the order of 'inputs'",
+        m.raw_input_contents_size(), m.inputs_size()));
+  }
+  request.inputs.resize(static_cast<size_t>(m.inputs_size()));
+  for (int i = 0; i < m.inputs_size(); ++i) {
+    const auto& in = m.inputs(i);
+    Tensor& tensor = request.inputs[static_cast<size_t>(i)];
+    VRAMD_RETURN_IF_ERROR(ReadInput(in, static_cast<size_t>(i), &tensor));
+    if (raw) {
+      if (in.has_contents()) {
+        return Invalid(fmt::format(
+            "input '{}' has 'contents' while the request uses raw_input_contents; send one form",
+            tensor.name));
+      }
+      const std::string& bytes = m.raw_input_contents(i);
+      if (tensor.datatype == DataType::kBytes) {
+        VRAMD_RETURN_IF_ERROR(
+            SplitBytesElements(bytes, tensor.name, ElementCount(tensor.shape)).status());
+      } else if (const auto needed = FixedByteSize(tensor); needed != bytes.size()) {
+        return Invalid(fmt::format(
+            "input '{}': raw_input_contents has {} bytes but shape {} of {} needs {}", tensor.name,
+            bytes.size(), ShapeToString(tensor.shape), DataTypeWireName(tensor.datatype),
+            needed ? fmt::format("{}", *needed) : std::string("more than 2^64")));
+      }
+      tensor.data = SharedBuffer::View(message, reinterpret_cast<const std::byte*>(bytes.data()),
+                                       bytes.size());
+    } else {
+      if (!in.has_contents() && ElementCount(tensor.shape) != 0) {
+        return Invalid(fmt::format(
+            "input '{}' has no data: give its 'contents' or send raw_input_contents",
+            tensor.name));
+      }
+      VRAMD_ASSIGN_OR_RETURN(std::string bytes, PackContents(in.contents(), tensor));
+      tensor.data = SharedBuffer::FromString(std::move(bytes));
+    }
+  }
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (request.inputs[j].name == request.inputs[i].name) {
+        return Invalid(fmt::format("input '{}' appears more than once", request.inputs[i].name));
+      }
+    }
+  }
+  for (const auto& out : m.outputs()) {
+    if (out.name().empty()) return Invalid("a requested output has an empty 'name'");
+    RequestedOutput requested;
+    requested.name = out.name();
+    requested.binary = true;
+    for (const auto& [key, p] : out.parameters()) {
+      if (IsSharedMemoryParameter(key)) return SharedMemoryUnsupported("output", out.name(), key);
+      if (key != "classification") continue;
+      auto v = NonNegative(p);
+      if (!v || *v == 0 || *v > std::numeric_limits<uint32_t>::max()) {
+        return Invalid(fmt::format(
+            "output '{}': parameter 'classification' must be a positive integer, got {}",
+            out.name(), KindOf(p)));
+      }
+      requested.classification = static_cast<uint32_t>(*v);
+    }
+    for (const RequestedOutput& earlier : request.outputs) {
+      if (earlier.name == requested.name) {
+        return Invalid(fmt::format("output '{}' is requested more than once", requested.name));
+      }
+    }
+    request.outputs.push_back(std::move(requested));
+  }
+  request.binary_data_output = true;
+  return request;
+}
+
+Status EncodeInferResponse(const InferResponse& response, const InferRequest& request,
+                           inference::ModelInferResponse* out) {
+  out->Clear();
+  out->set_model_name(response.model_name);
+  out->set_model_version(std::to_string(response.model_version));
+  out->set_id(request.id);
+  for (const vramd::InferParameter& p : response.parameters) {
+    InferParameter& value = (*out->mutable_parameters())[p.name];
+    std::visit(
+        [&value](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool>) value.set_bool_param(v);
+          else if constexpr (std::is_same_v<T, int64_t>) value.set_int64_param(v);
+          else if constexpr (std::is_same_v<T, uint64_t>) value.set_uint64_param(v);
+          else if constexpr (std::is_same_v<T, double>) value.set_double_param(v);
+          else value.set_string_param(v);
+        },
+        p.value);
+  }
+  for (const Tensor& t : response.outputs) {
+    if (t.on_gpu()) {
+      return Status::Internal(fmt::format("output '{}' is still on GPU {}", t.name, t.gpu));
+    }
+    auto* o = out->add_outputs();
+    o->set_name(t.name);
+    o->set_datatype(std::string(DataTypeWireName(t.datatype)));
+    for (int64_t d : t.shape) o->add_shape(d);
+    const std::string_view bytes = t.data.view();
+    out->add_raw_output_contents()->assign(bytes.data(), bytes.size());
+  }
+  return Status::Ok();
+}
+
+}  // namespace vramd::grpc_server

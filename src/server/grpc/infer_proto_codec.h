@@ -1,0 +1,44 @@
+// ModelInferRequest <-> InferRequest and InferResponse -> ModelInferResponse: the gRPC form of
+// what server/http/infer_codec.h does for HTTP, with the same checks and error texts where the
+// protocols overlap.
+//
+// Request:
+//   - model_version: "" (the version the model's policy serves) or a positive integer.
+//   - Each input's bytes come from raw_input_contents (then one entry per input, in order, and
+//     no input with `contents`) or from its typed `contents` (the field of its datatype:
+//     INT8/16/32 in int_contents, UINT8/16/32 in uint_contents, each value in the type's
+//     range; FP16 and BF16 only raw). The element count must equal the shape's; a raw
+//     tensor's size must equal shape x element size (BYTES: well-formed length-prefixed
+//     elements, as many as the shape says).
+//   - Raw bytes are not copied: input tensors view the request message, which they keep.
+//   - Request parameters as the HTTP front end reads them: timeout (microseconds), priority
+//     (checked, dropped), sequence_id (integer or string), sequence_start, sequence_end; keys
+//     starting with "triton_" are refused; every other key reaches the model.
+//   - An output's "classification" parameter (a positive integer) asks for the top classes.
+//   - Shared-memory parameters (shared_memory_region, ...) are Unsupported, naming the tensor.
+// Response: every output's bytes in raw_output_contents, in the order of `outputs` (as Triton
+// answers), with the response's parameters.
+//
+// Pure functions: no I/O, safe from any thread.
+#pragma once
+
+#include <memory>
+
+#include "core/infer_request.h"
+#include "core/status.h"
+#include "server/grpc/grpc_service.pb.h"
+
+namespace vramd::grpc_server {
+
+// Every malformed request is an InvalidArgument naming the field or tensor at fault.
+// model_name and model_version are the caller's (the lookup's).
+Result<InferRequest> DecodeInferRequest(std::shared_ptr<const inference::ModelInferRequest> message);
+
+// "" -> 0; a positive decimal integer -> itself; anything else InvalidArgument.
+Result<int64_t> ParseModelVersion(const std::string& text);
+
+// `response` into `out` (cleared first); `request` gives the id to echo.
+Status EncodeInferResponse(const InferResponse& response, const InferRequest& request,
+                           inference::ModelInferResponse* out);
+
+}  // namespace vramd::grpc_server

@@ -1,0 +1,316 @@
+"""The gRPC front end (src/server/grpc/, Triton's inference.GRPCInferenceService) end to end,
+with python3-grpcio and the stubs the build generates from vramd's own grpc_service.proto
+(<build>/python, or VRAMD_GRPC_PYTHON_DIR): every RPC served, the typed and raw tensor forms,
+error codes and texts as the HTTP front end words them, load with a config override, gzip,
+grpc.health.v1, and UNIMPLEMENTED naming each RPC not served yet.
+"""
+
+import json
+import os
+import pathlib
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+from e2e_helpers import FIXTURE_REPO, VRAMD_BIN
+
+GRPC_PY = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
+                       or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
+grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
+if not (GRPC_PY / "server" / "grpc" / "grpc_service_pb2.py").is_file():
+    pytest.skip("no generated gRPC stubs at %s (build vramd, or set VRAMD_GRPC_PYTHON_DIR)"
+                % GRPC_PY, allow_module_level=True)
+sys.path.insert(0, str(GRPC_PY))
+from server.grpc import grpc_service_pb2 as pb  # noqa: E402
+from server.grpc import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+
+MODELS = ["identity_fp32", "identity_bytes", "identity_int8", "identity_fp16", "add_sub"]
+
+
+@pytest.fixture(scope="module")
+def server(start_server):
+    args = ["--model-control-mode", "explicit"]
+    for m in MODELS:
+        args += ["--load-model", m]
+    return start_server([str(FIXTURE_REPO)], args, name="grpc", ready_models=MODELS)
+
+
+@pytest.fixture(scope="module")
+def channel(server):
+    ch = grpc.insecure_channel("127.0.0.1:%d" % server.grpc_port())
+    grpc.channel_ready_future(ch).result(timeout=30)
+    yield ch
+    ch.close()
+
+
+@pytest.fixture(scope="module")
+def stub(channel):
+    return pb_grpc.GRPCInferenceServiceStub(channel)
+
+
+def rpc_error(call, request):
+    with pytest.raises(grpc.RpcError) as e:
+        call(request, timeout=30)
+    return e.value
+
+
+def infer_fp32(model, values, **kwargs):
+    x = np.asarray(values, dtype=np.float32)
+    r = pb.ModelInferRequest(model_name=model, **kwargs)
+    r.inputs.add(name="INPUT0", datatype="FP32", shape=list(x.shape))
+    r.raw_input_contents.append(x.tobytes())
+    return r
+
+
+def test_health_and_metadata(stub, channel):
+    assert stub.ServerLive(pb.ServerLiveRequest()).live
+    assert stub.ServerReady(pb.ServerReadyRequest()).ready
+    meta = stub.ServerMetadata(pb.ServerMetadataRequest())
+    assert meta.name == "vramd" and meta.version
+    assert "model_repository" in meta.extensions
+    # grpc.health.v1.Health/Check, called raw: HealthCheckResponse{status: SERVING (1)}.
+    check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                request_serializer=lambda _: b"",
+                                response_deserializer=lambda b: b)
+    assert check(None, timeout=10) == b"\x08\x01"
+
+
+def test_model_ready_metadata_and_config(stub):
+    assert stub.ModelReady(pb.ModelReadyRequest(name="identity_fp32")).ready
+    assert stub.ModelReady(pb.ModelReadyRequest(name="identity_fp32", version="1")).ready
+    e = rpc_error(stub.ModelReady, pb.ModelReadyRequest(name="no_such_model"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND and "no_such_model" in e.details()
+    e = rpc_error(stub.ModelReady, pb.ModelReadyRequest(name="identity_fp32", version="x1"))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "'x1'" in e.details()
+
+    md = stub.ModelMetadata(pb.ModelMetadataRequest(name="identity_fp32"))
+    assert md.name == "identity_fp32" and list(md.versions) == ["1"]
+    assert md.platform == "identity"
+    assert [(t.name, t.datatype, list(t.shape)) for t in md.inputs] == [("INPUT0", "FP32", [-1])]
+    assert [(t.name, t.datatype) for t in md.outputs] == [("OUTPUT0", "FP32")]
+
+    cfg = stub.ModelConfig(pb.ModelConfigRequest(name="identity_fp32")).config
+    assert cfg.name == "identity_fp32" and cfg.backend == "identity"
+    assert cfg.input[0].name == "INPUT0" and cfg.input[0].data_type == 11  # TYPE_FP32
+    assert list(cfg.input[0].dims) == [-1]
+    e = rpc_error(stub.ModelConfig, pb.ModelConfigRequest(name="no_such_model"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_infer_raw_round_trip(stub):
+    x = np.array([0.0, 1.5, -2.25, 3.4028234663852886e38], dtype=np.float32)
+    r = infer_fp32("identity_fp32", x, id="req-7")
+    r.outputs.add(name="OUTPUT0")
+    out = stub.ModelInfer(r, timeout=30)
+    assert out.model_name == "identity_fp32" and out.model_version == "1" and out.id == "req-7"
+    assert [(o.name, o.datatype, list(o.shape)) for o in out.outputs] == [("OUTPUT0", "FP32", [4])]
+    assert np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist() == x.tolist()
+
+
+def test_infer_typed_contents(stub):
+    r = pb.ModelInferRequest(model_name="identity_fp32")
+    t = r.inputs.add(name="INPUT0", datatype="FP32", shape=[3])
+    t.contents.fp32_contents.extend([1.0, 2.5, -4.0])
+    out = stub.ModelInfer(r, timeout=30)
+    assert np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist() == [1.0, 2.5, -4.0]
+
+    r = pb.ModelInferRequest(model_name="identity_int8")
+    r.inputs.add(name="INPUT0", datatype="INT8", shape=[3]).contents.int_contents.extend(
+        [-128, 0, 127])
+    out = stub.ModelInfer(r, timeout=30)
+    assert np.frombuffer(out.raw_output_contents[0], dtype=np.int8).tolist() == [-128, 0, 127]
+
+    words = [b"hello", b"", b"\x00\xff binary"]
+    r = pb.ModelInferRequest(model_name="identity_bytes")
+    r.inputs.add(name="INPUT0", datatype="BYTES", shape=[3]).contents.bytes_contents.extend(words)
+    out = stub.ModelInfer(r, timeout=30)
+    raw, got = out.raw_output_contents[0], []
+    while raw:
+        n = struct.unpack("<I", raw[:4])[0]
+        got.append(raw[4:4 + n])
+        raw = raw[4 + n:]
+    assert got == words
+
+
+def test_infer_add_sub_selects_outputs(stub):
+    a = np.arange(16, dtype=np.float32)
+    b = np.ones(16, dtype=np.float32)
+    cfg = stub.ModelConfig(pb.ModelConfigRequest(name="add_sub")).config
+    r = pb.ModelInferRequest(model_name="add_sub")
+    shape = ([1] if cfg.max_batch_size > 0 else []) + list(cfg.input[0].dims)
+    for name, v in ((cfg.input[0].name, a), (cfg.input[1].name, b)):
+        r.inputs.add(name=name, datatype="FP32", shape=shape)
+        r.raw_input_contents.append(v.tobytes())
+    r.outputs.add(name=cfg.output[1].name)
+    out = stub.ModelInfer(r, timeout=30)
+    assert [o.name for o in out.outputs] == [cfg.output[1].name]
+    assert np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist() == (a - b).tolist()
+
+
+@pytest.mark.parametrize("case", [
+    "unknown_model", "bad_version", "raw_size", "raw_count", "both_forms", "int8_range",
+    "fp16_typed", "wrong_field", "reserved_parameter", "bad_timeout", "bad_datatype",
+    "wrong_datatype", "no_data"])
+def test_infer_errors_name_what_is_wrong(stub, case):
+    code, text = grpc.StatusCode.INVALID_ARGUMENT, None
+    if case == "unknown_model":
+        r, code, text = infer_fp32("no_such_model", [1]), grpc.StatusCode.NOT_FOUND, "no_such_model"
+    elif case == "bad_version":
+        r, text = infer_fp32("identity_fp32", [1], model_version="latest"), "'latest'"
+    elif case == "raw_size":
+        r = infer_fp32("identity_fp32", [1, 2])
+        r.raw_input_contents[0] = b"\x00" * 7
+        text = "raw_input_contents has 7 bytes but shape [2] of FP32 needs 8"
+    elif case == "raw_count":
+        r = infer_fp32("identity_fp32", [1])
+        r.raw_input_contents.append(b"")
+        text = "raw_input_contents has 2 entries but the request has 1 inputs"
+    elif case == "both_forms":
+        r = infer_fp32("identity_fp32", [1])
+        r.inputs[0].contents.fp32_contents.append(1.0)
+        text = "input 'INPUT0' has 'contents'"
+    elif case == "int8_range":
+        r = pb.ModelInferRequest(model_name="identity_int8")
+        r.inputs.add(name="INPUT0", datatype="INT8", shape=[2]).contents.int_contents.extend([1, 300])
+        text = "element 1 (300) is out of range"
+    elif case == "fp16_typed":
+        r = pb.ModelInferRequest(model_name="identity_fp16")
+        r.inputs.add(name="INPUT0", datatype="FP16", shape=[1]).contents.fp32_contents.append(1.0)
+        text = "FP16 has no typed contents field"
+    elif case == "wrong_field":
+        r = pb.ModelInferRequest(model_name="identity_fp32")
+        r.inputs.add(name="INPUT0", datatype="FP32", shape=[1]).contents.int_contents.append(1)
+        text = "other than the one of datatype FP32"
+    elif case == "reserved_parameter":
+        r = infer_fp32("identity_fp32", [1])
+        r.parameters["triton_x"].bool_param = True
+        text = "'triton_x': keys starting with 'triton_' are reserved"
+    elif case == "bad_timeout":
+        r = infer_fp32("identity_fp32", [1])
+        r.parameters["timeout"].string_param = "soon"
+        text = "request parameter 'timeout' must be a non-negative integer (microseconds), got a string"
+    elif case == "bad_datatype":
+        r = pb.ModelInferRequest(model_name="identity_fp32")
+        r.inputs.add(name="INPUT0", datatype="FLOAT", shape=[1])
+        r.raw_input_contents.append(b"\x00" * 4)
+        text = "unknown datatype 'FLOAT'"
+    elif case == "wrong_datatype":
+        r = pb.ModelInferRequest(model_name="identity_fp32")
+        r.inputs.add(name="INPUT0", datatype="INT32", shape=[1])
+        r.raw_input_contents.append(b"\x00" * 4)
+        text = "INT32"
+    elif case == "no_data":
+        r = pb.ModelInferRequest(model_name="identity_fp32")
+        r.inputs.add(name="INPUT0", datatype="FP32", shape=[2])
+        text = "input 'INPUT0' has no data"
+    e = rpc_error(stub.ModelInfer, r)
+    assert e.code() == code, e
+    assert text in e.details(), e.details()
+
+
+def test_validation_texts_equal_the_http_front_ends(server, stub):
+    """An error the runtime finds reads the same over both protocols."""
+    r = pb.ModelInferRequest(model_name="identity_fp32")
+    r.inputs.add(name="INPUT0", datatype="INT32", shape=[1])
+    r.raw_input_contents.append(b"\x00" * 4)
+    e = rpc_error(stub.ModelInfer, r)
+    c = server.client()
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1],
+                                   "data": [0]}]}).encode()
+    h = c.post("/v2/models/identity_fp32/infer", body, {"Content-Type": "application/json"})
+    assert h.status == 400
+    assert e.details() == h.error_message()
+
+
+def test_shared_memory_parameters_are_refused(stub):
+    r = infer_fp32("identity_fp32", [1])
+    r.inputs[0].parameters["shared_memory_region"].string_param = "region0"
+    e = rpc_error(stub.ModelInfer, r)
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared_memory_region" in e.details()
+
+
+def test_gzip_compressed_calls(stub):
+    r = infer_fp32("identity_fp32", np.arange(1000, dtype=np.float32))
+    out = stub.ModelInfer(r, timeout=30, compression=grpc.Compression.Gzip)
+    assert np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist() == list(range(1000))
+
+
+def test_a_malformed_message_is_an_error_and_the_server_serves_on(stub, channel):
+    raw = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                              request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as e:
+        raw(b"\xff\xff\xff\xff\x0f garbage", timeout=10)
+    assert e.value.code() != grpc.StatusCode.OK
+    assert stub.ServerLive(pb.ServerLiveRequest()).live
+
+
+def test_repository_index_load_unload_and_config_override(stub):
+    index = stub.RepositoryIndex(pb.RepositoryIndexRequest())
+    names = {m.name: m for m in index.models}
+    assert names["identity_fp32"].state == "READY"
+    assert "identity_int16" in names and names["identity_int16"].state != "READY"
+    ready = {m.name for m in stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True)).models}
+    assert "identity_fp32" in ready and "identity_int16" not in ready
+
+    stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="identity_int8"))
+    assert not stub.ModelReady(pb.ModelReadyRequest(name="identity_int8")).ready
+    stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="identity_int8"))
+    assert stub.ModelReady(pb.ModelReadyRequest(name="identity_int8")).ready
+
+    # A config override: identity_int16 loaded with a second instance and a name of its own
+    # for nothing else; ModelConfig shows what was loaded.
+    cfg = {"name": "identity_int16", "backend": "identity", "max_batch_size": 0,
+           "input": [{"name": "INPUT0", "data_type": "TYPE_INT16", "dims": [-1]}],
+           "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT16", "dims": [-1]}],
+           "instance_group": [{"kind": "KIND_CPU", "count": 3}]}
+    load = pb.RepositoryModelLoadRequest(model_name="identity_int16")
+    load.parameters["config"].string_param = json.dumps(cfg)
+    stub.RepositoryModelLoad(load, timeout=60)
+    got = stub.ModelConfig(pb.ModelConfigRequest(name="identity_int16")).config
+    assert got.instance_group[0].count == 3
+
+    bad = pb.RepositoryModelLoadRequest(model_name="identity_int16")
+    bad.parameters["config"].string_param = "{not json"
+    e = rpc_error(stub.RepositoryModelLoad, bad)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "parameter 'config'" in e.details()
+    files = pb.RepositoryModelLoadRequest(model_name="identity_int16")
+    files.parameters["file:1/model.bin"].bytes_param = b"x"
+    e = rpc_error(stub.RepositoryModelLoad, files)
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "file:1/model.bin" in e.details()
+    e = rpc_error(stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="no_such"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("rpc,request_type", [
+    ("ModelStatistics", "ModelStatisticsRequest"),
+    ("SystemSharedMemoryStatus", "SystemSharedMemoryStatusRequest"),
+    ("SystemSharedMemoryRegister", "SystemSharedMemoryRegisterRequest"),
+    ("SystemSharedMemoryUnregister", "SystemSharedMemoryUnregisterRequest"),
+    ("CudaSharedMemoryStatus", "CudaSharedMemoryStatusRequest"),
+    ("CudaSharedMemoryRegister", "CudaSharedMemoryRegisterRequest"),
+    ("CudaSharedMemoryUnregister", "CudaSharedMemoryUnregisterRequest"),
+    ("TraceSetting", "TraceSettingRequest"),
+    ("LogSettings", "LogSettingsRequest")])
+def test_rpcs_not_served_yet_say_so(stub, rpc, request_type):
+    e = rpc_error(getattr(stub, rpc), getattr(pb, request_type)())
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and rpc in e.details()
+
+
+def test_stream_infer_not_served_yet_says_so(stub):
+    responses = stub.ModelStreamInfer(iter([infer_fp32("identity_fp32", [1])]), timeout=30)
+    with pytest.raises(grpc.RpcError) as e:
+        list(responses)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "ModelStreamInfer" in e.value.details()
+
+
+def test_many_concurrent_calls(stub):
+    import concurrent.futures
+    def one(i):
+        out = stub.ModelInfer(infer_fp32("identity_fp32", [i, i + 1]), timeout=30)
+        return np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(one, range(400)))
+    assert got == [[float(i), float(i + 1)] for i in range(400)]
