@@ -11,10 +11,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "runtime/inference_statistics.h"
 #include "runtime/loaded_model.h"
+#include "runtime/model_manager.h"
 
 namespace vramd::runtime {
 
@@ -33,6 +37,30 @@ inline std::vector<VersionStatistics> SnapshotVersions(
     out.push_back({v->name(), v->version(), v->statistics().Snapshot()});
   }
   return out;
+}
+
+// The versions a statistics request names, as the statistics extension reads them: `model`
+// empty: every ready version of every model (`version` ignored); `version` 0: every ready
+// version of `model`; otherwise that version. The manager's Find error (NotFound, Unavailable)
+// for a model or version that does not serve.
+inline Result<std::vector<VersionStatistics>> StatisticsOf(const ModelManager& manager,
+                                                          std::string_view model,
+                                                          int64_t version) {
+  std::vector<std::shared_ptr<LoadedModel>> versions;
+  if (model.empty()) {
+    versions = manager.LoadedVersions();
+  } else {
+    auto found = manager.Find(model, version);
+    if (!found.ok()) return found.status();
+    if (version != 0) {
+      versions.push_back(std::move(found).value());
+    } else {
+      for (auto& v : manager.LoadedVersions()) {
+        if (v->name() == model) versions.push_back(std::move(v));
+      }
+    }
+  }
+  return SnapshotVersions(versions);
 }
 
 }  // namespace vramd::runtime

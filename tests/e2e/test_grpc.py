@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from e2e_helpers import FIXTURE_REPO, VRAMD_BIN
+from e2e_helpers import FIXTURE_REPO, PYTHON_LIBRARY, PYTHON_BACKEND_DIR, VRAMD_BIN, copy_model
 
 GRPC_PY = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
                        or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
@@ -27,14 +27,25 @@ from server.grpc import grpc_service_pb2 as pb  # noqa: E402
 from server.grpc import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 
 MODELS = ["identity_fp32", "identity_bytes", "identity_int8", "identity_fp16", "add_sub"]
+PYTHON_MODELS = pathlib.Path(__file__).resolve().parent / "python_models"
+# The decoupled model for the stream tests, when the python backend is built.
+HAVE_PYTHON = PYTHON_LIBRARY.is_file()
 
 
 @pytest.fixture(scope="module")
-def server(start_server):
+def server(start_server, tmp_path_factory):
     args = ["--model-control-mode", "explicit"]
-    for m in MODELS:
+    models = list(MODELS)
+    repos = [str(FIXTURE_REPO)]
+    if HAVE_PYTHON:
+        repo = tmp_path_factory.mktemp("grpc-python-repo")
+        copy_model(PYTHON_MODELS / "py_decoupled", repo, "py_decoupled")
+        repos.append(str(repo))
+        models.append("py_decoupled")
+        args += ["--backend-directory", str(PYTHON_BACKEND_DIR)]
+    for m in models:
         args += ["--load-model", m]
-    return start_server([str(FIXTURE_REPO)], args, name="grpc", ready_models=MODELS)
+    return start_server(repos, args, name="grpc", ready_models=models)
 
 
 @pytest.fixture(scope="module")
@@ -284,26 +295,92 @@ def test_repository_index_load_unload_and_config_override(stub):
 
 
 @pytest.mark.parametrize("rpc,request_type", [
-    ("ModelStatistics", "ModelStatisticsRequest"),
     ("SystemSharedMemoryStatus", "SystemSharedMemoryStatusRequest"),
     ("SystemSharedMemoryRegister", "SystemSharedMemoryRegisterRequest"),
     ("SystemSharedMemoryUnregister", "SystemSharedMemoryUnregisterRequest"),
     ("CudaSharedMemoryStatus", "CudaSharedMemoryStatusRequest"),
     ("CudaSharedMemoryRegister", "CudaSharedMemoryRegisterRequest"),
     ("CudaSharedMemoryUnregister", "CudaSharedMemoryUnregisterRequest"),
-    ("TraceSetting", "TraceSettingRequest"),
-    ("LogSettings", "LogSettingsRequest")])
+    ("TraceSetting", "TraceSettingRequest")])
 def test_rpcs_not_served_yet_say_so(stub, rpc, request_type):
     e = rpc_error(getattr(stub, rpc), getattr(pb, request_type)())
     assert e.code() == grpc.StatusCode.UNIMPLEMENTED and rpc in e.details()
 
 
-def test_stream_infer_not_served_yet_says_so(stub):
-    responses = stub.ModelStreamInfer(iter([infer_fp32("identity_fp32", [1])]), timeout=30)
-    with pytest.raises(grpc.RpcError) as e:
-        list(responses)
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "ModelStreamInfer" in e.value.details()
+def test_stream_infer_answers_each_request_in_order(stub):
+    requests = [infer_fp32("identity_fp32", [i, -i], id="s%d" % i) for i in range(20)]
+    bad = pb.ModelInferRequest(model_name="no_such_model", id="bad")
+    requests.insert(5, bad)
+    got = list(stub.ModelStreamInfer(iter(requests), timeout=30))
+    assert len(got) == 21
+    assert "no_such_model" in got[5].error_message and not got[5].HasField("infer_response")
+    answers = [g for i, g in enumerate(got) if i != 5]
+    assert all(g.error_message == "" for g in answers)
+    assert [g.infer_response.id for g in answers] == ["s%d" % i for i in range(20)]
+    for i, g in enumerate(answers):
+        assert np.frombuffer(g.infer_response.raw_output_contents[0],
+                             dtype=np.float32).tolist() == [i, -i]
+
+
+def count_request(n, **parameters):
+    r = pb.ModelInferRequest(model_name="py_decoupled", id="c%d" % n)
+    r.inputs.add(name="COUNT", datatype="INT32", shape=[1])
+    r.raw_input_contents.append(np.array([n], dtype=np.int32).tobytes())
+    for key, value in parameters.items():
+        r.parameters[key].bool_param = value
+    return r
+
+
+@pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_decoupled)")
+def test_stream_infer_carries_a_decoupled_models_responses(stub):
+    got = list(stub.ModelStreamInfer(iter([count_request(3)]), timeout=60))
+    assert [np.frombuffer(g.infer_response.raw_output_contents[0], dtype=np.int32)[0]
+            for g in got] == [0, 1, 2]
+    assert all(not g.infer_response.parameters["triton_final_response"].bool_param for g in got)
+    assert {g.infer_response.id for g in got} == {"c3"}
+
+    # tritonclient's enable_empty_final_response: an empty response says the request is done.
+    got = list(stub.ModelStreamInfer(
+        iter([count_request(2, triton_enable_empty_final_response=True), count_request(0)]),
+        timeout=60))
+    finals = [g for g in got if g.infer_response.parameters["triton_final_response"].bool_param]
+    assert len(got) == 3 and len(finals) == 1
+    assert finals[0].infer_response.id == "c2" and not finals[0].infer_response.outputs
+
+
+@pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_decoupled)")
+def test_model_infer_refuses_a_decoupled_model(stub):
+    e = rpc_error(stub.ModelInfer, count_request(1))
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "decoupled" in e.details()
+
+
+def test_model_statistics(stub):
+    for i in range(3):
+        stub.ModelInfer(infer_fp32("identity_fp32", [i]), timeout=30)
+    stats = stub.ModelStatistics(pb.ModelStatisticsRequest(name="identity_fp32"), timeout=30)
+    assert [(m.name, m.version) for m in stats.model_stats] == [("identity_fp32", "1")]
+    m = stats.model_stats[0]
+    assert m.inference_count >= 3 and m.execution_count >= 3 and m.last_inference > 0
+    assert m.inference_stats.success.count >= 3 and m.inference_stats.success.ns > 0
+    every = stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=30)
+    assert {"identity_fp32", "add_sub"} <= {s.name for s in every.model_stats}
+    e = rpc_error(stub.ModelStatistics, pb.ModelStatisticsRequest(name="no_such_model"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_log_settings(stub):
+    got = stub.LogSettings(pb.LogSettingsRequest(), timeout=30).settings
+    assert got["log_info"].bool_param and got["log_format"].string_param == "default"
+    r = pb.LogSettingsRequest()
+    r.settings["log_verbose_level"].uint32_param = 1
+    assert stub.LogSettings(r, timeout=30).settings["log_verbose_level"].uint32_param == 1
+    r.settings["log_verbose_level"].uint32_param = 0
+    assert stub.LogSettings(r, timeout=30).settings["log_verbose_level"].uint32_param == 0
+    off = pb.LogSettingsRequest()
+    off.settings["log_info"].bool_param = False
+    e = rpc_error(stub.LogSettings, off)
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "log_info" in e.details()
 
 
 def test_many_concurrent_calls(stub):

@@ -5,7 +5,10 @@
 #include <utility>
 
 #include "config/model_config_json.h"
+#include <spdlog/spdlog.h>
+
 #include "runtime/infer_router.h"
+#include "runtime/version_statistics.h"
 #include "server/grpc/infer_proto_codec.h"
 
 namespace vramd::grpc_server {
@@ -173,6 +176,158 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
               "ModelInfer RPC doesn't support models with decoupled transaction policy");
         }
         return DecodeInferRequest(message);
+      },
+      std::move(done));
+}
+
+namespace {
+
+void SetDuration(const runtime::DurationStat& d, inference::StatisticDuration* out) {
+  out->set_count(d.count);
+  out->set_ns(d.ns);
+}
+
+}  // namespace
+
+void GrpcRoutes::ModelStatistics(std::shared_ptr<const inference::ModelStatisticsRequest> request,
+                                 Reply<inference::ModelStatisticsResponse> reply) const {
+  auto version = ParseModelVersion(request->version());
+  if (!version.ok()) return Fail(reply, version.status());
+  auto stats = runtime::StatisticsOf(*manager_, request->name(), *version);
+  if (!stats.ok()) return Fail(reply, stats.status());
+  inference::ModelStatisticsResponse r;
+  for (const runtime::VersionStatistics& v : *stats) {
+    const runtime::InferenceStatsSnapshot& s = v.stats;
+    auto* m = r.add_model_stats();
+    m->set_name(v.model);
+    m->set_version(std::to_string(v.version));
+    m->set_last_inference(s.last_inference_ms);
+    m->set_inference_count(s.inference_count);
+    m->set_execution_count(s.execution_count);
+    auto* i = m->mutable_inference_stats();
+    SetDuration(s.success, i->mutable_success());
+    SetDuration(s.fail, i->mutable_fail());
+    SetDuration(s.queue, i->mutable_queue());
+    SetDuration(s.compute_input, i->mutable_compute_input());
+    SetDuration(s.compute_infer, i->mutable_compute_infer());
+    SetDuration(s.compute_output, i->mutable_compute_output());
+    i->mutable_cache_hit();  // no response cache: zero, as over HTTP
+    i->mutable_cache_miss();
+    for (const runtime::BatchStat& b : s.batch_stats) {
+      auto* out = m->add_batch_stats();
+      out->set_batch_size(b.batch_size);
+      SetDuration(b.compute_input, out->mutable_compute_input());
+      SetDuration(b.compute_infer, out->mutable_compute_infer());
+      SetDuration(b.compute_output, out->mutable_compute_output());
+    }
+  }
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::LogSettings(std::shared_ptr<const inference::LogSettingsRequest> request,
+                             Reply<inference::LogSettingsResponse> reply) const {
+  using Value = inference::LogSettingsRequest::SettingValue;
+  for (const auto& [key, value] : request->settings()) {
+    auto refuse = [&, key = key](std::string_view why) {
+      Fail(reply, Status::Unsupported(fmt::format("log setting '{}': {}", key, why)));
+    };
+    if (key == "log_verbose_level") {
+      if (value.parameter_choice_case() != Value::kUint32Param) {
+        return Fail(reply, Status::InvalidArgument(
+                               "log setting 'log_verbose_level' must be a uint32_param"));
+      }
+      spdlog::set_level(value.uint32_param() > 0 ? spdlog::level::debug : spdlog::level::info);
+    } else if (key == "log_info" || key == "log_warning" || key == "log_error") {
+      if (value.parameter_choice_case() != Value::kBoolParam || !value.bool_param()) {
+        return refuse("vramd always logs this level");
+      }
+    } else if (key == "log_format") {
+      if (value.parameter_choice_case() != Value::kStringParam || value.string_param() != "default") {
+        return refuse("vramd writes one format, \"default\"");
+      }
+    } else if (key == "log_file") {
+      if (value.parameter_choice_case() != Value::kStringParam || !value.string_param().empty()) {
+        return refuse("vramd logs to standard error");
+      }
+    } else {
+      return Fail(reply, Status::InvalidArgument(fmt::format("unknown log setting '{}'", key)));
+    }
+  }
+  inference::LogSettingsResponse r;
+  auto& settings = *r.mutable_settings();
+  settings["log_file"].set_string_param("");
+  settings["log_info"].set_bool_param(true);
+  settings["log_warning"].set_bool_param(true);
+  settings["log_error"].set_bool_param(true);
+  settings["log_verbose_level"].set_uint32_param(spdlog::get_level() <= spdlog::level::debug ? 1 : 0);
+  settings["log_format"].set_string_param("default");
+  reply(Ok(), std::move(r));
+}
+
+namespace {
+
+inference::ModelStreamInferResponse StreamError(const Status& status) {
+  inference::ModelStreamInferResponse r;
+  r.set_error_message(status.message());
+  return r;
+}
+
+bool WantsEmptyFinal(const inference::ModelInferRequest& m) {
+  auto it = m.parameters().find("triton_enable_empty_final_response");
+  return it != m.parameters().end() && it->second.has_bool_param() && it->second.bool_param();
+}
+
+}  // namespace
+
+void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest> message,
+                             StreamSend send) const {
+  auto version = ParseModelVersion(message->model_version());
+  if (!version.ok()) return send(StreamError(version.status()), true);
+  auto request = std::make_shared<InferRequest>();
+  const bool empty_final = WantsEmptyFinal(*message);
+  // Set by the build step (the version's config says it); read by `done`, which runs after.
+  auto decoupled = std::make_shared<bool>(false);
+  runtime::InferCallback done = [request, send, empty_final, decoupled](
+                                    Result<runtime::InferOutcome> outcome) {
+    request->inputs = {};
+    if (!outcome.ok()) return send(StreamError(outcome.status()), true);
+    inference::ModelStreamInferResponse r;
+    if (*decoupled) {
+      if (!empty_final) return send(std::nullopt, true);
+      auto* final = r.mutable_infer_response();
+      final->set_model_name(request->model_name);
+      final->set_model_version(std::to_string(request->model_version));
+      final->set_id(request->id);
+      (*final->mutable_parameters())["triton_final_response"].set_bool_param(true);
+      return send(std::move(r), true);
+    }
+    Status encoded = EncodeInferResponse(outcome->response, *request, r.mutable_infer_response());
+    if (!encoded.ok()) return send(StreamError(encoded), true);
+    send(std::move(r), true);
+  };
+  std::weak_ptr<const InferRequest> weak_request = request;
+  const std::string model = message->model_name();
+  runtime::InferRouter(manager_).InferAsync(
+      model, *version, std::move(request),
+      [message = std::move(message), send, decoupled, weak_request](
+          const config::ModelConfig& config) -> Result<InferRequest> {
+        VRAMD_ASSIGN_OR_RETURN(InferRequest built, DecodeInferRequest(message));
+        *decoupled = IsDecoupled(config);
+        if (*decoupled) {
+          // Each response as the model sends it, in order, from an instance thread.
+          built.stream = [send, weak_request](Result<InferResponse> response) {
+            if (!response.ok()) return send(StreamError(response.status()), false);
+            const auto request = weak_request.lock();
+            if (request == nullptr) return;
+            inference::ModelStreamInferResponse r;
+            Status encoded = EncodeInferResponse(*response, *request, r.mutable_infer_response());
+            if (!encoded.ok()) return send(StreamError(encoded), false);
+            (*r.mutable_infer_response()->mutable_parameters())["triton_final_response"]
+                .set_bool_param(false);
+            send(std::move(r), false);
+          };
+        }
+        return built;
       },
       std::move(done));
 }

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -58,6 +59,23 @@ class GrpcRoutes {
                    Reply<inference::ModelConfigResponse> reply) const;
   void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
                   Reply<inference::ModelInferResponse> reply) const;
+  void ModelStatistics(std::shared_ptr<const inference::ModelStatisticsRequest> request,
+                       Reply<inference::ModelStatisticsResponse> reply) const;
+  // Triton's settings: log_verbose_level may change (vramd logs debug lines at 1 and over);
+  // log_info, log_warning and log_error are always on, log_format "default", log_file ""
+  // (standard error): asking for other values is UNIMPLEMENTED, naming the setting.
+  void LogSettings(std::shared_ptr<const inference::LogSettingsRequest> request,
+                   Reply<inference::LogSettingsResponse> reply) const;
+  // One request of a ModelStreamInfer stream. `send` gets each response (or error, as
+  // error_message) in order, with `last` true on the request's last call, once; a call with no
+  // response only ends the request. A decoupled model's responses carry the parameter
+  // triton_final_response (false); its end is an empty response with triton_final_response
+  // true when the request asked with triton_enable_empty_final_response, else nothing. Any
+  // other model answers once, that answer being the last.
+  using StreamSend =
+      std::function<void(std::optional<inference::ModelStreamInferResponse>, bool last)>;
+  void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                   StreamSend send) const;
   void RepositoryIndex(std::shared_ptr<const inference::RepositoryIndexRequest> request,
                        Reply<inference::RepositoryIndexResponse> reply) const;
   void RepositoryModelLoad(std::shared_ptr<const inference::RepositoryModelLoadRequest> request,

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
+#include <map>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -83,7 +86,9 @@ class GrpcServer::Impl {
     {
       // No call is matched from here on; what the runtime still owes comes (exactly once).
       MutexLock lock(mu_);
-      lock.Wait(owed_cv_, [this]() REQUIRES(mu_) { return owed_ == 0; });
+      // Every stream ends too: the server's shutdown cancelled those still open, so their
+      // operations complete and each finishes.
+      lock.Wait(owed_cv_, [this]() REQUIRES(mu_) { return owed_ == 0 && streams_.empty(); });
       accepting_ = false;
     }
     for (auto& cq : cqs_) cq->Shutdown();
@@ -101,6 +106,26 @@ class GrpcServer::Impl {
   void IfAccepting(Enqueue enqueue) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (accepting_) enqueue();
+  }
+
+  // Streams live here from their first wait for a call until their Finish completes
+  // (StreamCall); `enqueue` asks for the call, as IfAccepting's does.
+  template <typename Stream, typename Enqueue>
+  void ListenStream(std::unique_ptr<Stream> stream, Enqueue enqueue) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (!accepting_) return;
+    Stream* raw = stream.get();
+    streams_.emplace(raw, std::shared_ptr<void>(std::move(stream)));
+    enqueue(raw);
+  }
+  void RemoveStream(const void* stream) EXCLUDES(mu_) {
+    std::shared_ptr<void> gone;  // destroyed after the lock is let go
+    MutexLock lock(mu_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) return;
+    gone = std::move(it->second);
+    streams_.erase(it);
+    if (streams_.empty()) owed_cv_.notify_all();
   }
 
   void Owe() EXCLUDES(mu_) {
@@ -137,6 +162,7 @@ class GrpcServer::Impl {
   std::condition_variable owed_cv_;
   int64_t owed_ GUARDED_BY(mu_) = 0;  // calls handed to a handler, not yet answered
   bool accepting_ GUARDED_BY(mu_) = false;
+  std::map<const void*, std::shared_ptr<void>> streams_ GUARDED_BY(mu_);
   std::vector<std::thread> threads_;  // joined by Shutdown
 };
 
@@ -196,20 +222,20 @@ class UnaryCall final : public Call {
   bool answered_ = false;  // read on the queue's thread after the Finish it precedes
 };
 
-// An RPC vramd does not serve yet: UNIMPLEMENTED, naming it.
+// An RPC vramd does not serve: UNIMPLEMENTED, with a message that names it.
 template <typename Request, typename Response>
 class UnimplementedCall final : public Call {
  public:
   using Enqueue = typename UnaryCall<Request, Response>::Enqueue;
 
   UnimplementedCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
-                    const char* name)
-      : server_(server), cq_(cq), enqueue_(enqueue), name_(name) {}
+                    const char* message)
+      : server_(server), cq_(cq), enqueue_(enqueue), message_(message) {}
 
   static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
-                     const char* name) {
+                     const char* message) {
     server->IfAccepting([&] {
-      auto call = std::make_unique<UnimplementedCall>(server, cq, enqueue, name);
+      auto call = std::make_unique<UnimplementedCall>(server, cq, enqueue, message);
       UnimplementedCall* tag = call.release();
       (server->service()->*enqueue)(&tag->context_, &tag->request_, &tag->writer_, cq, cq, tag);
     });
@@ -217,11 +243,10 @@ class UnimplementedCall final : public Call {
 
   bool Proceed(bool ok) override {
     if (answered_ || !ok) return false;
-    Listen(server_, cq_, enqueue_, name_);
+    Listen(server_, cq_, enqueue_, message_);
     answered_ = true;
     writer_.FinishWithError(
-        grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                     fmt::format("{} is not implemented by vramd yet", name_)),
+        grpc::Status(grpc::StatusCode::UNIMPLEMENTED, message_),
         this);
     return true;
   }
@@ -230,44 +255,130 @@ class UnimplementedCall final : public Call {
   GrpcServer::Impl* const server_;
   grpc::ServerCompletionQueue* const cq_;
   const Enqueue enqueue_;
-  const char* const name_;
+  const char* const message_;
   grpc::ServerContext context_;
   Request request_;
   grpc::ServerAsyncResponseWriter<Response> writer_{&context_};
   bool answered_ = false;
 };
 
-// ModelStreamInfer, not served yet: the stream ends at once with UNIMPLEMENTED.
-class UnimplementedStream final : public Call {
+// One ModelStreamInfer stream: requests are read one after another and each is handed to the
+// routes as it comes (several may run at once); their responses are written in the order they
+// are produced, one write at a time; once the client has sent its last request and every
+// request has had its last response, the stream ends with OK. A stream is kept in the server's
+// registry until its Finish completes, and each of its operations has a tag of its own.
+class StreamCall {
  public:
-  UnimplementedStream(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq)
-      : server_(server), cq_(cq) {}
+  using Response = inference::ModelStreamInferResponse;
+
+  StreamCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) : server_(server), cq_(cq) {}
 
   static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) {
-    server->IfAccepting([&] {
-      auto call = std::make_unique<UnimplementedStream>(server, cq);
-      UnimplementedStream* tag = call.release();
-      server->service()->RequestModelStreamInfer(&tag->context_, &tag->stream_, cq, cq, tag);
+    server->ListenStream(std::make_unique<StreamCall>(server, cq), [&](StreamCall* call) {
+      server->service()->RequestModelStreamInfer(&call->context_, &call->stream_, cq, cq,
+                                                 &call->accepted_);
     });
   }
 
-  bool Proceed(bool ok) override {
-    if (answered_ || !ok) return false;
+ private:
+  // A tag for one kind of operation of this stream; never freed by the queue (it is a member).
+  class Op final : public Call {
+   public:
+    Op(StreamCall* call, void (StreamCall::*on)(bool)) : call_(call), on_(on) {}
+    bool Proceed(bool ok) override {
+      (call_->*on_)(ok);
+      return true;
+    }
+
+   private:
+    StreamCall* const call_;
+    void (StreamCall::*const on_)(bool);
+  };
+
+  void OnAccepted(bool ok) {
+    if (!ok) return server_->RemoveStream(this);  // the server is shutting down
     Listen(server_, cq_);
-    answered_ = true;
-    stream_.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                "ModelStreamInfer is not implemented by vramd yet"),
-                   this);
-    return true;
+    Read();
   }
 
- private:
+  void Read() {
+    reading_ = std::make_shared<inference::ModelInferRequest>();
+    stream_.Read(reading_.get(), &read_);
+  }
+
+  void OnRead(bool ok) EXCLUDES(mu_) {
+    if (!ok) {  // the client sent its last request (or went)
+      MutexLock lock(mu_);
+      read_done_ = true;
+      return WriteOrFinish();
+    }
+    {
+      MutexLock lock(mu_);
+      ++in_flight_;
+    }
+    server_->Owe();
+    server_->routes()->StreamInfer(std::move(reading_),
+                                   [this](std::optional<Response> response, bool last) {
+                                     Send(std::move(response), last);
+                                   });
+    Read();
+  }
+
+  // From the routes, on any thread: a response of one request, and whether it is its last.
+  void Send(std::optional<Response> response, bool last) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      if (response.has_value() && !broken_) pending_.push_back(std::move(*response));
+      if (last) --in_flight_;
+      WriteOrFinish();
+    }
+    if (last) server_->Paid();  // after the write or finish it may start is queued
+  }
+
+  void OnWritten(bool ok) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    writing_ = false;
+    if (!ok) {  // the client went: nothing more can be written
+      broken_ = true;
+      pending_.clear();
+    }
+    WriteOrFinish();
+  }
+
+  void OnFinished(bool) { server_->RemoveStream(this); }
+
+  void WriteOrFinish() REQUIRES(mu_) {
+    if (writing_ || finishing_) return;
+    if (!pending_.empty()) {
+      writing_ = true;
+      written_ = std::move(pending_.front());
+      pending_.pop_front();
+      stream_.Write(written_, &write_);
+      return;
+    }
+    if (read_done_ && in_flight_ == 0) {
+      finishing_ = true;
+      stream_.Finish(grpc::Status::OK, &finish_);
+    }
+  }
+
   GrpcServer::Impl* const server_;
   grpc::ServerCompletionQueue* const cq_;
   grpc::ServerContext context_;
-  grpc::ServerAsyncReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>
-      stream_{&context_};
-  bool answered_ = false;
+  grpc::ServerAsyncReaderWriter<Response, inference::ModelInferRequest> stream_{&context_};
+  Op accepted_{this, &StreamCall::OnAccepted};
+  Op read_{this, &StreamCall::OnRead};
+  Op write_{this, &StreamCall::OnWritten};
+  Op finish_{this, &StreamCall::OnFinished};
+  std::shared_ptr<inference::ModelInferRequest> reading_;  // the read in progress fills it
+  Mutex mu_;
+  std::deque<Response> pending_ GUARDED_BY(mu_);
+  Response written_ GUARDED_BY(mu_);  // the write in progress sends it
+  int64_t in_flight_ GUARDED_BY(mu_) = 0;  // requests not at their last response
+  bool read_done_ GUARDED_BY(mu_) = false;
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool finishing_ GUARDED_BY(mu_) = false;
+  bool broken_ GUARDED_BY(mu_) = false;
 };
 
 template <typename Request, typename Response>
@@ -279,8 +390,8 @@ void Serve(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
 
 template <typename Request, typename Response>
 void Refuse(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
-            typename UnaryCall<Request, Response>::Enqueue enqueue, const char* name) {
-  UnimplementedCall<Request, Response>::Listen(server, cq, enqueue, name);
+            typename UnaryCall<Request, Response>::Enqueue enqueue, const char* message) {
+  UnimplementedCall<Request, Response>::Listen(server, cq, enqueue, message);
 }
 
 }  // namespace
@@ -307,25 +418,25 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
       this, cq, &Service::RequestRepositoryModelLoad, &GrpcRoutes::RepositoryModelLoad);
   Serve<RepositoryModelUnloadRequest, RepositoryModelUnloadResponse>(
       this, cq, &Service::RequestRepositoryModelUnload, &GrpcRoutes::RepositoryModelUnload);
-  UnimplementedStream::Listen(this, cq);
-  Refuse<ModelStatisticsRequest, ModelStatisticsResponse>(
-      this, cq, &Service::RequestModelStatistics, "ModelStatistics");
+  StreamCall::Listen(this, cq);
+  Serve<ModelStatisticsRequest, ModelStatisticsResponse>(
+      this, cq, &Service::RequestModelStatistics, &GrpcRoutes::ModelStatistics);
+  Serve<LogSettingsRequest, LogSettingsResponse>(this, cq, &Service::RequestLogSettings,
+                                                 &GrpcRoutes::LogSettings);
   Refuse<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
-      this, cq, &Service::RequestSystemSharedMemoryStatus, "SystemSharedMemoryStatus");
+      this, cq, &Service::RequestSystemSharedMemoryStatus, "SystemSharedMemoryStatus is not implemented by vramd yet");
   Refuse<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
-      this, cq, &Service::RequestSystemSharedMemoryRegister, "SystemSharedMemoryRegister");
+      this, cq, &Service::RequestSystemSharedMemoryRegister, "SystemSharedMemoryRegister is not implemented by vramd yet");
   Refuse<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
-      this, cq, &Service::RequestSystemSharedMemoryUnregister, "SystemSharedMemoryUnregister");
+      this, cq, &Service::RequestSystemSharedMemoryUnregister, "SystemSharedMemoryUnregister is not implemented by vramd yet");
   Refuse<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryStatus, "CudaSharedMemoryStatus");
+      this, cq, &Service::RequestCudaSharedMemoryStatus, "CudaSharedMemoryStatus is not implemented by vramd yet");
   Refuse<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryRegister, "CudaSharedMemoryRegister");
+      this, cq, &Service::RequestCudaSharedMemoryRegister, "CudaSharedMemoryRegister is not implemented by vramd yet");
   Refuse<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryUnregister, "CudaSharedMemoryUnregister");
+      this, cq, &Service::RequestCudaSharedMemoryUnregister, "CudaSharedMemoryUnregister is not implemented by vramd yet");
   Refuse<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
-                                                    "TraceSetting");
-  Refuse<LogSettingsRequest, LogSettingsResponse>(this, cq, &Service::RequestLogSettings,
-                                                  "LogSettings");
+                                                    "TraceSetting: vramd does not trace requests");
 }
 
 Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& options,

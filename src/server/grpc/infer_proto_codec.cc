@@ -71,8 +71,9 @@ Status SharedMemoryUnsupported(std::string_view what, std::string_view name, std
 }
 
 Status ReadRequestParameters(const ModelInferRequest& m, InferRequest* request) {
-  for (const auto& [key, value] : Sorted(m.parameters())) {
-    const InferParameter& p = *value;
+  for (const auto& entry : Sorted(m.parameters())) {
+    const std::string& key = entry.first;  // a plain reference: lambdas below capture it
+    const InferParameter& p = *entry.second;
     auto must_be_bool = [&](bool* out) -> Status {
       if (!p.has_bool_param()) {
         return Invalid(fmt::format("request parameter '{}' must be true or false, got {}", key,
@@ -113,8 +114,9 @@ Status ReadRequestParameters(const ModelInferRequest& m, InferRequest* request) 
       const uint32_t flag =
           key == "sequence_start" ? kRequestFlagSequenceStart : kRequestFlagSequenceEnd;
       request->flags = set ? (request->flags | flag) : (request->flags & ~flag);
-    } else if (key == "binary_data_output") {
-      // HTTP's binary tensor extension; gRPC outputs are always raw.
+    } else if (key == "binary_data_output" || key == "triton_enable_empty_final_response") {
+      // HTTP's binary tensor extension (gRPC outputs are always raw); the stream's final
+      // response switch, read by the stream (grpc_routes.h).
     } else if (std::string_view(key).substr(0, 7) == "triton_") {
       return Invalid(fmt::format(
           "request parameter '{}': keys starting with 'triton_' are reserved for Triton usage "

@@ -95,23 +95,11 @@ std::string ModelStatsToJson(const std::vector<runtime::VersionStatistics>& vers
 
 HttpResponse ModelStatsResponse(const runtime::ModelManager& manager, std::string_view model,
                                 int64_t version) {
-  std::vector<std::shared_ptr<runtime::LoadedModel>> versions;
-  if (model.empty()) {
-    versions = manager.LoadedVersions();
-  } else {
-    auto found = manager.Find(model, version);
-    if (!found.ok()) return ErrorResponse(found.status());
-    if (version != 0) {
-      versions.push_back(std::move(found).value());
-    } else {
-      for (auto& v : manager.LoadedVersions()) {
-        if (v->name() == model) versions.push_back(std::move(v));
-      }
-    }
-  }
+  auto stats = runtime::StatisticsOf(manager, model, version);
+  if (!stats.ok()) return ErrorResponse(stats.status());
   HttpResponse r;
   r.status = 200;
-  r.body = ModelStatsToJson(runtime::SnapshotVersions(versions));
+  r.body = ModelStatsToJson(*stats);
   return r;
 }
 
