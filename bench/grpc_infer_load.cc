@@ -1,0 +1,267 @@
+// grpc_infer_load: a closed-loop gRPC load generator for ModelInfer, the gRPC counterpart of
+// infer_load (HTTP), and a raw TCP baseline for the same bytes.
+//
+//   grpc_infer_load --model M [--host 127.0.0.1] [--port 8001] [--input INPUT0]
+//                   [--elements N] [--concurrency C] [--duration S] [--warmup S]
+//   grpc_infer_load --tcp-echo --elements N [--concurrency C] [--duration S] [--warmup S]
+//
+// gRPC: C threads, each with a channel of its own (as infer_load has a connection each), sends
+// ModelInfer with one FP32 input of N elements in raw_input_contents and waits for the answer
+// before sending the next; the answer's raw output must have N * 4 bytes.
+// --tcp-echo: no server of vramd's: C loopback TCP connections to an echo server in this
+// process, each sending N * 4 bytes and reading them back, the floor any protocol carrying the
+// same tensor in and out pays on this machine.
+// The first --warmup seconds are not measured. Prints one JSON line:
+//   {"concurrency":C,"requests":n,"errors":e,"rps":..,"p50_ms":..,..,"duration_s":..}
+// Exit status: 0; 2 for bad arguments; 3 when every request failed.
+#include "latency_summary.h"
+
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/grpc/grpc_service.grpc.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string host = "127.0.0.1";
+  std::string port = "8001";
+  std::string model;
+  std::string input = "INPUT0";
+  long elements = 16;
+  int concurrency = 1;
+  double duration_s = 5.0;
+  double warmup_s = 1.0;
+  bool tcp_echo = false;
+};
+
+[[noreturn]] void Usage(const std::string& why) {
+  std::cerr << "grpc_infer_load: " << why << "\n"
+            << "usage: grpc_infer_load --model M [--host H] [--port P] [--input NAME]\n"
+            << "                       [--elements N] [--concurrency C] [--duration S] [--warmup S]\n"
+            << "       grpc_infer_load --tcp-echo [--elements N] [--concurrency C] [--duration S]\n";
+  std::exit(2);
+}
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") o.model = value();
+    else if (a == "--host") o.host = value();
+    else if (a == "--port") o.port = value();
+    else if (a == "--input") o.input = value();
+    else if (a == "--elements") o.elements = std::atol(value().c_str());
+    else if (a == "--concurrency") o.concurrency = std::atoi(value().c_str());
+    else if (a == "--duration") o.duration_s = std::atof(value().c_str());
+    else if (a == "--warmup") o.warmup_s = std::atof(value().c_str());
+    else if (a == "--tcp-echo") o.tcp_echo = true;
+    else if (a == "--help") Usage("help");
+    else Usage("unknown argument " + a);
+  }
+  if (!o.tcp_echo && o.model.empty()) Usage("--model is required");
+  if (o.elements <= 0 || o.concurrency <= 0 || o.duration_s <= 0) Usage("bad numbers");
+  return o;
+}
+
+// What each client thread does per request: true on success.
+struct Run {
+  std::atomic<bool> measuring{false};
+  std::atomic<bool> stop{false};
+  std::atomic<long> errors{0};
+  std::mutex error_mu;
+  std::string first_error;
+  void Error(const std::string& what) {
+    errors.fetch_add(1);
+    std::lock_guard<std::mutex> lock(error_mu);
+    if (first_error.empty()) first_error = what;
+  }
+};
+
+template <typename Once>
+std::vector<double> Loop(Run& run, Once once) {
+  std::vector<double> latencies;
+  while (!run.stop.load()) {
+    const auto t0 = Clock::now();
+    const bool ok = once();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (ok && run.measuring.load()) latencies.push_back(ms);
+  }
+  return latencies;
+}
+
+void GrpcClient(const Options& o, Run& run, std::vector<double>* out) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // A channel each: gRPC shares one connection among channels with equal arguments.
+  args.SetInt("vramd.bench.channel", static_cast<int>(reinterpret_cast<uintptr_t>(out) & 0x7fffffff));
+  auto channel = grpc::CreateCustomChannel(o.host + ":" + o.port,
+                                           grpc::InsecureChannelCredentials(), args);
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  inference::ModelInferRequest request;
+  request.set_model_name(o.model);
+  auto* input = request.add_inputs();
+  input->set_name(o.input);
+  input->set_datatype("FP32");
+  input->add_shape(o.elements);
+  std::vector<float> values(static_cast<size_t>(o.elements));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000);
+  request.add_raw_input_contents(reinterpret_cast<const char*>(values.data()),
+                                 values.size() * sizeof(float));
+  const size_t want = values.size() * sizeof(float);
+  *out = Loop(run, [&] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    inference::ModelInferResponse response;
+    grpc::Status status = stub->ModelInfer(&context, request, &response);
+    if (!status.ok()) {
+      run.Error(status.error_message());
+      return false;
+    }
+    if (response.raw_output_contents_size() != 1 || response.raw_output_contents(0).size() != want) {
+      run.Error("the answer's raw output has the wrong size");
+      return false;
+    }
+    return true;
+  });
+}
+
+bool SendAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+bool RecvAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// A loopback echo server: a thread per connection, each echoing blocks of `size` bytes.
+class EchoServer {
+ public:
+  explicit EchoServer(size_t size) : size_(size) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listen_fd_, 128) != 0) {
+      Usage("cannot listen on loopback");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~EchoServer() {
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    ::close(listen_fd_);
+    for (auto& t : threads_) t.join();
+  }
+  int port() const { return port_; }
+  void Accept(int n) {
+    for (int i = 0; i < n; ++i) {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) Usage("accept failed");
+      threads_.emplace_back([fd, size = size_] {
+        std::vector<char> buf(size);
+        while (RecvAll(fd, buf.data(), size) && SendAll(fd, buf.data(), size)) {
+        }
+        ::close(fd);
+      });
+    }
+  }
+
+ private:
+  size_t size_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+void TcpClient(const Options& o, int port, Run& run, std::vector<double>* out) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) Usage("connect failed");
+  const size_t size = static_cast<size_t>(o.elements) * sizeof(float);
+  std::vector<char> data(size, 'x'), back(size);
+  *out = Loop(run, [&] {
+    if (!SendAll(fd, data.data(), size) || !RecvAll(fd, back.data(), size)) {
+      run.Error("the echo connection broke");
+      run.stop.store(true);
+      return false;
+    }
+    return true;
+  });
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  Run run;
+  std::vector<std::vector<double>> latencies(static_cast<size_t>(o.concurrency));
+  std::vector<std::thread> clients;
+  std::unique_ptr<EchoServer> echo;
+  if (o.tcp_echo) echo = std::make_unique<EchoServer>(static_cast<size_t>(o.elements) * sizeof(float));
+  for (int c = 0; c < o.concurrency; ++c) {
+    clients.emplace_back([&, c] {
+      if (o.tcp_echo) {
+        TcpClient(o, echo->port(), run, &latencies[static_cast<size_t>(c)]);
+      } else {
+        GrpcClient(o, run, &latencies[static_cast<size_t>(c)]);
+      }
+    });
+  }
+  if (echo) echo->Accept(o.concurrency);
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
+  run.measuring.store(true);
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
+  run.measuring.store(false);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  run.stop.store(true);
+  for (auto& t : clients) t.join();
+  echo.reset();
+  const auto summary = vramd::bench::Summarize(latencies, elapsed);
+  std::printf("{\"concurrency\":%d,\"errors\":%ld,%s,\"duration_s\":%.3f}\n", o.concurrency,
+              run.errors.load(), vramd::bench::JsonFields(summary).c_str(), elapsed);
+  if (!run.first_error.empty()) std::cerr << "first error: " << run.first_error << "\n";
+  return summary.requests == 0 && run.errors.load() > 0 ? 3 : 0;
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Issue 15's gRPC targets: the same model and payload over gRPC and over HTTP, one server, one
+run, and a raw TCP baseline for large tensors.
+
+  python3 bench/grpc_vs_http.py --vramd build/src/cli/vramd --infer-load build/bench/infer_load
+      --grpc-load build/bench/grpc_infer_load [--duration 5] [--concurrency 1,16]
+      [--large-concurrency 1,4] [--out results.json]
+
+One vramd serves an identity FP32 model (the built-in identity backend, 2 KIND_CPU instances,
+no batching). Then, each series at each concurrency, closed loop, measured after a warm-up:
+  1. 16-element tensors: HTTP (infer_load, binary tensor data) and gRPC (grpc_infer_load,
+     raw_input_contents). Target: gRPC req/s >= HTTP's.
+  2. 4 MiB tensors (1,048,576 FP32): gRPC, and a raw loopback TCP echo of the same 4 MiB each
+     way (grpc_infer_load --tcp-echo: the floor any protocol pays to move those bytes in and
+     out). Target: gRPC >= 90% of the TCP echo's req/s. HTTP's figure is printed beside.
+Prints FIGURE lines, PASS/FAIL verdicts with the ratios, and one JSON document (--out).
+"""
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "torch"))
+from common import Vramd, figure, infer_load, log, update_json, verdict  # noqa: E402
+
+CONFIG = '''name: "identity_grpc"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+'''
+LARGE = 1 << 20  # FP32 elements: 4 MiB
+
+
+def http_body(work, n):
+    header = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [n],
+                                     "parameters": {"binary_data_size": 4 * n}}],
+                         "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]})
+    path = os.path.join(work, "body_%d" % n)
+    with open(path, "wb") as f:
+        f.write(header.encode())
+        f.write(struct.pack("<%df" % n, *[float(i % 1000) for i in range(n)]))
+    return path, len(header)
+
+
+def grpc_load(a, args, timeout):
+    cmd = [a.grpc_load] + args + ["--duration", str(a.duration), "--warmup", str(a.warmup)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise RuntimeError("grpc_infer_load gave no result (exit %d): %s" % (p.returncode, p.stderr[-1000:]))
+    res = json.loads(lines[-1])
+    if p.stderr.strip():
+        res["stderr"] = p.stderr[-500:]
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vramd", required=True)
+    ap.add_argument("--infer-load", required=True)
+    ap.add_argument("--grpc-load", required=True)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--concurrency", default="1,16")
+    ap.add_argument("--large-concurrency", default="1,4")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="vramd-grpc-bench-")
+    repo = os.path.join(work, "repo")
+    os.makedirs(os.path.join(repo, "identity_grpc", "1"))
+    with open(os.path.join(repo, "identity_grpc", "config.pbtxt"), "w") as f:
+        f.write(CONFIG)
+    log_path = os.path.join(work, "server.log")
+    server = Vramd(a.vramd, [repo], log_path, args=["--exit-on-error"])
+    result = {"machine_cores": os.cpu_count()}
+    ok = True
+    try:
+        server.ready("identity_grpc")
+        with open(log_path) as f:
+            import re
+            grpc_port = int(re.findall(r"gRPC listening on \S+:(\d+)", f.read())[-1])
+        timeout = a.duration + a.warmup + 120
+        small_body, small_hlen = http_body(work, 16)
+        small = {"concurrency": [], "http_rps": [], "grpc_rps": [], "ratio": []}
+        for c in [int(x) for x in a.concurrency.split(",")]:
+            h = infer_load(a.infer_load, server.port, "identity_grpc", small_body, small_hlen, c,
+                           a.duration, a.warmup)
+            g = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
+                              "--elements", "16", "--concurrency", str(c)], timeout)
+            ratio = g["rps"] / h["rps"] if h["rps"] else 0.0
+            log(f"16 elements c={c}: HTTP {h['rps']:.0f} req/s, gRPC {g['rps']:.0f} req/s "
+                f"(errors {h.get('errors', 0)} / {g['errors']})")
+            small["concurrency"].append(c)
+            small["http_rps"].append(h["rps"])
+            small["grpc_rps"].append(g["rps"])
+            small["ratio"].append(ratio)
+            figure(f"grpc_vs_http_16_elements_c{c}", ratio, "ratio")
+            ok &= verdict(ratio >= 1.0 and g["errors"] == 0,
+                          f"gRPC at c={c}, 16 FP32: {ratio:.3f} of HTTP's req/s (>= 1.0)")
+        result["small"] = small
+
+        large_body, large_hlen = http_body(work, LARGE)
+        large = {"concurrency": [], "http_rps": [], "grpc_rps": [], "tcp_rps": [], "ratio_tcp": []}
+        for c in [int(x) for x in a.large_concurrency.split(",")]:
+            h = infer_load(a.infer_load, server.port, "identity_grpc", large_body, large_hlen, c,
+                           a.duration, a.warmup)
+            g = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
+                              "--elements", str(LARGE), "--concurrency", str(c)], timeout)
+            t = grpc_load(a, ["--tcp-echo", "--elements", str(LARGE), "--concurrency", str(c)],
+                          timeout)
+            ratio = g["rps"] / t["rps"] if t["rps"] else 0.0
+            log(f"4 MiB c={c}: HTTP {h['rps']:.1f}, gRPC {g['rps']:.1f}, TCP echo {t['rps']:.1f} req/s")
+            large["concurrency"].append(c)
+            large["http_rps"].append(h["rps"])
+            large["grpc_rps"].append(g["rps"])
+            large["tcp_rps"].append(t["rps"])
+            large["ratio_tcp"].append(ratio)
+            figure(f"grpc_vs_tcp_4mib_c{c}", ratio, "ratio")
+            ok &= verdict(ratio >= 0.9 and g["errors"] == 0,
+                          f"gRPC at c={c}, 4 MiB: {ratio:.3f} of a raw TCP echo's req/s (>= 0.9)")
+        result["large"] = large
+    finally:
+        server.stop()
+    result["ok"] = bool(ok)
+    print(json.dumps(result))
+    update_json(a.out, "grpc_vs_http", result)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
