@@ -32,7 +32,7 @@ for f in "$build_dir"/tests/gpu_*_test $unit_tests "$build_dir"/bench/*_bench; d
   [ -x "$f" ] && binaries+=("$f")
 done
 # The HTTP load generator of the pytorch benchmarks (not a Google Benchmark binary).
-for tool in infer_load inprocess_infer pool_replay; do
+for tool in infer_load grpc_infer_load inprocess_infer pool_replay; do
   [ -x "$build_dir"/bench/$tool ] || { echo "package.sh: $build_dir/bench/$tool was not built" >&2; exit 1; }
   binaries+=("$build_dir"/bench/$tool)
 done

@@ -327,6 +327,21 @@ PY
   rm -rf "$soak_repo"
 fi
 
+# 9. grpc (not in the default STEPS; issue 15): bench/grpc_vs_http.py: the same identity model
+#    over gRPC and HTTP at 16 FP32 (gRPC >= HTTP), and gRPC against a raw loopback TCP echo of
+#    4 MiB each way (>= 0.9), one server, one run. GRPC_ARGS adds arguments.
+if has_step grpc; then
+  grpc_tmp=$(mktemp -d)
+  timeout 400 python3 bench/grpc_vs_http.py --vramd "$BIN"/vramd --infer-load "$BIN"/infer_load \
+    --grpc-load "$BIN"/grpc_infer_load --out "$OUT/grpc_bench.json" ${GRPC_ARGS:-} \
+    > "$grpc_tmp/grpc.out" 2> "$grpc_tmp/grpc.err"
+  rc=$?
+  grep -E '^(PASS|FAIL|FIGURE)' "$grpc_tmp/grpc.out" >> "$summary"
+  [ "$rc" -eq 0 ] && say "PASS grpc bench" || { say "FAIL grpc bench (exit $rc)"; status=1; }
+  { echo "# grpc bench: stderr"; tail -40 "$grpc_tmp/grpc.err"; } >> "$OUT/server.log"
+  rm -rf "$grpc_tmp"
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"

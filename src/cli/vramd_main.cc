@@ -32,6 +32,7 @@
 #include "server/grpc/grpc_routes.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
+#include "server/shared_memory/system_shared_memory.h"
 #include "server/http/kserve_routes.h"
 #include "server/http/metrics_routes.h"
 
@@ -49,6 +50,7 @@ struct ServeOptions {
   int http_body_timeout_secs = 30;
   int64_t http_body_memory_mib = 1024;
   bool allow_grpc = true;
+  bool grpc_shared_memory = true;
   std::string grpc_address = "0.0.0.0";
   int grpc_port = 8001;
   int grpc_threads = 0;
@@ -212,12 +214,15 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
 
   // Declared after the HTTP server and shut down before it: both reach the same manager.
+  // Client shared-memory regions: registered over gRPC, read and written by its requests.
+  vramd::shared_memory::SystemSharedMemory system_shm;
   std::unique_ptr<vramd::grpc_server::GrpcRoutes> grpc_routes;
   std::unique_ptr<vramd::grpc_server::GrpcServer> grpc_server;
   if (options.allow_grpc) {
     grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
         manager->get(),
-        vramd::grpc_server::GrpcRoutes::ServerInfo{"vramd", VRAMD_VERSION, options.strict_readiness});
+        vramd::grpc_server::GrpcRoutes::ServerInfo{"vramd", VRAMD_VERSION, options.strict_readiness},
+        options.grpc_shared_memory ? &system_shm : nullptr);
     vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
     grpc_options.address = options.grpc_address;
     grpc_options.port = static_cast<uint16_t>(options.grpc_port);
@@ -334,13 +339,17 @@ int main(int argc, char** argv) {
   serve->add_flag("--allow-grpc,!--no-allow-grpc", options.allow_grpc,
                   "Serve Triton's gRPC protocol (inference.GRPCInferenceService)")
       ->capture_default_str();
+  serve->add_flag("--grpc-shared-memory,!--no-grpc-shared-memory", options.grpc_shared_memory,
+                  "Serve Triton's system shared-memory extension over gRPC (register, status, "
+                  "unregister; tensors in registered regions)")
+      ->capture_default_str();
   serve->add_option("--grpc-address", options.grpc_address, "Address to listen on for gRPC")
       ->capture_default_str();
   serve->add_option("--grpc-port", options.grpc_port, "gRPC port; 0 picks a free one")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   serve->add_option("--grpc-infer-thread-count", options.grpc_threads,
-                    "gRPC completion-queue threads; 0 means one per hardware thread, at most 4")
+                    "gRPC completion-queue threads; 0 means one per hardware thread")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   serve->add_option("--grpc-keepalive-time", options.grpc.keepalive_time_ms,

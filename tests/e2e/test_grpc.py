@@ -235,11 +235,76 @@ def test_validation_texts_equal_the_http_front_ends(server, stub):
     assert e.details() == h.error_message()
 
 
-def test_shared_memory_parameters_are_refused(stub):
-    r = infer_fp32("identity_fp32", [1])
-    r.inputs[0].parameters["shared_memory_region"].string_param = "region0"
-    e = rpc_error(stub.ModelInfer, r)
-    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared_memory_region" in e.details()
+@pytest.fixture
+def shm_object():
+    from multiprocessing import shared_memory
+    obj = shared_memory.SharedMemory(name="vramd_grpc_test_%d" % os.getpid(), create=True,
+                                     size=1 << 16)
+    yield obj
+    obj.close()
+    obj.unlink()
+
+
+def test_system_shared_memory_round_trip(stub, shm_object):
+    key = "/" + shm_object.name
+    x = np.arange(64, dtype=np.float32) * 1.5
+    shm_object.buf[256:256 + x.nbytes] = x.tobytes()
+    stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(
+        name="in", key=key, offset=0, byte_size=4096))
+    stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(
+        name="out", key=key, offset=8192, byte_size=4096))
+    try:
+        status = stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest()).regions
+        assert sorted(status) == ["in", "out"] and status["out"].offset == 8192
+        assert status["in"].key == key and status["in"].byte_size == 4096
+        e = rpc_error(stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest(
+            name="in", key=key, offset=0, byte_size=16))
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "already registered" in e.details()
+
+        r = pb.ModelInferRequest(model_name="identity_fp32", id="shm")
+        t = r.inputs.add(name="INPUT0", datatype="FP32", shape=[64])
+        t.parameters["shared_memory_region"].string_param = "in"
+        t.parameters["shared_memory_offset"].int64_param = 256
+        t.parameters["shared_memory_byte_size"].int64_param = x.nbytes
+        o = r.outputs.add(name="OUTPUT0")
+        o.parameters["shared_memory_region"].string_param = "out"
+        o.parameters["shared_memory_byte_size"].int64_param = 4096
+        out = stub.ModelInfer(r, timeout=30)
+        assert out.outputs[0].parameters["shared_memory_region"].string_param == "out"
+        assert out.outputs[0].parameters["shared_memory_byte_size"].int64_param == x.nbytes
+        assert out.raw_output_contents[0] == b""
+        got = np.frombuffer(bytes(shm_object.buf[8192:8192 + x.nbytes]), dtype=np.float32)
+        assert got.tolist() == x.tolist()
+
+        # Each range is checked against its region, naming the tensor.
+        t.parameters["shared_memory_offset"].int64_param = 4000
+        e = rpc_error(stub.ModelInfer, r)
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "input 'INPUT0': 256 bytes at offset 4000 are beyond shared memory region 'in'" in e.details()
+        t.parameters["shared_memory_offset"].int64_param = 256
+        t.parameters["shared_memory_region"].string_param = "nope"
+        e = rpc_error(stub.ModelInfer, r)
+        assert e.code() == grpc.StatusCode.NOT_FOUND and "'nope'" in e.details()
+        t.parameters["shared_memory_region"].string_param = "in"
+        o.parameters["shared_memory_byte_size"].int64_param = 16  # too small for the output
+        e = rpc_error(stub.ModelInfer, r)
+        assert "more than the 16 of its shared memory" in e.details()
+    finally:
+        stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest())
+    assert not stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest()).regions
+    e = rpc_error(stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest(name="in"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("key,size,text", [
+    ("/a/b", 16, "no other '/'"), ("noslash", 16, "no other '/'"),
+    ("/vramd_no_such_object", 16, "no such object"), (None, 1 << 20, "beyond the")])
+def test_shared_memory_registration_is_checked(stub, shm_object, key, size, text):
+    key = key or "/" + shm_object.name
+    e = rpc_error(stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest(
+        name="bad", key=key, offset=0, byte_size=size))
+    assert text in e.details()
+    assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
 
 
 def test_gzip_compressed_calls(stub):
@@ -295,9 +360,6 @@ def test_repository_index_load_unload_and_config_override(stub):
 
 
 @pytest.mark.parametrize("rpc,request_type", [
-    ("SystemSharedMemoryStatus", "SystemSharedMemoryStatusRequest"),
-    ("SystemSharedMemoryRegister", "SystemSharedMemoryRegisterRequest"),
-    ("SystemSharedMemoryUnregister", "SystemSharedMemoryUnregisterRequest"),
     ("CudaSharedMemoryStatus", "CudaSharedMemoryStatusRequest"),
     ("CudaSharedMemoryRegister", "CudaSharedMemoryRegisterRequest"),
     ("CudaSharedMemoryUnregister", "CudaSharedMemoryUnregisterRequest"),
@@ -391,3 +453,20 @@ def test_many_concurrent_calls(stub):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         got = list(pool.map(one, range(400)))
     assert got == [[float(i), float(i + 1)] for i in range(400)]
+
+
+def test_shared_memory_can_be_turned_off(start_server):
+    s = start_server([str(FIXTURE_REPO)], ["--no-grpc-shared-memory", "--model-control-mode",
+                                           "explicit", "--load-model", "identity_fp32"],
+                     name="grpc_no_shm", ready_models=["identity_fp32"])
+    ch = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port())
+    try:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        e = rpc_error(stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest())
+        assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "turned off" in e.details()
+        r = infer_fp32("identity_fp32", [1])
+        r.inputs[0].parameters["shared_memory_region"].string_param = "region0"
+        e = rpc_error(stub.ModelInfer, r)
+        assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared_memory_region" in e.details()
+    finally:
+        ch.close()

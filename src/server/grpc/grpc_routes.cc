@@ -56,13 +56,15 @@ grpc::Status ToGrpcStatus(const Status& status) {
   return grpc::Status(code, status.message());
 }
 
-GrpcRoutes::GrpcRoutes(runtime::ModelManager* manager, ServerInfo info)
-    : manager_(manager), mutable_manager_(manager), info_(std::move(info)) {
+GrpcRoutes::GrpcRoutes(runtime::ModelManager* manager, ServerInfo info,
+                       shared_memory::SystemSharedMemory* system_shm)
+    : manager_(manager), mutable_manager_(manager), info_(std::move(info)), system_shm_(system_shm) {
   control_ = std::make_unique<http::ControlDispatcher>(2);
 }
 
-GrpcRoutes::GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info)
-    : manager_(manager), info_(std::move(info)) {}
+GrpcRoutes::GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info,
+                       shared_memory::SystemSharedMemory* system_shm)
+    : manager_(manager), info_(std::move(info)), system_shm_(system_shm) {}
 
 void GrpcRoutes::ServerLive(std::shared_ptr<const inference::ServerLiveRequest>,
                             Reply<inference::ServerLiveResponse> reply) const {
@@ -158,24 +160,25 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   auto request = std::make_shared<InferRequest>();
   // As the HTTP route's: run by the model's scheduler, possibly on an instance thread, which
   // encodes and replies; the outcome's ledger owner closes after the reply is encoded.
-  runtime::InferCallback done = [request, reply = std::move(reply)](
+  const shared_memory::SystemSharedMemory* shm = system_shm_;
+  runtime::InferCallback done = [request, message, shm, reply = std::move(reply)](
                                     Result<runtime::InferOutcome> outcome) {
     request->inputs = {};  // views into the message: the runtime is done with them
     if (!outcome.ok()) return Fail(reply, outcome.status());
     inference::ModelInferResponse r;
-    Status encoded = EncodeInferResponse(outcome->response, *request, &r);
+    Status encoded = EncodeInferResponse(outcome->response, *request, &r, message.get(), shm);
     if (!encoded.ok()) return Fail(reply, encoded);
     reply(Ok(), std::move(r));
   };
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message = std::move(message)](const config::ModelConfig& config) -> Result<InferRequest> {
+      [message = std::move(message), shm](const config::ModelConfig& config) -> Result<InferRequest> {
         if (IsDecoupled(config)) {
           return Status::Unsupported(
               "ModelInfer RPC doesn't support models with decoupled transaction policy");
         }
-        return DecodeInferRequest(message);
+        return DecodeInferRequest(message, shm);
       },
       std::move(done));
 }
@@ -287,7 +290,8 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   const bool empty_final = WantsEmptyFinal(*message);
   // Set by the build step (the version's config says it); read by `done`, which runs after.
   auto decoupled = std::make_shared<bool>(false);
-  runtime::InferCallback done = [request, send, empty_final, decoupled](
+  const shared_memory::SystemSharedMemory* shm = system_shm_;
+  runtime::InferCallback done = [request, send, empty_final, decoupled, message, shm](
                                     Result<runtime::InferOutcome> outcome) {
     request->inputs = {};
     if (!outcome.ok()) return send(StreamError(outcome.status()), true);
@@ -301,7 +305,8 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
       (*final->mutable_parameters())["triton_final_response"].set_bool_param(true);
       return send(std::move(r), true);
     }
-    Status encoded = EncodeInferResponse(outcome->response, *request, r.mutable_infer_response());
+    Status encoded = EncodeInferResponse(outcome->response, *request, r.mutable_infer_response(),
+                                         message.get(), shm);
     if (!encoded.ok()) return send(StreamError(encoded), true);
     send(std::move(r), true);
   };
@@ -309,18 +314,19 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message = std::move(message), send, decoupled, weak_request](
+      [message, send, decoupled, weak_request, shm](
           const config::ModelConfig& config) -> Result<InferRequest> {
-        VRAMD_ASSIGN_OR_RETURN(InferRequest built, DecodeInferRequest(message));
+        VRAMD_ASSIGN_OR_RETURN(InferRequest built, DecodeInferRequest(message, shm));
         *decoupled = IsDecoupled(config);
         if (*decoupled) {
           // Each response as the model sends it, in order, from an instance thread.
-          built.stream = [send, weak_request](Result<InferResponse> response) {
+          built.stream = [send, weak_request, message, shm](Result<InferResponse> response) {
             if (!response.ok()) return send(StreamError(response.status()), false);
             const auto request = weak_request.lock();
             if (request == nullptr) return;
             inference::ModelStreamInferResponse r;
-            Status encoded = EncodeInferResponse(*response, *request, r.mutable_infer_response());
+            Status encoded = EncodeInferResponse(*response, *request, r.mutable_infer_response(),
+                                                 message.get(), shm);
             if (!encoded.ok()) return send(StreamError(encoded), false);
             (*r.mutable_infer_response()->mutable_parameters())["triton_final_response"]
                 .set_bool_param(false);
@@ -330,6 +336,49 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
         return built;
       },
       std::move(done));
+}
+
+namespace {
+
+Status ShmOff() {
+  return Status::Unsupported(
+      "system shared memory is turned off on this server (--no-grpc-shared-memory)");
+}
+
+}  // namespace
+
+void GrpcRoutes::SystemSharedMemoryRegister(
+    std::shared_ptr<const inference::SystemSharedMemoryRegisterRequest> request,
+    Reply<inference::SystemSharedMemoryRegisterResponse> reply) const {
+  if (system_shm_ == nullptr) return Fail(reply, ShmOff());
+  Status s = system_shm_->Register(request->name(), request->key(), request->offset(),
+                                   request->byte_size());
+  reply(ToGrpcStatus(s), inference::SystemSharedMemoryRegisterResponse());
+}
+
+void GrpcRoutes::SystemSharedMemoryStatus(
+    std::shared_ptr<const inference::SystemSharedMemoryStatusRequest> request,
+    Reply<inference::SystemSharedMemoryStatusResponse> reply) const {
+  if (system_shm_ == nullptr) return Fail(reply, ShmOff());
+  auto regions = system_shm_->List(request->name());
+  if (!regions.ok()) return Fail(reply, regions.status());
+  inference::SystemSharedMemoryStatusResponse r;
+  for (const auto& region : *regions) {
+    auto& status = (*r.mutable_regions())[region.name];
+    status.set_name(region.name);
+    status.set_key(region.key);
+    status.set_offset(region.offset);
+    status.set_byte_size(region.byte_size);
+  }
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::SystemSharedMemoryUnregister(
+    std::shared_ptr<const inference::SystemSharedMemoryUnregisterRequest> request,
+    Reply<inference::SystemSharedMemoryUnregisterResponse> reply) const {
+  if (system_shm_ == nullptr) return Fail(reply, ShmOff());
+  reply(ToGrpcStatus(system_shm_->Unregister(request->name())),
+        inference::SystemSharedMemoryUnregisterResponse());
 }
 
 void GrpcRoutes::RepositoryIndex(std::shared_ptr<const inference::RepositoryIndexRequest> request,

@@ -21,6 +21,7 @@
 #include "runtime/model_manager.h"
 #include "server/grpc/grpc_service.pb.h"
 #include "server/http/control_dispatcher.h"
+#include "server/shared_memory/system_shared_memory.h"
 
 namespace vramd::grpc_server {
 
@@ -41,9 +42,13 @@ class GrpcRoutes {
   };
 
   // `manager` must outlive this object and every request it starts. A const manager serves
-  // everything but load and unload, which then answer as the HTTP routes do.
-  GrpcRoutes(runtime::ModelManager* manager, ServerInfo info);
-  GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info);
+  // everything but load and unload, which then answer as the HTTP routes do. `system_shm`
+  // (outliving this object too) holds the system shared-memory regions; null turns the
+  // extension off (its RPCs and tensor parameters are then UNIMPLEMENTED).
+  GrpcRoutes(runtime::ModelManager* manager, ServerInfo info,
+             shared_memory::SystemSharedMemory* system_shm = nullptr);
+  GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info,
+             shared_memory::SystemSharedMemory* system_shm = nullptr);
 
   void ServerLive(std::shared_ptr<const inference::ServerLiveRequest> request,
                   Reply<inference::ServerLiveResponse> reply) const;
@@ -76,6 +81,15 @@ class GrpcRoutes {
       std::function<void(std::optional<inference::ModelStreamInferResponse>, bool last)>;
   void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
                    StreamSend send) const;
+  void SystemSharedMemoryRegister(
+      std::shared_ptr<const inference::SystemSharedMemoryRegisterRequest> request,
+      Reply<inference::SystemSharedMemoryRegisterResponse> reply) const;
+  void SystemSharedMemoryStatus(
+      std::shared_ptr<const inference::SystemSharedMemoryStatusRequest> request,
+      Reply<inference::SystemSharedMemoryStatusResponse> reply) const;
+  void SystemSharedMemoryUnregister(
+      std::shared_ptr<const inference::SystemSharedMemoryUnregisterRequest> request,
+      Reply<inference::SystemSharedMemoryUnregisterResponse> reply) const;
   void RepositoryIndex(std::shared_ptr<const inference::RepositoryIndexRequest> request,
                        Reply<inference::RepositoryIndexResponse> reply) const;
   void RepositoryModelLoad(std::shared_ptr<const inference::RepositoryModelLoadRequest> request,
@@ -87,6 +101,7 @@ class GrpcRoutes {
   const runtime::ModelManager* manager_;
   runtime::ModelManager* mutable_manager_ = nullptr;  // null: load and unload are refused
   const ServerInfo info_;
+  shared_memory::SystemSharedMemory* const system_shm_;
   // Load and unload, which take seconds, run here, not on a completion-queue thread. Last:
   // joined (answering what was posted) before the rest goes.
   std::unique_ptr<http::ControlDispatcher> control_;

@@ -22,6 +22,8 @@ namespace {
 
 using Service = inference::GRPCInferenceService::AsyncService;
 
+constexpr int kInferListeners = 16;
+
 // A completion-queue tag: one call's state machine. Proceed runs on a queue thread for each
 // event of the call and says whether the call still waits on gRPC (kept) or is done (freed).
 class Call {
@@ -55,9 +57,10 @@ class GrpcServer::Impl {
                                options_.http2_min_recv_ping_interval_without_data_ms);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, options_.http2_max_ping_strikes);
     int threads = options_.threads;
-    if (threads <= 0) {
-      threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-    }
+    // As many as the HTTP server's by default: each queue's thread also runs the requests it
+    // takes on the scheduler's fast path, so fewer threads than cores cap the request rate
+    // (4 threads served 34 k req/s on the H200 machine where HTTP's 16 served 162 k).
+    if (threads <= 0) threads = static_cast<int>(std::max(std::thread::hardware_concurrency(), 1u));
     for (int i = 0; i < threads; ++i) cqs_.push_back(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || selected_port == 0) {
@@ -410,8 +413,12 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
                                                      &GrpcRoutes::ModelMetadata);
   Serve<ModelConfigRequest, ModelConfigResponse>(this, cq, &Service::RequestModelConfig,
                                                  &GrpcRoutes::ModelConfig);
-  Serve<ModelInferRequest, ModelInferResponse>(this, cq, &Service::RequestModelInfer,
-                                               &GrpcRoutes::ModelInfer);
+  // Several calls wait for ModelInfer on each queue, so that a burst of requests is matched at
+  // once rather than one per turn of the queue's thread.
+  for (int i = 0; i < kInferListeners; ++i) {
+    Serve<ModelInferRequest, ModelInferResponse>(this, cq, &Service::RequestModelInfer,
+                                                 &GrpcRoutes::ModelInfer);
+  }
   Serve<RepositoryIndexRequest, RepositoryIndexResponse>(this, cq, &Service::RequestRepositoryIndex,
                                                          &GrpcRoutes::RepositoryIndex);
   Serve<RepositoryModelLoadRequest, RepositoryModelLoadResponse>(
@@ -423,12 +430,14 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
       this, cq, &Service::RequestModelStatistics, &GrpcRoutes::ModelStatistics);
   Serve<LogSettingsRequest, LogSettingsResponse>(this, cq, &Service::RequestLogSettings,
                                                  &GrpcRoutes::LogSettings);
-  Refuse<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
-      this, cq, &Service::RequestSystemSharedMemoryStatus, "SystemSharedMemoryStatus is not implemented by vramd yet");
-  Refuse<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
-      this, cq, &Service::RequestSystemSharedMemoryRegister, "SystemSharedMemoryRegister is not implemented by vramd yet");
-  Refuse<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
-      this, cq, &Service::RequestSystemSharedMemoryUnregister, "SystemSharedMemoryUnregister is not implemented by vramd yet");
+  Serve<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
+      this, cq, &Service::RequestSystemSharedMemoryStatus, &GrpcRoutes::SystemSharedMemoryStatus);
+  Serve<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
+      this, cq, &Service::RequestSystemSharedMemoryRegister,
+      &GrpcRoutes::SystemSharedMemoryRegister);
+  Serve<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
+      this, cq, &Service::RequestSystemSharedMemoryUnregister,
+      &GrpcRoutes::SystemSharedMemoryUnregister);
   Refuse<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
       this, cq, &Service::RequestCudaSharedMemoryStatus, "CudaSharedMemoryStatus is not implemented by vramd yet");
   Refuse<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(

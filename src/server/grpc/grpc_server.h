@@ -28,7 +28,7 @@ class GrpcServer {
   struct Options {
     std::string address = "0.0.0.0";
     uint16_t port = 8001;  // 0: a free one (port() says which)
-    int threads = 0;       // completion-queue threads; 0: as many as cores, at most 4
+    int threads = 0;       // completion-queue threads; 0: one per hardware thread
     // Triton's defaults: messages up to INT32_MAX bytes each way.
     int max_message_bytes = 2147483647;
     std::chrono::seconds drain_timeout{30};

@@ -63,11 +63,58 @@ std::map<std::string, const InferParameter*> Sorted(const Map& map) {
 
 bool IsSharedMemoryParameter(std::string_view key) { return key.substr(0, 14) == "shared_memory_"; }
 
-Status SharedMemoryUnsupported(std::string_view what, std::string_view name, std::string_view key) {
-  return Status::Unsupported(fmt::format(
-      "{} '{}': shared memory (parameter '{}') is not supported by vramd yet; send the tensor "
-      "in the request",
-      what, name, key));
+// A tensor's place in a registered system shared-memory region (its shared_memory_*
+// parameters).
+struct ShmRef {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+// The tensor's shared_memory_* parameters, if it has any: region (a string) and byte_size are
+// needed, offset defaults to 0; `what` names the tensor in errors.
+template <typename Map>
+Result<std::optional<ShmRef>> ReadShmParameters(const Map& parameters, const std::string& what,
+                                                const shared_memory::SystemSharedMemory* shm) {
+  std::optional<ShmRef> ref;
+  bool has_size = false;
+  for (const auto& [key, p] : parameters) {
+    if (!IsSharedMemoryParameter(key)) continue;
+    if (shm == nullptr) {
+      return Status::Unsupported(fmt::format(
+          "{}: shared memory (parameter '{}') is turned off on this server "
+          "(--no-grpc-shared-memory); send the tensor in the request",
+          what, key));
+    }
+    if (!ref) ref.emplace();
+    if (key == "shared_memory_region") {
+      if (!p.has_string_param()) {
+        return Invalid(fmt::format("{}: parameter 'shared_memory_region' must be a string, got {}",
+                                   what, KindOf(p)));
+      }
+      ref->region = p.string_param();
+    } else if (key == "shared_memory_offset" || key == "shared_memory_byte_size") {
+      auto v = NonNegative(p);
+      if (!v) {
+        return Invalid(fmt::format("{}: parameter '{}' must be a non-negative integer, got {}",
+                                   what, key, KindOf(p)));
+      }
+      if (key == "shared_memory_offset") {
+        ref->offset = *v;
+      } else {
+        ref->byte_size = *v;
+        has_size = true;
+      }
+    } else {
+      return Invalid(fmt::format("{}: unknown shared memory parameter '{}'", what, key));
+    }
+  }
+  if (ref && (ref->region.empty() || !has_size)) {
+    return Invalid(fmt::format(
+        "{}: shared memory needs parameters 'shared_memory_region' and 'shared_memory_byte_size'",
+        what));
+  }
+  return ref;
 }
 
 Status ReadRequestParameters(const ModelInferRequest& m, InferRequest* request) {
@@ -254,9 +301,6 @@ Status ReadInput(const ModelInferRequest::InferInputTensor& in, size_t position,
         n, in.datatype()));
   }
   tensor->datatype = *type;
-  for (const auto& [key, value] : in.parameters()) {
-    if (IsSharedMemoryParameter(key)) return SharedMemoryUnsupported("input", n, key);
-  }
   return Status::Ok();
 }
 
@@ -272,30 +316,62 @@ Result<int64_t> ParseModelVersion(const std::string& text) {
   return v;
 }
 
-Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest> message) {
+Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest> message,
+                                        const shared_memory::SystemSharedMemory* shm) {
   const ModelInferRequest& m = *message;
   InferRequest request;
   request.id = m.id();
   VRAMD_RETURN_IF_ERROR(ReadRequestParameters(m, &request));
+  // Inputs in shared memory have no raw entry: raw_input_contents holds the others', in order.
+  std::vector<std::optional<ShmRef>> in_shm(static_cast<size_t>(m.inputs_size()));
+  int in_request = 0;
+  for (int i = 0; i < m.inputs_size(); ++i) {
+    VRAMD_ASSIGN_OR_RETURN(in_shm[static_cast<size_t>(i)],
+                           ReadShmParameters(m.inputs(i).parameters(),
+                                             fmt::format("input '{}'", m.inputs(i).name()), shm));
+    if (!in_shm[static_cast<size_t>(i)]) ++in_request;
+  }
   const bool raw = m.raw_input_contents_size() > 0;
-  if (raw && m.raw_input_contents_size() != m.inputs_size()) {
+  if (raw && m.raw_input_contents_size() != in_request) {
     return Invalid(fmt::format(
         "raw_input_contents has {} entries but the request has {} inputs; send one per input, "
         "in the order of 'inputs'",
-        m.raw_input_contents_size(), m.inputs_size()));
+        m.raw_input_contents_size(), in_request));
   }
   request.inputs.resize(static_cast<size_t>(m.inputs_size()));
+  int raw_index = 0;
   for (int i = 0; i < m.inputs_size(); ++i) {
     const auto& in = m.inputs(i);
     Tensor& tensor = request.inputs[static_cast<size_t>(i)];
     VRAMD_RETURN_IF_ERROR(ReadInput(in, static_cast<size_t>(i), &tensor));
+    if (const auto& ref = in_shm[static_cast<size_t>(i)]) {
+      if (in.has_contents()) {
+        return Invalid(fmt::format(
+            "input '{}' has 'contents' and shared memory parameters; send one form", tensor.name));
+      }
+      VRAMD_ASSIGN_OR_RETURN(auto slice, shm->Find(ref->region, ref->offset, ref->byte_size,
+                                                   fmt::format("input '{}'", tensor.name)));
+      const std::string_view bytes(reinterpret_cast<const char*>(slice.data), slice.size);
+      if (tensor.datatype == DataType::kBytes) {
+        VRAMD_RETURN_IF_ERROR(
+            SplitBytesElements(bytes, tensor.name, ElementCount(tensor.shape)).status());
+      } else if (const auto needed = FixedByteSize(tensor); needed != bytes.size()) {
+        return Invalid(fmt::format(
+            "input '{}': shared_memory_byte_size is {} bytes but shape {} of {} needs {}",
+            tensor.name, bytes.size(), ShapeToString(tensor.shape),
+            DataTypeWireName(tensor.datatype),
+            needed ? fmt::format("{}", *needed) : std::string("more than 2^64")));
+      }
+      tensor.data = SharedBuffer::View(std::move(slice.holder), slice.data, slice.size);
+      continue;
+    }
     if (raw) {
       if (in.has_contents()) {
         return Invalid(fmt::format(
             "input '{}' has 'contents' while the request uses raw_input_contents; send one form",
             tensor.name));
       }
-      const std::string& bytes = m.raw_input_contents(i);
+      const std::string& bytes = m.raw_input_contents(raw_index++);
       if (tensor.datatype == DataType::kBytes) {
         VRAMD_RETURN_IF_ERROR(
             SplitBytesElements(bytes, tensor.name, ElementCount(tensor.shape)).status());
@@ -329,8 +405,12 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
     RequestedOutput requested;
     requested.name = out.name();
     requested.binary = true;
+    const std::string what = fmt::format("output '{}'", out.name());
+    VRAMD_ASSIGN_OR_RETURN(auto out_shm, ReadShmParameters(out.parameters(), what, shm));
+    if (out_shm) {  // the region and range must exist now; the output is written at the end
+      VRAMD_RETURN_IF_ERROR(shm->Find(out_shm->region, out_shm->offset, out_shm->byte_size, what).status());
+    }
     for (const auto& [key, p] : out.parameters()) {
-      if (IsSharedMemoryParameter(key)) return SharedMemoryUnsupported("output", out.name(), key);
       if (key != "classification") continue;
       auto v = NonNegative(p);
       if (!v || *v == 0 || *v > std::numeric_limits<uint32_t>::max()) {
@@ -352,7 +432,9 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
 }
 
 Status EncodeInferResponse(const InferResponse& response, const InferRequest& request,
-                           inference::ModelInferResponse* out) {
+                           inference::ModelInferResponse* out,
+                           const inference::ModelInferRequest* message,
+                           const shared_memory::SystemSharedMemory* shm) {
   out->Clear();
   out->set_model_name(response.model_name);
   out->set_model_version(std::to_string(response.model_version));
@@ -379,7 +461,32 @@ Status EncodeInferResponse(const InferResponse& response, const InferRequest& re
     o->set_datatype(std::string(DataTypeWireName(t.datatype)));
     for (int64_t d : t.shape) o->add_shape(d);
     const std::string_view bytes = t.data.view();
-    out->add_raw_output_contents()->assign(bytes.data(), bytes.size());
+    std::optional<ShmRef> ref;
+    if (message != nullptr) {
+      for (const auto& requested : message->outputs()) {
+        if (requested.name() != t.name) continue;
+        VRAMD_ASSIGN_OR_RETURN(ref, ReadShmParameters(requested.parameters(),
+                                                      fmt::format("output '{}'", t.name), shm));
+      }
+    }
+    if (!ref) {
+      out->add_raw_output_contents()->assign(bytes.data(), bytes.size());
+      continue;
+    }
+    // Written into the client's region; the response says where, and carries no bytes of it
+    // (an empty raw entry keeps the others at their outputs' positions).
+    const std::string what = fmt::format("output '{}'", t.name);
+    VRAMD_ASSIGN_OR_RETURN(auto slice, shm->Find(ref->region, ref->offset, ref->byte_size, what));
+    if (bytes.size() > slice.size) {
+      return Invalid(fmt::format("{} has {} bytes, more than the {} of its shared memory", what,
+                                 bytes.size(), slice.size));
+    }
+    if (!bytes.empty()) std::memcpy(slice.data, bytes.data(), bytes.size());
+    auto& parameters = *o->mutable_parameters();
+    parameters["shared_memory_region"].set_string_param(ref->region);
+    parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(bytes.size()));
+    if (ref->offset != 0) parameters["shared_memory_offset"].set_int64_param(static_cast<int64_t>(ref->offset));
+    out->add_raw_output_contents();
   }
   return Status::Ok();
 }

@@ -15,7 +15,12 @@
 //     (checked, dropped), sequence_id (integer or string), sequence_start, sequence_end; keys
 //     starting with "triton_" are refused; every other key reaches the model.
 //   - An output's "classification" parameter (a positive integer) asks for the top classes.
-//   - Shared-memory parameters (shared_memory_region, ...) are Unsupported, naming the tensor.
+//   - An input or output with shared_memory_region and shared_memory_byte_size (and optionally
+//     shared_memory_offset) is in that registered system shared-memory region: an input is
+//     read there in place (the tensor holds the mapping; it has no raw entry, so
+//     raw_input_contents holds the other inputs' in order); an output is written there at the
+//     end, its response entry saying where with an empty raw entry. With `shm` null (turned
+//     off) such parameters are Unsupported, naming the tensor.
 // Response: every output's bytes in raw_output_contents, in the order of `outputs` (as Triton
 // answers), with the response's parameters.
 //
@@ -27,18 +32,23 @@
 #include "core/infer_request.h"
 #include "core/status.h"
 #include "server/grpc/grpc_service.pb.h"
+#include "server/shared_memory/system_shared_memory.h"
 
 namespace vramd::grpc_server {
 
 // Every malformed request is an InvalidArgument naming the field or tensor at fault.
 // model_name and model_version are the caller's (the lookup's).
-Result<InferRequest> DecodeInferRequest(std::shared_ptr<const inference::ModelInferRequest> message);
+Result<InferRequest> DecodeInferRequest(std::shared_ptr<const inference::ModelInferRequest> message,
+                                        const shared_memory::SystemSharedMemory* shm = nullptr);
 
 // "" -> 0; a positive decimal integer -> itself; anything else InvalidArgument.
 Result<int64_t> ParseModelVersion(const std::string& text);
 
-// `response` into `out` (cleared first); `request` gives the id to echo.
+// `response` into `out` (cleared first); `request` gives the id to echo; outputs `message`
+// asks for in shared memory are written into `shm`'s regions.
 Status EncodeInferResponse(const InferResponse& response, const InferRequest& request,
-                           inference::ModelInferResponse* out);
+                           inference::ModelInferResponse* out,
+                           const inference::ModelInferRequest* message = nullptr,
+                           const shared_memory::SystemSharedMemory* shm = nullptr);
 
 }  // namespace vramd::grpc_server
