@@ -51,6 +51,7 @@ struct ServeOptions {
   int64_t http_body_memory_mib = 1024;
   bool allow_grpc = true;
   bool grpc_shared_memory = true;
+  bool http_shared_memory = true;
   std::string grpc_address = "0.0.0.0";
   int grpc_port = 8001;
   int grpc_threads = 0;
@@ -190,8 +191,12 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     return 1;
   }
 
+  // Client shared-memory regions: registered over either protocol, read and written by the
+  // requests of either.
+  vramd::shared_memory::SystemSharedMemory system_shm;
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
-                                   {"vramd", VRAMD_VERSION, options.strict_readiness});
+                                   {"vramd", VRAMD_VERSION, options.strict_readiness,
+                                    options.http_shared_memory ? &system_shm : nullptr});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -214,8 +219,6 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
 
   // Declared after the HTTP server and shut down before it: both reach the same manager.
-  // Client shared-memory regions: registered over gRPC, read and written by its requests.
-  vramd::shared_memory::SystemSharedMemory system_shm;
   std::unique_ptr<vramd::grpc_server::GrpcRoutes> grpc_routes;
   std::unique_ptr<vramd::grpc_server::GrpcServer> grpc_server;
   if (options.allow_grpc) {
@@ -338,6 +341,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_flag("--allow-grpc,!--no-allow-grpc", options.allow_grpc,
                   "Serve Triton's gRPC protocol (inference.GRPCInferenceService)")
+      ->capture_default_str();
+  serve->add_flag("--http-shared-memory,!--no-http-shared-memory", options.http_shared_memory,
+                  "Serve Triton's system shared-memory extension over HTTP "
+                  "(/v2/systemsharedmemory/...; tensors in registered regions)")
       ->capture_default_str();
   serve->add_flag("--grpc-shared-memory,!--no-grpc-shared-memory", options.grpc_shared_memory,
                   "Serve Triton's system shared-memory extension over gRPC (register, status, "

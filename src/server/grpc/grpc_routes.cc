@@ -113,6 +113,7 @@ void GrpcRoutes::ServerMetadata(std::shared_ptr<const inference::ServerMetadataR
                         "parameters", "statistics"}) {
     r.add_extensions(e);
   }
+  if (system_shm_ != nullptr) r.add_extensions("system_shared_memory");
   reply(Ok(), std::move(r));
 }
 

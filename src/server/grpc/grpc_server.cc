@@ -329,13 +329,17 @@ class StreamCall {
 
   // From the routes, on any thread: a response of one request, and whether it is its last.
   void Send(std::optional<Response> response, bool last) EXCLUDES(mu_) {
+    // Once the lock is let go, a Finish started here may complete and free this stream on the
+    // queue's thread (OnFinished waits out this locked section first): nothing of it is
+    // touched after.
+    GrpcServer::Impl* server = server_;
     {
       MutexLock lock(mu_);
       if (response.has_value() && !broken_) pending_.push_back(std::move(*response));
       if (last) --in_flight_;
       WriteOrFinish();
     }
-    if (last) server_->Paid();  // after the write or finish it may start is queued
+    if (last) server->Paid();  // after the write or finish it may start is queued
   }
 
   void OnWritten(bool ok) EXCLUDES(mu_) {
@@ -348,7 +352,10 @@ class StreamCall {
     WriteOrFinish();
   }
 
-  void OnFinished(bool) { server_->RemoveStream(this); }
+  void OnFinished(bool) EXCLUDES(mu_) {
+    { MutexLock lock(mu_); }  // a Send that started the Finish has left its locked section
+    server_->RemoveStream(this);
+  }
 
   void WriteOrFinish() REQUIRES(mu_) {
     if (writing_ || finishing_) return;

@@ -63,13 +63,7 @@ std::map<std::string, const InferParameter*> Sorted(const Map& map) {
 
 bool IsSharedMemoryParameter(std::string_view key) { return key.substr(0, 14) == "shared_memory_"; }
 
-// A tensor's place in a registered system shared-memory region (its shared_memory_*
-// parameters).
-struct ShmRef {
-  std::string region;
-  uint64_t offset = 0;
-  uint64_t byte_size = 0;
-};
+using ShmRef = shared_memory::TensorPlacement;
 
 // The tensor's shared_memory_* parameters, if it has any: region (a string) and byte_size are
 // needed, offset defaults to 0; `what` names the tensor in errors.
@@ -475,13 +469,7 @@ Status EncodeInferResponse(const InferResponse& response, const InferRequest& re
     }
     // Written into the client's region; the response says where, and carries no bytes of it
     // (an empty raw entry keeps the others at their outputs' positions).
-    const std::string what = fmt::format("output '{}'", t.name);
-    VRAMD_ASSIGN_OR_RETURN(auto slice, shm->Find(ref->region, ref->offset, ref->byte_size, what));
-    if (bytes.size() > slice.size) {
-      return Invalid(fmt::format("{} has {} bytes, more than the {} of its shared memory", what,
-                                 bytes.size(), slice.size));
-    }
-    if (!bytes.empty()) std::memcpy(slice.data, bytes.data(), bytes.size());
+    VRAMD_RETURN_IF_ERROR(shm->Write(*ref, bytes, fmt::format("output '{}'", t.name)));
     auto& parameters = *o->mutable_parameters();
     parameters["shared_memory_region"].set_string_param(ref->region);
     parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(bytes.size()));

@@ -46,9 +46,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/infer_request.h"
 #include "core/status.h"
+#include "server/shared_memory/system_shared_memory.h"
 
 namespace vramd::http {
 
@@ -60,8 +62,12 @@ namespace vramd::http {
 // invalid JSON, missing or mistyped fields, unknown datatype, data that does not fit the shape
 // or type (naming the element index), binary sizes that do not add up to the body (giving
 // both numbers), a binary_data_size that does not match shape and datatype, malformed BYTES
-// binary data, duplicate input or output names. Shared-memory parameters
-// (shared_memory_region, ...) are Unsupported. An output's "classification" parameter (Triton's
+// binary data, duplicate input or output names. A tensor with shared-memory parameters
+// (shared_memory_region, shared_memory_byte_size, optionally shared_memory_offset: Triton's
+// system shared memory extension) is in a region of `shm->regions`: an input is read there in
+// place (its range and size checked as binary data is); an output's placement is appended to
+// `shm->outputs` (its region and range checked now) for the encoder to write it there. With
+// `shm` (or its regions) null such parameters are Unsupported. An output's "classification" parameter (Triton's
 // classification extension) must be a positive integer; the runtime applies it
 // (runtime/classification.h).
 // Request-level parameters, as Triton's HTTP front end reads them: binary_data_output (bool);
@@ -74,8 +80,13 @@ namespace vramd::http {
 // (double); null, an array or an object is an InvalidArgument naming the key.
 // Each RequestedOutput.binary is its parameter binary_data if given, else binary_data_output.
 // model_name and model_version of the result are left for the caller (they come from the URL).
+struct SharedMemoryContext {
+  const shared_memory::SystemSharedMemory* regions = nullptr;
+  std::vector<shared_memory::TensorPlacement>* outputs = nullptr;  // filled by the parse
+};
 Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
-                                       std::optional<size_t> json_length);
+                                       std::optional<size_t> json_length,
+                                       const SharedMemoryContext* shm = nullptr);
 
 struct EncodedBody {
   std::string body;
@@ -96,8 +107,12 @@ struct EncodedBody {
 // REQUIRES: each output's data fits its shape and datatype (the runtime checks backend
 // outputs). If not, the JSON data stops at the end of the buffer (a malformed BYTES output is
 // written as []), so the body is still valid JSON.
+// Outputs with a placement in `placed` are written into `regions` and listed with their
+// shared_memory_* parameters (the byte size written) and no data.
 Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
-                                        const InferRequest& request);
+                                        const InferRequest& request,
+                                        const std::vector<shared_memory::TensorPlacement>* placed = nullptr,
+                                        const shared_memory::SystemSharedMemory* regions = nullptr);
 
 // {"error": "<message>"}, escaped as above.
 std::string EncodeError(std::string_view message);

@@ -70,9 +70,50 @@ bool IsSharedMemoryParameter(std::string_view key) { return key.substr(0, 14) ==
 
 Status SharedMemoryUnsupported(std::string_view what, std::string_view name, std::string_view key) {
   return Status::Unsupported(fmt::format(
-      "{} '{}': shared memory (parameter '{}') is not supported by vramd; send the tensor as "
-      "JSON or binary data",
+      "{} '{}': shared memory (parameter '{}') is turned off on this server "
+      "(--no-http-shared-memory); send the tensor as JSON or binary data",
       what, name, key));
+}
+
+// One shared_memory_* parameter of a tensor into `placement` (region a string, offset and
+// byte_size non-negative integers); `seen_size` says byte_size was given.
+Status ReadShmParameter(std::string_view what, const std::string& name, std::string_view key,
+                        const JsonValue& value, shared_memory::TensorPlacement* placement,
+                        bool* seen_size) {
+  placement->tensor = name;
+  if (key == "shared_memory_region") {
+    if (!value.IsString()) {
+      return Invalid(fmt::format("{} '{}': parameter 'shared_memory_region' must be a string, got {}",
+                                 what, name, KindOf(value)));
+    }
+    placement->region.assign(value.GetString(), value.GetStringLength());
+    return Status::Ok();
+  }
+  if (key == "shared_memory_offset" || key == "shared_memory_byte_size") {
+    if (!value.IsUint64()) {
+      return Invalid(fmt::format("{} '{}': parameter '{}' must be a non-negative integer, got {}",
+                                 what, name, key, value.IsNumber() ? NumberText(value) : KindOf(value)));
+    }
+    if (key == "shared_memory_offset") {
+      placement->offset = value.GetUint64();
+    } else {
+      placement->byte_size = value.GetUint64();
+      *seen_size = true;
+    }
+    return Status::Ok();
+  }
+  return Invalid(fmt::format("{} '{}': unknown shared memory parameter '{}'", what, name, key));
+}
+
+Status CheckPlacement(std::string_view what, const std::string& name,
+                      const shared_memory::TensorPlacement& placement, bool seen_size) {
+  if (placement.region.empty() || !seen_size) {
+    return Invalid(fmt::format(
+        "{} '{}': shared memory needs parameters 'shared_memory_region' and "
+        "'shared_memory_byte_size'",
+        what, name));
+  }
+  return Status::Ok();
 }
 
 // Triton's HTTP front end consumes these keys itself (ParseJsonTritonParams) and refuses any
@@ -141,11 +182,14 @@ Status ParseRequestParameters(const JsonValue& params, InferRequest* request) {
 }
 
 Status ParseInputParameters(const JsonValue& params, const std::string& name,
-                            std::optional<uint64_t>* binary_size) {
+                            std::optional<uint64_t>* binary_size,
+                            const SharedMemoryContext* shm,
+                            std::optional<shared_memory::TensorPlacement>* placement) {
   if (!params.IsObject()) {
     return Invalid(
         fmt::format("input '{}': 'parameters' must be an object, got {}", name, KindOf(params)));
   }
+  bool seen_size = false;
   for (const auto& m : params.GetObject()) {
     const std::string_view key = Str(m.name);
     if (key == "binary_data_size") {
@@ -156,9 +200,12 @@ Status ParseInputParameters(const JsonValue& params, const std::string& name,
       }
       *binary_size = m.value.GetUint64();
     } else if (IsSharedMemoryParameter(key)) {
-      return SharedMemoryUnsupported("input", name, key);
+      if (shm == nullptr || shm->regions == nullptr) return SharedMemoryUnsupported("input", name, key);
+      if (!placement->has_value()) placement->emplace();
+      VRAMD_RETURN_IF_ERROR(ReadShmParameter("input", name, key, m.value, &**placement, &seen_size));
     }
   }
+  if (placement->has_value()) VRAMD_RETURN_IF_ERROR(CheckPlacement("input", name, **placement, seen_size));
   return Status::Ok();
 }
 
@@ -176,7 +223,8 @@ std::optional<uint64_t> FixedByteSize(const Tensor& tensor) {
 // Fills `tensor` (all but binary data) from inputs[position]; sets *binary_size when the data
 // comes from the binary part.
 Status ParseInput(const JsonValue& v, size_t position, Tensor* tensor,
-                  std::optional<uint64_t>* binary_size) {
+                  std::optional<uint64_t>* binary_size, const SharedMemoryContext* shm,
+                  std::optional<shared_memory::TensorPlacement>* placement) {
   if (!v.IsObject()) {
     return Invalid(fmt::format("inputs[{}] must be an object, got {}", position, KindOf(v)));
   }
@@ -238,7 +286,16 @@ Status ParseInput(const JsonValue& v, size_t position, Tensor* tensor,
   }
   tensor->datatype = *type;
 
-  if (params != nullptr) VRAMD_RETURN_IF_ERROR(ParseInputParameters(*params, n, binary_size));
+  if (params != nullptr) {
+    VRAMD_RETURN_IF_ERROR(ParseInputParameters(*params, n, binary_size, shm, placement));
+  }
+  if (placement->has_value()) {
+    if (data != nullptr || binary_size->has_value()) {
+      return Invalid(fmt::format(
+          "input '{}' is in shared memory and also has 'data' or 'binary_data_size'; send one", n));
+    }
+    return Status::Ok();  // its bytes are attached from the region (ParseDocument)
+  }
   if (data != nullptr && binary_size->has_value()) {
     return Invalid(fmt::format(
         "input '{}' has both 'data' and parameter 'binary_data_size'; send one of them", n));
@@ -261,7 +318,8 @@ Status ParseInput(const JsonValue& v, size_t position, Tensor* tensor,
   return Status::Ok();
 }
 
-Status ParseOutputs(const JsonValue& outputs, InferRequest* request) {
+Status ParseOutputs(const JsonValue& outputs, InferRequest* request,
+                    const SharedMemoryContext* shm) {
   if (!outputs.IsArray()) {
     return Invalid(fmt::format("'outputs' must be an array, got {}", KindOf(outputs)));
   }
@@ -285,6 +343,8 @@ Status ParseOutputs(const JsonValue& outputs, InferRequest* request) {
       return Invalid(fmt::format("outputs[{}]: 'name' must be a non-empty string", position));
     }
     RequestedOutput requested{std::string(Str(*name)), request->binary_data_output};
+    std::optional<shared_memory::TensorPlacement> placement;
+    bool seen_size = false;
     if (params != nullptr) {
       if (!params->IsObject()) {
         return Invalid(fmt::format("output '{}': 'parameters' must be an object, got {}",
@@ -307,9 +367,24 @@ Status ParseOutputs(const JsonValue& outputs, InferRequest* request) {
           }
           requested.classification = m.value.GetUint();
         } else if (IsSharedMemoryParameter(key)) {
-          return SharedMemoryUnsupported("output", requested.name, key);
+          if (shm == nullptr || shm->regions == nullptr || shm->outputs == nullptr) {
+            return SharedMemoryUnsupported("output", requested.name, key);
+          }
+          if (!placement) placement.emplace();
+          VRAMD_RETURN_IF_ERROR(ReadShmParameter("output", requested.name, key, m.value,
+                                                 &*placement, &seen_size));
         }
       }
+    }
+    if (placement) {
+      VRAMD_RETURN_IF_ERROR(CheckPlacement("output", requested.name, *placement, seen_size));
+      // The region and range must exist now; the output is written when the request ends.
+      VRAMD_RETURN_IF_ERROR(shm->regions
+                                ->Find(placement->region, placement->offset, placement->byte_size,
+                                       fmt::format("output '{}'", requested.name))
+                                .status());
+      requested.binary = false;
+      shm->outputs->push_back(std::move(*placement));
     }
     request->outputs.push_back(std::move(requested));
     ++position;
@@ -373,9 +448,33 @@ Status AttachBinaryData(const std::vector<BinaryInput>& binary,
   return Status::Ok();
 }
 
+// An input's bytes from its region, in place (the tensor holds the mapping), checked as binary
+// data is.
+Status AttachSharedMemory(const shared_memory::SystemSharedMemory& regions,
+                          const shared_memory::TensorPlacement& placement, Tensor* tensor) {
+  VRAMD_ASSIGN_OR_RETURN(auto slice, regions.Find(placement.region, placement.offset,
+                                                  placement.byte_size,
+                                                  fmt::format("input '{}'", tensor->name)));
+  if (tensor->datatype == DataType::kBytes) {
+    const std::string_view bytes(reinterpret_cast<const char*>(slice.data), slice.size);
+    VRAMD_RETURN_IF_ERROR(
+        SplitBytesElements(bytes, tensor->name, ElementCount(tensor->shape)).status());
+  } else if (const std::optional<uint64_t> needed = FixedByteSize(*tensor);
+             needed != placement.byte_size) {
+    return Invalid(fmt::format(
+        "input '{}': shared_memory_byte_size is {} bytes but shape {} of {} needs {}",
+        tensor->name, placement.byte_size, ShapeToString(tensor->shape),
+        DataTypeWireName(tensor->datatype),
+        needed ? fmt::format("{}", *needed) : std::string("more than 2^64")));
+  }
+  tensor->data = SharedBuffer::View(std::move(slice.holder), slice.data, slice.size);
+  return Status::Ok();
+}
+
 Result<InferRequest> ParseDocument(const JsonDoc& doc,
                                    const std::shared_ptr<const std::string>& body,
-                                   size_t json_length, bool header_sent) {
+                                   size_t json_length, bool header_sent,
+                                   const SharedMemoryContext* shm) {
   if (!doc.IsObject()) {
     return Invalid(fmt::format("the request JSON must be an object, got {}", KindOf(doc)));
   }
@@ -408,15 +507,17 @@ Result<InferRequest> ParseDocument(const JsonDoc& doc,
   std::vector<BinaryInput> binary;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     std::optional<uint64_t> binary_size;
+    std::optional<shared_memory::TensorPlacement> placement;
     VRAMD_RETURN_IF_ERROR(ParseInput((*inputs)[static_cast<rapidjson::SizeType>(i)], i,
-                                     &request.inputs[i], &binary_size));
+                                     &request.inputs[i], &binary_size, shm, &placement));
     if (binary_size) binary.push_back({i, *binary_size});
+    if (placement) VRAMD_RETURN_IF_ERROR(AttachSharedMemory(*shm->regions, *placement, &request.inputs[i]));
   }
   if (const std::string* dup = FindDuplicateName(request.inputs)) {
     return Invalid(fmt::format("input '{}' appears more than once in 'inputs'", *dup));
   }
 
-  if (outputs != nullptr) VRAMD_RETURN_IF_ERROR(ParseOutputs(*outputs, &request));
+  if (outputs != nullptr) VRAMD_RETURN_IF_ERROR(ParseOutputs(*outputs, &request, shm));
   if (const std::string* dup = FindDuplicateName(request.outputs)) {
     return Invalid(fmt::format("output '{}' appears more than once in 'outputs'", *dup));
   }
@@ -536,7 +637,7 @@ bool MayNestDeeperThan(std::string_view text, size_t limit) {
 // Parses scratch->json (a copy of body[0, json_length)) in place, then the request.
 Result<InferRequest> ParseInSitu(ParseScratch* scratch,
                                  const std::shared_ptr<const std::string>& body, size_t json_length,
-                                 bool header_sent) {
+                                 bool header_sent, const SharedMemoryContext* shm) {
   std::string& json = scratch->json;
   const bool deep = MayNestDeeperThan(json, kMaxRecursiveBrackets);
   Pool value_pool(scratch->value_pool, sizeof(scratch->value_pool));
@@ -562,13 +663,14 @@ Result<InferRequest> ParseInSitu(ParseScratch* scratch,
     return Invalid(fmt::format("failed to parse the request JSON at offset {}: {}", parsed.Offset(),
                                rapidjson::GetParseError_En(parsed.Code())));
   }
-  return ParseDocument(doc, body, json_length, header_sent);
+  return ParseDocument(doc, body, json_length, header_sent, shm);
 }
 
 }  // namespace
 
 Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
-                                       std::optional<size_t> json_length) {
+                                       std::optional<size_t> json_length,
+                                       const SharedMemoryContext* shm) {
   size_t length = body->size();
   if (json_length) {
     if (*json_length == 0) {
@@ -588,7 +690,7 @@ Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
 
   ParseScratch& scratch = ThreadScratch();
   scratch.json.assign(body->data(), length);
-  Result<InferRequest> result = ParseInSitu(&scratch, body, length, json_length.has_value());
+  Result<InferRequest> result = ParseInSitu(&scratch, body, length, json_length.has_value(), shm);
   if (scratch.json.capacity() > ParseScratch::kKeepJsonBytes) std::string().swap(scratch.json);
   return result;
 }

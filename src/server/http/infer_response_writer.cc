@@ -198,6 +198,15 @@ size_t JsonDataBound(const Tensor& tensor) {
   }
 }
 
+const shared_memory::TensorPlacement* PlacementOf(
+    const std::vector<shared_memory::TensorPlacement>* placed, std::string_view name) {
+  if (placed == nullptr) return nullptr;
+  for (const auto& p : *placed) {
+    if (p.tensor == name) return &p;
+  }
+  return nullptr;
+}
+
 bool OutputIsBinary(const InferRequest& request, std::string_view name) {
   for (const RequestedOutput& o : request.outputs) {
     if (o.name == name) return o.binary;
@@ -208,7 +217,9 @@ bool OutputIsBinary(const InferRequest& request, std::string_view name) {
 }  // namespace
 
 Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
-                                        const InferRequest& request) {
+                                        const InferRequest& request,
+                                        const std::vector<shared_memory::TensorPlacement>* placed,
+                                        const shared_memory::SystemSharedMemory* regions) {
   EncodedBody encoded;
   std::string& s = encoded.body;
   const std::string& id = response.id.empty() ? request.id : response.id;
@@ -221,7 +232,11 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
   bool any_binary = false;
   for (const Tensor& t : response.outputs) {
     bound += 96 + JsonStringBound(t.name.size()) + 21 * t.shape.size();
-    if (OutputIsBinary(request, t.name)) {
+    if (const auto* p = PlacementOf(placed, t.name)) {
+      if (regions == nullptr) return Status::Internal("an output placed in shared memory, but no regions");
+      VRAMD_RETURN_IF_ERROR(regions->Write(*p, t.data.view(), fmt::format("output '{}'", t.name)));
+      bound += 96 + JsonStringBound(p->region.size()) + 42;
+    } else if (OutputIsBinary(request, t.name)) {
       any_binary = true;
       binary_bytes += t.data.size();
     } else {
@@ -258,7 +273,17 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
       AppendInteger(&s, t.shape[d]);
     }
     s.push_back(']');
-    if (OutputIsBinary(request, t.name)) {
+    if (const auto* p = PlacementOf(placed, t.name)) {
+      s.append(",\"parameters\":{\"shared_memory_region\":");
+      AppendJsonString(&s, p->region);
+      if (p->offset != 0) {
+        s.append(",\"shared_memory_offset\":");
+        AppendInteger(&s, p->offset);
+      }
+      s.append(",\"shared_memory_byte_size\":");
+      AppendInteger(&s, t.data.size());
+      s.append("}}");
+    } else if (OutputIsBinary(request, t.name)) {
       s.append(",\"parameters\":{\"binary_data_size\":");
       AppendInteger(&s, t.data.size());
       s.append("}}");
@@ -273,7 +298,9 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
   if (any_binary) {
     encoded.json_length = s.size();
     for (const Tensor& t : response.outputs) {
-      if (OutputIsBinary(request, t.name)) s.append(t.data.view());
+      if (PlacementOf(placed, t.name) == nullptr && OutputIsBinary(request, t.name)) {
+        s.append(t.data.view());
+      }
     }
   }
   return encoded;

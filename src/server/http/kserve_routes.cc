@@ -261,6 +261,7 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
       return Empty(!info_.strict_readiness || manager_->AllModelsReady() ? 200 : 400);
     }
   }
+  if (parts[1] == "systemsharedmemory") return SystemSharedMemory(request, parts);
   if (parts[1] == "memory" && parts.size() == 2) {
     return get ? MemoryReportResponse(*memory_report_) : method_not_allowed();
   }
@@ -323,6 +324,7 @@ HttpResponse KServeRoutes::ServerMetadata() const {
                         "model_repository", "parameters", "statistics"}) {
     w.String(e);
   }
+  if (info_.system_shm != nullptr) w.String("system_shared_memory");
   w.EndArray();
   w.EndObject();
   return Json(200, sb.GetString());
@@ -405,12 +407,13 @@ bool IsDecoupled(const config::ModelConfig& config) {
 // The request `http` carries, for a version whose config is `config` (a raw binary body is
 // parsed against its inputs).
 Result<InferRequest> ParseHttpInferRequest(const HttpRequest& http,
-                                           const config::ModelConfig& config) {
+                                           const config::ModelConfig& config,
+                                           const SharedMemoryContext* shm) {
   if (IsDecoupled(config)) {
     return Status::Unsupported(
         "HTTP end point doesn't support models with decoupled transaction policy");
   }
-  if (!http.inference_header_length) return ParseInferRequest(http.body, std::nullopt);
+  if (!http.inference_header_length) return ParseInferRequest(http.body, std::nullopt, shm);
   const std::string& text = *http.inference_header_length;
   size_t length = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
@@ -419,7 +422,7 @@ Result<InferRequest> ParseHttpInferRequest(const HttpRequest& http,
         fmt::format("Inference-Header-Content-Length '{}' is not a byte count", text));
   }
   return length == 0 ? ParseRawBinaryRequest(config, http.body)
-                     : ParseInferRequest(http.body, length);
+                     : ParseInferRequest(http.body, length, shm);
 }
 
 }  // namespace
@@ -427,13 +430,16 @@ Result<InferRequest> ParseHttpInferRequest(const HttpRequest& http,
 void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t version,
                          Responder respond) const {
   auto request = std::make_shared<InferRequest>();
+  // Outputs the client placed in shared memory: filled by the parse, written by the encoder.
+  auto placed = std::make_shared<std::vector<shared_memory::TensorPlacement>>();
+  const shared_memory::SystemSharedMemory* shm = info_.system_shm;
   // Run by the model's scheduler, possibly on an instance thread, which then encodes and
   // responds (a Responder may be called from any thread). The outcome holds the request's
   // ledger owner: it closes (checking for leaks) when `outcome` goes out of scope, after the
   // response has been encoded and its tensors released. The callback holds the request (the
   // encoder needs its id and output choices) but not the model, and nothing of the routes: a
   // request parked in a reload's gap may be answered after they are gone.
-  runtime::InferCallback done = [request, respond = std::move(respond)](
+  runtime::InferCallback done = [request, placed, shm, respond = std::move(respond)](
                                     Result<runtime::InferOutcome> outcome) {
     // The runtime is done with the inputs once it answers (infer_outcome.h). They are views
     // into the request body, which can be as large as the output: dropping them frees it
@@ -442,7 +448,7 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
     // the scheduler keeps for executions far shorter than encoding a large reply).
     request->inputs = {};
     if (!outcome.ok()) return respond(Error(outcome.status()));
-    auto encoded = EncodeInferResponse(outcome->response, *request);
+    auto encoded = EncodeInferResponse(outcome->response, *request, placed.get(), shm);
     if (!encoded.ok()) return respond(Error(encoded.status()));
     HttpResponse r = Json(200, std::move(encoded->body));
     r.inference_header_length = encoded->json_length;
@@ -453,8 +459,10 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
   // until the new version serves; the body waits with it, in the build step.
   runtime::InferRouter(manager_).InferAsync(
       model, version, std::move(request),
-      [http = std::move(http)](const config::ModelConfig& config) {
-        Result<InferRequest> built = ParseHttpInferRequest(http, config);
+      [http = std::move(http), placed, shm](const config::ModelConfig& config) {
+        placed->clear();  // built at most once, but a gap may delay it: nothing carries over
+        const SharedMemoryContext context{shm, placed.get()};
+        Result<InferRequest> built = ParseHttpInferRequest(http, config, &context);
         if (built.ok()) built->cancel = http.cancel;
         return built;
       },
@@ -493,6 +501,86 @@ void KServeRoutes::Generate(HttpRequest http, const std::string& model, int64_t 
         return built;
       },
       std::move(done));
+}
+
+HttpResponse KServeRoutes::SystemSharedMemory(const HttpRequest& request,
+                                              const std::vector<std::string_view>& parts) const {
+  shared_memory::SystemSharedMemory* shm = info_.system_shm;
+  if (shm == nullptr) {
+    return Error(Status::Unsupported(
+        "system shared memory is turned off on this server (--no-http-shared-memory)"));
+  }
+  // /v2/systemsharedmemory/<action> or /v2/systemsharedmemory/region/<name>/<action>
+  std::string region;
+  std::string_view action;
+  if (parts.size() == 3) {
+    action = parts[2];
+  } else if (parts.size() == 5 && parts[2] == "region") {
+    region = PercentDecode(parts[3]);
+    action = parts[4];
+  } else {
+    return Error(404, fmt::format("no endpoint at '{}'", request.target));
+  }
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  auto method_not_allowed = [&] {
+    return Error(405, fmt::format("method {} is not allowed on '{}'", request.method,
+                                  request.target));
+  };
+  if (action == "status") {
+    if (!get) return method_not_allowed();
+    auto regions = shm->List(region);
+    if (!regions.ok()) return Error(regions.status());
+    rapidjson::StringBuffer sb;
+    JsonWriter w(sb);
+    w.StartArray();
+    for (const auto& r : *regions) {
+      w.StartObject();
+      w.Key("name");
+      WriteJsonString(w, r.name);
+      w.Key("key");
+      WriteJsonString(w, r.key);
+      w.Key("offset");
+      w.Uint64(r.offset);
+      w.Key("byte_size");
+      w.Uint64(r.byte_size);
+      w.EndObject();
+    }
+    w.EndArray();
+    return Json(200, sb.GetString());
+  }
+  if (action == "unregister") {
+    if (!post) return method_not_allowed();
+    Status s = shm->Unregister(region);
+    return s.ok() ? Empty(200) : Error(s);
+  }
+  if (action == "register" && !region.empty()) {
+    if (!post) return method_not_allowed();
+    if (!request.body || request.body->empty()) {
+      return Error(400, "system shared memory register: the body must be a JSON object");
+    }
+    auto parsed = ParseJson(*request.body, "system shared memory register request body");
+    if (!parsed.ok()) return Error(parsed.status());
+    const rapidjson::Document& doc = *parsed;
+    if (!doc.IsObject()) return Error(400, "system shared memory register: the body must be a JSON object");
+    auto key = doc.FindMember("key");
+    auto offset = doc.FindMember("offset");
+    auto size = doc.FindMember("byte_size");
+    if (key == doc.MemberEnd() || !key->value.IsString()) {
+      return Error(400, "system shared memory register: 'key' must be a string");
+    }
+    if (offset != doc.MemberEnd() && !offset->value.IsUint64()) {
+      return Error(400, "system shared memory register: 'offset' must be a non-negative integer");
+    }
+    if (size == doc.MemberEnd() || !size->value.IsUint64()) {
+      return Error(400, "system shared memory register: 'byte_size' must be a non-negative integer");
+    }
+    Status s = shm->Register(region, std::string(key->value.GetString(), key->value.GetStringLength()),
+                             offset != doc.MemberEnd() ? offset->value.GetUint64() : 0,
+                             size->value.GetUint64());
+    return s.ok() ? Empty(200) : Error(s);
+  }
+  return Error(404, fmt::format("no endpoint at '{}'", request.target));
 }
 
 HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {

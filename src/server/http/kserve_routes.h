@@ -18,6 +18,9 @@
 // I/O thread that received them; a model ready question whose backend checks readiness (up
 // to 5 s: LoadedModel::CheckReadyAsync) is answered from the version's probe thread.
 //   GET  /v2/memory                               vramd's memory report (docs/memory.md)
+//   GET  /v2/systemsharedmemory[/region/{r}]/status   system shared memory extension
+//   POST /v2/systemsharedmemory/region/{r}/register   body {"key", "offset", "byte_size"}
+//   POST /v2/systemsharedmemory[/region/{r}]/unregister
 // Errors are {"error": "..."} with Triton's status codes (HttpStatusFor, http_status.h).
 //
 // Thread safety: Handle may be called concurrently.
@@ -26,12 +29,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "memory/memory_report.h"
 #include "runtime/model_manager.h"
 #include "server/http/control_dispatcher.h"
 #include "server/http/http_server.h"
+#include "server/shared_memory/system_shared_memory.h"
 
 namespace vramd::http {
 
@@ -43,6 +49,9 @@ class KServeRoutes {
     // Triton's --strict-readiness: /v2/health/ready needs every model ready; otherwise only
     // that the server is up.
     bool strict_readiness = true;
+    // Triton's system shared memory extension: the regions (shared with the gRPC front end,
+    // outliving the routes); null turns it off over HTTP.
+    shared_memory::SystemSharedMemory* system_shm = nullptr;
   };
 
   // `manager` and `memory_report` must outlive this object. A const manager serves everything
@@ -70,6 +79,8 @@ class KServeRoutes {
   void Generate(HttpRequest request, const std::string& model, int64_t version, bool streaming,
                 Responder respond) const;
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
+  HttpResponse SystemSharedMemory(const HttpRequest& request,
+                                  const std::vector<std::string_view>& parts) const;
   HttpResponse RepositoryControl(const HttpRequest& request, const std::string& model,
                                  bool load) const;
 

@@ -137,6 +137,18 @@ Result<SystemSharedMemory::Slice> SystemSharedMemory::Find(const std::string& na
   return slice;
 }
 
+Status SystemSharedMemory::Write(const TensorPlacement& placement, std::string_view bytes,
+                                 const std::string& what) const {
+  VRAMD_ASSIGN_OR_RETURN(Slice slice, Find(placement.region, placement.offset,
+                                           placement.byte_size, what));
+  if (bytes.size() > slice.size) {
+    return Status::InvalidArgument(fmt::format(
+        "{} has {} bytes, more than the {} of its shared memory", what, bytes.size(), slice.size));
+  }
+  if (!bytes.empty()) std::memcpy(slice.data, bytes.data(), bytes.size());
+  return Status::Ok();
+}
+
 uint64_t SystemSharedMemory::RegisteredBytes() const {
   MutexLock lock(mu_);
   uint64_t total = 0;

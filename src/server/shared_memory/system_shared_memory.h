@@ -15,12 +15,22 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/mutex.h"
 #include "core/status.h"
 
 namespace vramd::shared_memory {
+
+// Where a request's tensor is in a registered region: its shared_memory_region,
+// shared_memory_offset and shared_memory_byte_size parameters (both protocols carry them).
+struct TensorPlacement {
+  std::string tensor;  // the input's or output's name
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
 
 class SystemSharedMemory {
  public:
@@ -49,6 +59,10 @@ class SystemSharedMemory {
   // naming `what` when the range is not within it.
   Result<Slice> Find(const std::string& name, uint64_t offset, uint64_t size,
                      const std::string& what) const EXCLUDES(mu_);
+  // Copies `bytes` (an output) to its placement; InvalidArgument naming `what` when they do
+  // not fit the placement's byte_size, or its range is not within the region.
+  Status Write(const TensorPlacement& placement, std::string_view bytes,
+               const std::string& what) const EXCLUDES(mu_);
   // Bytes of every region registered now.
   uint64_t RegisteredBytes() const EXCLUDES(mu_);
 
