@@ -329,7 +329,9 @@ fi
 
 # 9. grpc (not in the default STEPS; issue 15): bench/grpc_vs_http.py: the same identity model
 #    over gRPC and HTTP at 16 FP32 (gRPC >= HTTP), and gRPC against a raw loopback TCP echo of
-#    4 MiB each way (>= 0.9), one server, one run. GRPC_ARGS adds arguments.
+#    4 MiB each way (>= 0.9), one server, one run (GRPC_ARGS adds arguments); then
+#    bench/shm_vs_body.py: 64 MiB through system shared memory against the body (>= 5x;
+#    SHM_ARGS).
 if has_step grpc; then
   grpc_tmp=$(mktemp -d)
   timeout 400 python3 bench/grpc_vs_http.py --vramd "$BIN"/vramd --infer-load "$BIN"/infer_load \
@@ -338,6 +340,12 @@ if has_step grpc; then
   rc=$?
   grep -E '^(PASS|FAIL|FIGURE)' "$grpc_tmp/grpc.out" >> "$summary"
   [ "$rc" -eq 0 ] && say "PASS grpc bench" || { say "FAIL grpc bench (exit $rc)"; status=1; }
+  # System shared memory against the request body for a 64 MiB tensor (issue 15: >= 5x).
+  timeout 300 python3 bench/shm_vs_body.py --vramd "$BIN"/vramd --out "$OUT/grpc_bench.json" \
+    ${SHM_ARGS:-} > "$grpc_tmp/shm.out" 2>> "$grpc_tmp/grpc.err"
+  rc=$?
+  grep -E '^(PASS|FAIL|FIGURE)' "$grpc_tmp/shm.out" >> "$summary"
+  [ "$rc" -eq 0 ] || status=1
   { echo "# grpc bench: stderr"; tail -40 "$grpc_tmp/grpc.err"; } >> "$OUT/server.log"
   rm -rf "$grpc_tmp"
 fi
