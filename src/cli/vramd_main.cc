@@ -193,7 +193,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
 
   // Client shared-memory regions: registered over either protocol, read and written by the
   // requests of either.
-  vramd::shared_memory::SystemSharedMemory system_shm;
+  vramd::shared_memory::SystemSharedMemory system_shm(&ledger);
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
                                    {"vramd", VRAMD_VERSION, options.strict_readiness,
                                     options.http_shared_memory ? &system_shm : nullptr});
@@ -217,29 +217,6 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     return 1;
   }
   spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
-
-  // Declared after the HTTP server and shut down before it: both reach the same manager.
-  std::unique_ptr<vramd::grpc_server::GrpcRoutes> grpc_routes;
-  std::unique_ptr<vramd::grpc_server::GrpcServer> grpc_server;
-  if (options.allow_grpc) {
-    grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
-        manager->get(),
-        vramd::grpc_server::GrpcRoutes::ServerInfo{"vramd", VRAMD_VERSION, options.strict_readiness},
-        options.grpc_shared_memory ? &system_shm : nullptr);
-    vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
-    grpc_options.address = options.grpc_address;
-    grpc_options.port = static_cast<uint16_t>(options.grpc_port);
-    grpc_options.threads = options.grpc_threads;
-    grpc_options.drain_timeout = std::chrono::seconds(options.exit_timeout_secs);
-    auto started = vramd::grpc_server::GrpcServer::Start(grpc_options, grpc_routes.get());
-    if (!started.ok()) {
-      spdlog::error("{}", started.status().message());
-      (*server)->Shutdown();
-      return 1;
-    }
-    grpc_server = std::move(started).value();
-    spdlog::info("gRPC listening on {}:{}", options.grpc_address, grpc_server->port());
-  }
 
   std::unique_ptr<vramd::http::HttpServer> metrics_server;
   if (options.allow_metrics) {
@@ -270,12 +247,36 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
         });
     if (!started.ok()) {
       spdlog::error("{}", started.status().message());
-      if (grpc_server) grpc_server->Shutdown();
       (*server)->Shutdown();
       return 1;
     }
     metrics_server = std::move(started).value();
     spdlog::info("metrics listening on {}:{}", metrics_options.address, metrics_server->port());
+  }
+
+  // Started after the HTTP and metrics servers (tests read their ports from the log in that
+  // order), shut down before them; all reach the same manager.
+  std::unique_ptr<vramd::grpc_server::GrpcRoutes> grpc_routes;
+  std::unique_ptr<vramd::grpc_server::GrpcServer> grpc_server;
+  if (options.allow_grpc) {
+    grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
+        manager->get(),
+        vramd::grpc_server::GrpcRoutes::ServerInfo{"vramd", VRAMD_VERSION, options.strict_readiness},
+        options.grpc_shared_memory ? &system_shm : nullptr);
+    vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
+    grpc_options.address = options.grpc_address;
+    grpc_options.port = static_cast<uint16_t>(options.grpc_port);
+    grpc_options.threads = options.grpc_threads;
+    grpc_options.drain_timeout = std::chrono::seconds(options.exit_timeout_secs);
+    auto started = vramd::grpc_server::GrpcServer::Start(grpc_options, grpc_routes.get());
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().message());
+      if (metrics_server) metrics_server->Shutdown();
+      (*server)->Shutdown();
+      return 1;
+    }
+    grpc_server = std::move(started).value();
+    spdlog::info("gRPC listening on {}:{}", options.grpc_address, grpc_server->port());
   }
 
   int sig = stop_signals.Wait();

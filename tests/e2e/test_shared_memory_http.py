@@ -29,6 +29,12 @@ def shm_object():
     obj.unlink()
 
 
+def walk(node):
+    yield node
+    for child in node.get("children", []):
+        yield from walk(child)
+
+
 def post_json(c, path, doc):
     return c.post(path, json.dumps(doc).encode(), {"Content-Type": "application/json"})
 
@@ -51,6 +57,10 @@ def test_register_infer_through_shared_memory_and_unregister(server, shm_object)
         assert one == [{"name": "in", "key": key, "offset": 0, "byte_size": 1024}]
         meta = c.get("/v2").json()
         assert "system_shared_memory" in meta["extensions"]
+        # Client-owned host memory in the memory report while registered.
+        owners = {n["path"]: n for n in walk(c.get("/v2/memory").json()["owners"])}
+        assert owners["server/scope:client-shm:in"]["live_bytes"] == 1024
+        assert owners["server/scope:client-shm:out"]["live_bytes"] == 1024
 
         body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [32],
                             "parameters": {"shared_memory_region": "in",
@@ -97,6 +107,8 @@ def test_register_infer_through_shared_memory_and_unregister(server, shm_object)
         assert c.post("/v2/systemsharedmemory/unregister").status == 200
     assert c.get("/v2/systemsharedmemory/status").json() == []
     assert c.get("/v2/systemsharedmemory/region/in/status").status == 404
+    paths = [n["path"] for n in walk(c.get("/v2/memory").json()["owners"])]
+    assert not [p for p in paths if "client-shm" in p], paths
 
 
 def test_shared_memory_over_http_can_be_turned_off(start_server):

@@ -8,6 +8,8 @@ import urllib.request
 import numpy as np
 import pytest
 
+from e2e_helpers import wait_for
+
 from v2client import Input
 
 MODEL = "stats_add_sub"
@@ -36,8 +38,9 @@ def stats_server(start_server, tmp_path_factory):
 
 
 def metrics_page(server):
-    m = re.search(r"metrics listening on [^ ]+:(\d+)", server.stderr_text())
-    assert m, "no 'metrics listening on' line in the log\n" + server.describe()
+    # The metrics port is logged after the HTTP port (and the gRPC one) the server is ready on.
+    m = wait_for(lambda: re.search(r"metrics listening on [^ ]+:(\d+)", server.stderr_text()),
+                 timeout=10, what=lambda: "a 'metrics listening on' line\n" + server.describe())
     with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(1), timeout=10) as r:
         assert r.status == 200
         return r.read().decode()

@@ -13,14 +13,24 @@
 namespace vramd::shared_memory {
 
 // One mmap of the object, from its start to the region's end (mmap offsets must be
-// page-aligned; the region's offset need not be).
+// page-aligned; the region's offset need not be), and the region's charge in the ledger: both
+// last as long as the region is registered or used.
 struct SystemSharedMemory::Mapping {
   Mapping(void* b, size_t s) : base(static_cast<std::byte*>(b)), size(s) {}
-  ~Mapping() { ::munmap(base, size); }
+  ~Mapping() {
+    if (ledger != nullptr) {
+      ledger->RecordFree(charged);
+      ledger->CloseOwner(owner);
+    }
+    ::munmap(base, size);
+  }
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   std::byte* const base;
   const size_t size;
+  memory::Ledger* ledger = nullptr;
+  memory::OwnerId owner = memory::kNoOwner;
+  const void* charged = nullptr;
 };
 
 namespace {
@@ -80,6 +90,12 @@ Status SystemSharedMemory::Register(const std::string& name, const std::string& 
                                         key, std::strerror(err)));
   }
   auto mapping = std::make_shared<Mapping>(base, end);
+  if (ledger_ != nullptr) {
+    mapping->ledger = ledger_;
+    mapping->owner = ledger_->OpenOwner(memory::kNoOwner, memory::OwnerKind::kScope, "client-shm:" + name);
+    mapping->charged = mapping->base + offset;
+    ledger_->RecordAllocation(mapping->charged, byte_size, memory::Device::Cpu(), mapping->owner);
+  }
   MutexLock lock(mu_);
   auto [it, inserted] = regions_.emplace(name, Entry{Region{name, key, offset, byte_size}, mapping});
   if (!inserted) {

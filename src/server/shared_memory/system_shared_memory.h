@@ -6,6 +6,8 @@
 // mapped once, at Register; each use takes a Slice that holds the mapping, so a region
 // unregistered while a request reads or writes it stays mapped until that request lets go.
 // Every offset and size is checked against the region; keys are "/name" with no other '/'.
+// With a ledger, each region is client-owned host memory in it while mapped: an owner of its
+// own under the server, "scope:client-shm:<name>" in /v2/memory, charged the region's bytes.
 //
 // Thread safety: every method may be called concurrently.
 #pragma once
@@ -20,6 +22,7 @@
 
 #include "core/mutex.h"
 #include "core/status.h"
+#include "memory/ledger.h"
 
 namespace vramd::shared_memory {
 
@@ -34,6 +37,9 @@ struct TensorPlacement {
 
 class SystemSharedMemory {
  public:
+  // `ledger` (null: none) must outlive this object and every Slice it hands out.
+  explicit SystemSharedMemory(memory::Ledger* ledger = nullptr) : ledger_(ledger) {}
+
   struct Region {
     std::string name;
     std::string key;
@@ -72,6 +78,7 @@ class SystemSharedMemory {
     Region region;
     std::shared_ptr<Mapping> mapping;
   };
+  memory::Ledger* const ledger_;
   mutable Mutex mu_;
   std::map<std::string, Entry> regions_ GUARDED_BY(mu_);
 };

@@ -83,5 +83,30 @@ TEST(SystemSharedMemoryTest, EveryRangeAndKeyIsChecked) {
   EXPECT_TRUE(shm.Unregister("never").ok());
 }
 
+// With a ledger, a region is client-owned host memory while mapped: charged to an owner of its
+// own until it is unregistered and no request holds it, then closed clean (no leak).
+TEST(SystemSharedMemoryTest, ARegionIsChargedInTheLedgerWhileMapped) {
+  Object object(4096);
+  memory::Ledger ledger;
+  SystemSharedMemory shm(&ledger);
+  auto live = [&]() -> int64_t {
+    for (const auto& o : ledger.Snapshot()) {
+      if (o.name == "client-shm:r" && !o.closed) return o.self.live_bytes;
+    }
+    return -1;
+  };
+  ASSERT_TRUE(shm.Register("r", object.key(), 96, 1000).ok());
+  EXPECT_EQ(live(), 1000);
+  auto slice = shm.Find("r", 0, 10, "input 'X'");
+  ASSERT_TRUE(slice.ok());
+  ASSERT_TRUE(shm.Unregister("r").ok());
+  EXPECT_EQ(live(), 1000) << "still mapped for the request that holds it";
+  *slice = SystemSharedMemory::Slice();
+  EXPECT_EQ(live(), -1);
+  size_t leaks = 0;
+  for (const auto& o : ledger.Snapshot()) leaks += o.self.live_count > 0 && o.name != "server";
+  EXPECT_EQ(leaks, 0u);
+}
+
 }  // namespace
 }  // namespace vramd::shared_memory
