@@ -19,6 +19,7 @@ Prints FIGURE lines, PASS/FAIL verdicts with the ratios, and one JSON document (
 import argparse
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -84,7 +85,6 @@ def main():
     try:
         server.ready("identity_grpc")
         with open(log_path) as f:
-            import re
             grpc_port = int(re.findall(r"gRPC listening on \S+:(\d+)", f.read())[-1])
         timeout = a.duration + a.warmup + 120
         small_body, small_hlen = http_body(work, 16)

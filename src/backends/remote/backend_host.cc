@@ -514,7 +514,7 @@ class Host {
       }
     }
     if (!found) {  // not ours (or after its final result): dropped
-      ReleaseResult(std::move(result));
+      CloseResultMappings(result.get());
       return;
     }
     if (!status.ok()) {
@@ -566,8 +566,6 @@ class Host {
       result->held = 0;
     }
   }
-
-  void ReleaseResult(std::unique_ptr<HostInferResult> result) { CloseResultMappings(result.get()); }
 
   // ---- The server table the library calls. ----
 
@@ -1054,7 +1052,7 @@ class Host {
     std::unique_ptr<HostInferResult> owned(reinterpret_cast<HostInferResult*>(result));
     if (owned == nullptr) return;
     try {
-      Of(s)->ReleaseResult(std::move(owned));
+      Of(s)->CloseResultMappings(owned.get());
     } catch (...) {
     }
   }

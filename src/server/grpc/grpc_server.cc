@@ -459,7 +459,7 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& options,
                                                       const GrpcRoutes* routes) {
   auto impl = std::make_unique<Impl>(options, routes);
   VRAMD_RETURN_IF_ERROR(impl->Start());
-  return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl)));
+  return std::make_unique<GrpcServer>(std::move(impl));
 }
 
 GrpcServer::GrpcServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

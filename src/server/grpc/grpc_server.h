@@ -50,10 +50,10 @@ class GrpcServer {
   int port() const;
   void Shutdown();
 
-  class Impl;
+  class Impl;  // defined in grpc_server.cc only: Start is the one way to make one
+  explicit GrpcServer(std::unique_ptr<Impl> impl);
 
  private:
-  explicit GrpcServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
