@@ -11,13 +11,14 @@ void InferRouter::Submit(const ModelManager* manager, int64_t version,
                          std::shared_ptr<InferRequest> request,
                          std::shared_ptr<LoadedModel> target, InferCallback done,
                          bool on_callers_thread) {
-  request->model_version = target->version();  // not yet seen by anyone else
-  std::shared_ptr<const InferRequest> shared = request;
-  if (target->TryInferAsync(shared, &done, /*allow_inline=*/on_callers_thread)) return;
-  // Retired between its lookup and here. Released before the lookup, which may wait for a
-  // resource-preserving reload that waits for this very reference.
-  target.reset();
-  shared.reset();
+  if (target != nullptr) {
+    request->model_version = target->version();  // not yet seen by anyone else
+    std::shared_ptr<const InferRequest> shared = request;
+    if (target->TryInferAsync(shared, &done, /*allow_inline=*/on_callers_thread)) return;
+    // Retired between its lookup and here. Released before the lookup, which may wait for a
+    // resource-preserving reload that waits for this very reference.
+    target.reset();
+  }
   const std::string& model = request->model_name;
   manager->FindAsync(model, version,
                      [manager, version, request = std::move(request), done = std::move(done)](

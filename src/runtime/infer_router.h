@@ -1,14 +1,15 @@
 // InferRouter: the one asynchronous call through which every front end runs a request on a model
-// named by the client (DESIGN.md, decision 7): HTTP today, gRPC and a Python model calling
-// another model (BLS) next. Front ends parse and encode; the policy of finding the version and
+// named by the client (DESIGN.md, decision 7): HTTP, gRPC and a model calling another (BLS). Front ends parse and encode; the policy of finding the version and
 // following a reload lives here alone.
 //
 // InferAsync(model, version, request, build, done):
 //   1. finds the version to run it: `version`, or the highest ready one when it is 0;
 //   2. has `build` make the request against that version's config (an HTTP raw-binary body can
-//      only be parsed against the config's inputs) and stores it in `*request`;
+//      only be parsed against the config's inputs) and stores it in `*request`; the version
+//      is not held meanwhile, so a reload never waits for a request's parse;
 //   3. submits it to that version;
-//   4. when a reload retired that version between 1 and 3 (it refuses the request), finds the
+//   4. when a reload retired that version between 1 and 3 (it refuses the request, or it is
+//      gone), finds the
 //      version that replaced it and submits the same request there (not built again: the
 //      replacement validates it as it validates any request);
 //   5. during a resource-preserving reload's gap (nothing serves), parks the request with the
@@ -48,7 +49,7 @@
 //
 // Cost: the common case (a ready version, the fast path) adds nothing to what the front end did
 // before this call existed: one shared-lock lookup, `build` called directly (a template, not a
-// std::function), one submit. Only parking and resubmitting allocate a callback.
+// std::function) under a weak reference to the version, one submit. Only parking and resubmitting allocate a callback.
 //
 // Thread safety: InferAsync may be called from any number of threads, instance threads included.
 // The router has no lock of its own; the manager's lookups it calls take the manager's and say
@@ -93,36 +94,44 @@ class InferRouter {
                   InferCallback done) const;
 
  private:
-  // Names `target` in `request` and submits it there; when `target` refuses (retired), finds
-  // its replacement and submits again. `on_callers_thread`: whether the fast path may run the
+  // Names `target` in `request` and submits it there; when `target` refuses (retired) or is
+  // null (destroyed while the request was built), finds its replacement and submits there. `on_callers_thread`: whether the fast path may run the
   // request here (false on the releasing thread). Static: it outlives the router (parking).
   static void Submit(const ModelManager* manager, int64_t version,
                      std::shared_ptr<InferRequest> request, std::shared_ptr<LoadedModel> target,
                      InferCallback done, bool on_callers_thread);
   // The build step of a request already made.
   struct NoBuild {};
-  // Step 2 for `target`: false once `done` has been given build's error.
+  // Steps 2 and 3 for `found`, the version the lookup chose: builds the request against its
+  // config, then submits it there, or to its replacement when a reload retired it meanwhile.
+  // The version is not held while the build runs (it may parse a large body), so a reload
+  // that retires it waits for no request that is still being parsed.
   template <typename Build>
-  static bool BuildFor(Build& build, const LoadedModel& target, InferRequest* request,
-                       InferCallback& done);
+  static void BuildAndSubmit(const ModelManager* manager, int64_t version, std::string_view model,
+                             std::shared_ptr<InferRequest> request,
+                             std::shared_ptr<LoadedModel> found, Build& build, InferCallback done,
+                             bool on_callers_thread);
 
   const ModelManager* manager_;
 };
 
 template <typename Build>
-bool InferRouter::BuildFor(Build& build, const LoadedModel& target, InferRequest* request,
-                           InferCallback& done) {
-  if constexpr (std::is_same_v<Build, NoBuild>) {
-    return true;
-  } else {
-    Result<InferRequest> built = build(target.config());
-    if (!built.ok()) {
-      done(built.status());
-      return false;
-    }
+void InferRouter::BuildAndSubmit(const ModelManager* manager, int64_t version,
+                                 std::string_view model, std::shared_ptr<InferRequest> request,
+                                 std::shared_ptr<LoadedModel> found, Build& build,
+                                 InferCallback done, bool on_callers_thread) {
+  if constexpr (!std::is_same_v<Build, NoBuild>) {
+    const std::shared_ptr<const config::ModelConfig> config = found->shared_config();
+    const std::weak_ptr<LoadedModel> chosen = found;
+    found.reset();
+    Result<InferRequest> built = build(*config);
+    if (!built.ok()) return done(built.status());
     *request = std::move(built).value();
-    return true;
+    found = chosen.lock();  // null once retired and destroyed: Submit finds the replacement
   }
+  request->model_name = model;
+  Submit(manager, version, std::move(request), std::move(found), std::move(done),
+         on_callers_thread);
 }
 
 template <typename Build>
@@ -131,11 +140,9 @@ void InferRouter::InferAsync(std::string_view model, int64_t version,
                              InferCallback done) const {
   if (auto found = manager_->TryFind(model, version)) {  // the common case: no reload gap
     if (!found->ok()) return done(found->status());
-    std::shared_ptr<LoadedModel> target = std::move(*found).value();
-    if (!BuildFor(build, *target, request.get(), done)) return;
-    request->model_name = model;
-    return Submit(manager_, version, std::move(request), std::move(target), std::move(done),
-                  /*on_callers_thread=*/true);
+    return BuildAndSubmit(manager_, version, model, std::move(request),
+                          std::move(*found).value(), build, std::move(done),
+                          /*on_callers_thread=*/true);
   }
   // A resource-preserving gap: the manager parks the request (the caller's thread goes on) and
   // answers here once the gap ends, on its releasing thread (waited), or at once if it ended
@@ -147,10 +154,8 @@ void InferRouter::InferAsync(std::string_view model, int64_t version,
        build = std::move(build), done = std::move(done)](
           Result<std::shared_ptr<LoadedModel>> found, bool waited) mutable {
         if (!found.ok()) return done(found.status());
-        if (!BuildFor(build, **found, request.get(), done)) return;
-        request->model_name = std::move(model_name);
-        Submit(manager, version, std::move(request), std::move(found).value(), std::move(done),
-               !waited);
+        BuildAndSubmit(manager, version, model_name, std::move(request),
+                       std::move(found).value(), build, std::move(done), !waited);
       });
 }
 

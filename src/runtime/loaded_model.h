@@ -106,6 +106,8 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   const std::string& name() const { return config_->name(); }
   int64_t version() const { return version_; }
   const config::ModelConfig& config() const { return *config_; }
+  // The config, for a caller that must read it without holding the version (InferRouter).
+  std::shared_ptr<const config::ModelConfig> shared_config() const { return config_; }
   size_t instance_count() const { return instances_.size(); }
   memory::OwnerId owner() const { return owner_.id(); }
 

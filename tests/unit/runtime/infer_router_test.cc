@@ -240,8 +240,8 @@ class InferRouterTest : public ::testing::Test {
     auto options = memory_.Options({repo_.root()});
     options.model_control_mode = runtime::ModelControlMode::kExplicit;
     options.startup_models = std::move(models);
-    // A reload run from a build step (while the router holds the version it retires) waits for
-    // that version this long, then returns; the request then finds the replacement.
+    // How long a reload waits for requests still holding the versions it retires; a build
+    // step holds none, which the test below would see by this running out.
     options.retire_timeout = milliseconds(200);
     auto manager = runtime::ModelManager::Create(options);
     ASSERT_TRUE(manager.ok()) << manager.status().ToString();
@@ -383,6 +383,35 @@ TEST_F(InferRouterTest, AVersionRetiredBetweenLookupAndSubmitSendsTheRequestToIt
   EXPECT_EQ(got.output, (std::vector<int32_t>{3}));
   EXPECT_EQ(a->builds(), 1);  // built for version 1, not again for its replacement
   EXPECT_EQ(a->built_for(), 1);
+  manager_.reset();
+  EXPECT_EQ(a->answers(), 1);
+}
+
+// A build step may parse a large body; the version is not held meanwhile, so a reload that
+// retires it finishes destroying it without waiting for the parse to end.
+TEST_F(InferRouterTest, AReloadDuringTheBuildStepDoesNotWaitForIt) {
+  Start();
+  std::weak_ptr<runtime::LoadedModel> version1;
+  {
+    auto found = manager_->Find("m", 1);
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    version1 = *found;
+  }
+  bool destroyed_when_reloaded = false;
+  auto a = std::make_shared<Answers>();
+  Router().InferAsync("m", 0, std::make_shared<InferRequest>(),
+                      a->Build(IntRequest({6}),
+                               [&] {
+                                 ReloadToVersion2()();
+                                 destroyed_when_reloaded = version1.expired();
+                               }),
+                      a->Done());
+  Answers::Answer got = a->Await();
+  EXPECT_TRUE(destroyed_when_reloaded)
+      << "the reload returned with version 1 still held by the request being built";
+  EXPECT_TRUE(got.status.ok()) << got.status.ToString();
+  EXPECT_EQ(got.version, 2);
+  EXPECT_EQ(got.output, (std::vector<int32_t>{6}));
   manager_.reset();
   EXPECT_EQ(a->answers(), 1);
 }
