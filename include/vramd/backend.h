@@ -44,8 +44,8 @@
  *
  * GPU tensors (appended within version 1): a backend that sets accepts_gpu_inputs receives
  * inputs where they are (VramdRequest::input_memory says; otherwise vramd moves them to host
- * first), and may add a response's outputs in GPU memory (response_add_output with a GPU kind;
- * VramdRequest::preferred_output_memory says where the request's consumer takes them, and vramd
+ * first), and may add a response's outputs in GPU memory (response_add_output, or
+ * VramdOutputs::add_on_device, with a GPU kind; VramdRequest::preferred_output_memory says where the request's consumer takes them, and vramd
  * moves to host what a consumer cannot take). A BLS call whose caller keeps its inputs
  * (VramdInferCall::inputs_outlive_call) is read in place, with no copy.
  *
@@ -420,6 +420,18 @@ typedef struct VramdOutputs {
   void* outputs; /* pass back as the first argument */
   VramdCode (*add)(void* outputs, const char* name, VramdDataType datatype, const int64_t* shape,
                    size_t rank, size_t byte_size, void** data, VramdError* error);
+  /* Appended within version 1: present when struct_size > offsetof(VramdOutputs,
+   * add_on_device) (a backend must check). As add, in `kind` memory (device `device_id` for a
+   * GPU), which GPU memory is as response_add_output's: from vramd's pool of that device,
+   * charged to the request, stream-ordered on the legacy default stream (a backend that fills
+   * it on a stream of its own completes that work before execute returns). For a backend that
+   * leaves outputs on a GPU where the request's preferred_output_memory is one (a client's
+   * CUDA shared memory, a BLS caller on the GPU); vramd copies them to host for a consumer
+   * that takes host memory. */
+  VramdCode (*add_on_device)(void* outputs, const char* name, VramdDataType datatype,
+                             const int64_t* shape, size_t rank, size_t byte_size,
+                             VramdDeviceKind kind, int32_t device_id, void** data,
+                             VramdError* error);
 } VramdOutputs;
 
 /* The backend's table. Lives as long as the library is loaded. */
@@ -490,7 +502,8 @@ typedef struct VramdBackendApi {
 
   /* Appended within version 1: present when struct_size > offsetof(VramdBackendApi,
    * accepts_gpu_inputs) (older libraries end before it; vramd then reads it as 0).
-   * Non-zero: execute_requests receives inputs in GPU memory where they are (input_memory says
+   * Non-zero: execute_requests (or execute, whose VramdRequest then carries input_memory and
+   * preferred_output_memory) receives inputs in GPU memory where they are (input_memory says
    * which); zero: vramd copies every GPU input to host memory before the call. */
   int32_t accepts_gpu_inputs;
 } VramdBackendApi;

@@ -350,6 +350,17 @@ if has_step grpc; then
   rm -rf "$grpc_tmp"
 fi
 
+# 10. cudashm (not in the default STEPS; issue 15): tests/device/cuda_shm_check.py: a client's
+#    CUDA buffers registered by IPC handle carry an mlp's input and output with no host copy
+#    (vramd_copy_bytes_total), shown in /v2/memory as client owners until unregistered.
+if has_step cudashm; then
+  timeout 300 python3 tests/device/cuda_shm_check.py --vramd "$BIN"/vramd \
+    --make-model scripts/make_mlp_model.py ${CUDASHM_ARGS:-} > "$OUT/cudashm.log" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/cudashm.log" >> "$summary"
+  [ "$rc" -eq 0 ] && say "PASS cuda shared memory check" || { say "FAIL cuda shared memory check (exit $rc)"; status=1; }
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"

@@ -32,7 +32,7 @@
 #include "server/grpc/grpc_routes.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
-#include "server/shared_memory/system_shared_memory.h"
+#include "server/shared_memory/shared_memory_regions.h"
 #include "server/http/kserve_routes.h"
 #include "server/http/metrics_routes.h"
 
@@ -193,10 +193,10 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
 
   // Client shared-memory regions: registered over either protocol, read and written by the
   // requests of either.
-  vramd::shared_memory::SystemSharedMemory system_shm(&ledger);
+  vramd::shared_memory::SharedMemoryRegions shared_memory_regions(&ledger);
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
                                    {"vramd", VRAMD_VERSION, options.strict_readiness,
-                                    options.http_shared_memory ? &system_shm : nullptr});
+                                    options.http_shared_memory ? &shared_memory_regions : nullptr});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -262,7 +262,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
         manager->get(),
         vramd::grpc_server::GrpcRoutes::ServerInfo{"vramd", VRAMD_VERSION, options.strict_readiness},
-        options.grpc_shared_memory ? &system_shm : nullptr);
+        options.grpc_shared_memory ? &shared_memory_regions : nullptr);
     vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
     grpc_options.address = options.grpc_address;
     grpc_options.port = static_cast<uint16_t>(options.grpc_port);

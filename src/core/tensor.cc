@@ -9,6 +9,16 @@ namespace vramd {
 
 int64_t ElementCount(const Shape& shape) { return ElementCount(shape.data(), shape.size()); }
 
+std::optional<uint64_t> FixedByteSize(const Tensor& tensor) {
+  const size_t element = DataTypeByteSize(tensor.datatype);
+  if (element == 0) return std::nullopt;
+  uint64_t bytes;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(ElementCount(tensor.shape)), element, &bytes)) {
+    return std::nullopt;
+  }
+  return bytes;
+}
+
 std::string ShapeToString(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
 
 void AppendBytesElement(std::string* out, std::string_view element) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,10 @@ struct Tensor {
 
 // Elements of `shape`; -1 if a dimension is negative.
 int64_t ElementCount(const Shape& shape);
+
+// Bytes a tensor of `tensor`'s fixed-size datatype and shape holds; nullopt for BYTES, an
+// invalid datatype, or a size past 2^64.
+std::optional<uint64_t> FixedByteSize(const Tensor& tensor);
 
 // "[2,3]"
 std::string ShapeToString(const Shape& shape);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 
 #if VRAMD_WITH_CUDA
@@ -11,6 +12,28 @@
 #endif
 
 namespace vramd::memory {
+namespace {
+
+std::atomic<uint64_t> copied_h2d{0};
+std::atomic<uint64_t> copied_d2h{0};
+std::atomic<uint64_t> copied_d2d{0};
+
+void CountCopy(Device dst, Device src, size_t size) {
+  if (dst.is_cuda() && src.is_cuda()) {
+    copied_d2d.fetch_add(size, std::memory_order_relaxed);
+  } else if (dst.is_cuda()) {
+    copied_h2d.fetch_add(size, std::memory_order_relaxed);
+  } else if (src.is_cuda()) {
+    copied_d2h.fetch_add(size, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+CopiedBytes CopiedBytesTotal() {
+  return {copied_h2d.load(std::memory_order_relaxed), copied_d2h.load(std::memory_order_relaxed),
+          copied_d2d.load(std::memory_order_relaxed)};
+}
 
 #if VRAMD_WITH_CUDA
 
@@ -91,6 +114,7 @@ Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* sr
                                         src_device.ToString(), dst_device.ToString(),
                                         cudaGetErrorString(err)));
   }
+  CountCopy(dst_device, src_device, size);
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 // or driver, there are none, and everything else still works.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -40,5 +41,16 @@ Status SynchronizeStream(int ordinal, void* stream);
 // (Unavailable without it), and a CUDA failure is Internal naming the error.
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream);
+
+// Bytes CopyBytes has moved across a GPU's boundary since the process started, by direction
+// (pinned host memory counts as host): what a request path costs in transfers, e.g. none
+// between host and device for a client's CUDA shared memory read and written by a GPU model.
+// Host-to-host copies are not counted. Safe from any thread.
+struct CopiedBytes {
+  uint64_t host_to_device = 0;
+  uint64_t device_to_host = 0;
+  uint64_t device_to_device = 0;
+};
+CopiedBytes CopiedBytesTotal();
 
 }  // namespace vramd::memory

@@ -85,7 +85,13 @@ Result<std::unique_ptr<ImportedMemory>> ImportedMemory::Open(int ordinal, const 
   void* base = nullptr;
   const cudaError_t err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
   if (err != cudaSuccess) return CudaError("cudaIpcOpenMemHandle", ordinal, err);
-  return std::unique_ptr<ImportedMemory>(new ImportedMemory(ordinal, static_cast<std::byte*>(base)));
+  size_t size = 0;
+  if (auto range = AddressRangeFunction(); range.ok()) {
+    unsigned long long start = 0;
+    if ((*range)(&start, &size, reinterpret_cast<uintptr_t>(base)) != 0) size = 0;
+  }
+  return std::unique_ptr<ImportedMemory>(
+      new ImportedMemory(ordinal, static_cast<std::byte*>(base), size));
 }
 
 ImportedMemory::~ImportedMemory() {

@@ -53,11 +53,15 @@ class ImportedMemory {
   // Where the allocation starts in this process.
   std::byte* base() const { return base_; }
   int ordinal() const { return ordinal_; }
+  // Bytes of the allocation from base(), as the driver reports them; 0 when it cannot tell.
+  size_t size() const { return size_; }
 
  private:
-  ImportedMemory(int ordinal, std::byte* base) : ordinal_(ordinal), base_(base) {}
+  ImportedMemory(int ordinal, std::byte* base, size_t size)
+      : ordinal_(ordinal), base_(base), size_(size) {}
   const int ordinal_;
   std::byte* const base_;
+  const size_t size_;
 };
 
 }  // namespace vramd::memory

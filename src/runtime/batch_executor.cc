@@ -7,12 +7,21 @@
 #include "runtime/batch_assembly.h"
 #include "runtime/request_owner.h"
 #include "runtime/request_responder.h"
+#include "runtime/tensor_memory.h"
 
 namespace vramd::runtime {
 namespace {
 
 uint64_t Ns(SchedulerClock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+bool KeepsGpuOutputs(const std::vector<QueuedRequest>& batch) {
+  if (batch.size() != 1 || batch.front().request->output_gpu == kOnHost) return false;
+  for (const RequestedOutput& o : batch.front().request->outputs) {
+    if (o.classification != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -94,6 +103,12 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
   }
   if (before) memory_log_->Log(instance_owner, batch.size(), *before, memory_log_->Take(instance_owner));
   if (status.ok()) status = reshape_.FromBackend(&outputs);
+  // GPU outputs stay there only for a lone request whose consumer takes them on a GPU and
+  // asks no classification (which reads the host); the rest are split, filtered and read on
+  // the host.
+  if (status.ok() && NeedsMoveToHost(outputs) && !KeepsGpuOutputs(batch)) {
+    status = MoveToHost(&outputs);
+  }
   const auto infer_end = SchedulerClock::now();
   merged = InferRequest();  // outputs that alias its inputs keep their bytes alive
   if (!status.ok()) {

@@ -215,7 +215,10 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     model->instances_.emplace_back(std::move(owner), std::move(instance).value(),
                                    std::move(native));
   }
-  model->gpu_inputs_ = model->backend_model_->TakesGpuInputs();
+  // A joined batch (dynamic batching without request lists) is assembled with memcpy: its
+  // inputs come to the host first, whatever the backend takes.
+  model->gpu_inputs_ = model->backend_model_->TakesGpuInputs() &&
+                       (model->request_lists_ || !config->has_dynamic_batching());
   if (timing != nullptr) {
     const std::chrono::duration<double> elapsed =
         std::chrono::steady_clock::now() - instances_start;

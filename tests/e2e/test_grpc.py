@@ -280,7 +280,7 @@ def test_system_shared_memory_round_trip(stub, shm_object):
         t.parameters["shared_memory_offset"].int64_param = 4000
         e = rpc_error(stub.ModelInfer, r)
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "input 'INPUT0': 256 bytes at offset 4000 are beyond shared memory region 'in'" in e.details()
+        assert "input 'INPUT0': 256 bytes at offset 4000 are beyond system shared memory region 'in'" in e.details()
         t.parameters["shared_memory_offset"].int64_param = 256
         t.parameters["shared_memory_region"].string_param = "nope"
         e = rpc_error(stub.ModelInfer, r)
@@ -359,10 +359,30 @@ def test_repository_index_load_unload_and_config_override(stub):
     assert e.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_cuda_shared_memory_registration_is_checked(stub):
+    """CUDA registrations over gRPC: the handle's size and the device are checked and named;
+    nothing is left registered (the round trip with a real handle runs on the device:
+    tests/device/cuda_shm_check.py)."""
+    assert not stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest()).regions
+    for request, text in (
+            (pb.CudaSharedMemoryRegisterRequest(name="g", raw_handle=b"x" * 10, device_id=0,
+                                                byte_size=16), "has 64 bytes, got 10"),
+            (pb.CudaSharedMemoryRegisterRequest(name="g", raw_handle=bytes(64), device_id=77,
+                                                byte_size=16), "device 77 is not one this server uses"),
+            (pb.CudaSharedMemoryRegisterRequest(name="g", raw_handle=bytes(64), device_id=-1,
+                                                byte_size=16), "device -1"),
+            (pb.CudaSharedMemoryRegisterRequest(name="g", raw_handle=bytes(64), device_id=0,
+                                                byte_size=0), "byte_size 0")):
+        e = rpc_error(stub.CudaSharedMemoryRegister, request)
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and text in e.details(), e.details()
+    e = rpc_error(stub.CudaSharedMemoryStatus, pb.CudaSharedMemoryStatusRequest(name="g"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND and "no CUDA shared memory region" in e.details()
+    stub.CudaSharedMemoryUnregister(pb.CudaSharedMemoryUnregisterRequest(name="g"))
+    stub.CudaSharedMemoryUnregister(pb.CudaSharedMemoryUnregisterRequest())
+    assert not stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest()).regions
+
+
 @pytest.mark.parametrize("rpc,request_type", [
-    ("CudaSharedMemoryStatus", "CudaSharedMemoryStatusRequest"),
-    ("CudaSharedMemoryRegister", "CudaSharedMemoryRegisterRequest"),
-    ("CudaSharedMemoryUnregister", "CudaSharedMemoryUnregisterRequest"),
     ("TraceSetting", "TraceSettingRequest")])
 def test_rpcs_not_served_yet_say_so(stub, rpc, request_type):
     e = rpc_error(getattr(stub, rpc), getattr(pb, request_type)())
@@ -466,6 +486,9 @@ def test_shared_memory_can_be_turned_off(start_server):
         stub = pb_grpc.GRPCInferenceServiceStub(ch)
         e = rpc_error(stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest())
         assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "turned off" in e.details()
+        e = rpc_error(stub.CudaSharedMemoryRegister, pb.CudaSharedMemoryRegisterRequest(
+            name="g", raw_handle=bytes(64), device_id=0, byte_size=16))
+        assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "CUDA shared memory is turned off" in e.details()
         r = infer_fp32("identity_fp32", [1])
         r.inputs[0].parameters["shared_memory_region"].string_param = "region0"
         e = rpc_error(stub.ModelInfer, r)

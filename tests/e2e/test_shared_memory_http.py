@@ -1,10 +1,15 @@
-"""Triton's system shared memory extension over HTTP (src/server/http/kserve_routes.h,
+"""Triton's system and CUDA shared memory extensions over HTTP (src/server/http/kserve_routes.h,
 src/server/shared_memory/): register, status and unregister a POSIX shared-memory region; an
 input read from a region and an output written into one; every range and key checked; the
-regions shared with the gRPC front end; --no-http-shared-memory turns it off."""
+regions shared with the gRPC front end; CUDA registrations checked and refused without a GPU
+(the CUDA round trip runs on the device: tests/device/cuda_shm_check.py);
+--no-http-shared-memory turns both off."""
 
+import base64
 import json
 import os
+import re
+import urllib.request
 
 import numpy as np
 import pytest
@@ -57,6 +62,7 @@ def test_register_infer_through_shared_memory_and_unregister(server, shm_object)
         assert one == [{"name": "in", "key": key, "offset": 0, "byte_size": 1024}]
         meta = c.get("/v2").json()
         assert "system_shared_memory" in meta["extensions"]
+        assert "cuda_shared_memory" in meta["extensions"]
         # Client-owned host memory in the memory report while registered.
         owners = {n["path"]: n for n in walk(c.get("/v2/memory").json()["owners"])}
         assert owners["server/scope:client-shm:in"]["live_bytes"] == 1024
@@ -81,7 +87,7 @@ def test_register_infer_through_shared_memory_and_unregister(server, shm_object)
         # Ranges, sizes and names are checked, naming the tensor.
         body["inputs"][0]["parameters"]["shared_memory_offset"] = 1000
         r = post_json(c, "/v2/models/identity_fp32/infer", body)
-        assert r.status == 400 and "beyond shared memory region 'in'" in r.error_message()
+        assert r.status == 400 and "beyond system shared memory region 'in'" in r.error_message()
         body["inputs"][0]["parameters"]["shared_memory_offset"] = 64
         body["inputs"][0]["parameters"]["shared_memory_byte_size"] = 12
         r = post_json(c, "/v2/models/identity_fp32/infer", body)
@@ -118,8 +124,68 @@ def test_shared_memory_over_http_can_be_turned_off(start_server):
     c = s.client()
     r = c.get("/v2/systemsharedmemory/status")
     assert r.status == 501 and "turned off" in r.error_message()
+    r = c.get("/v2/cudasharedmemory/status")
+    assert r.status == 501 and "CUDA shared memory is turned off" in r.error_message()
     body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1],
                         "parameters": {"shared_memory_region": "r",
                                        "shared_memory_byte_size": 4}}]}
     r = post_json(c, "/v2/models/identity_fp32/infer", body)
     assert r.status == 501 and "shared_memory_region" in r.error_message()
+
+
+def test_cuda_shared_memory_registration_is_checked(server):
+    """Every field of a CUDA registration is checked and named; a device this server does not
+    use (here: any, without a GPU) is refused, and nothing is left registered. The status of
+    a system region is not a CUDA region's."""
+    c = server.client()
+    assert c.get("/v2/cudasharedmemory/status").json() == []
+    handle = {"b64": base64.b64encode(bytes(64)).decode()}
+    for bad, text in (
+            ({"device_id": 0, "byte_size": 16}, "'raw_handle' must be an object with a 'b64'"),
+            ({"raw_handle": {"b64": "***="}, "device_id": 0, "byte_size": 16},
+             "not a base64 character"),
+            ({"raw_handle": {"b64": "abc"}, "device_id": 0, "byte_size": 16},
+             "not a multiple of 4"),
+            ({"raw_handle": {"b64": base64.b64encode(bytes(10)).decode()}, "device_id": 0,
+              "byte_size": 16}, "a CUDA IPC handle has 64 bytes, got 10"),
+            ({"raw_handle": handle, "byte_size": 16}, "'device_id' must be an integer"),
+            ({"raw_handle": handle, "device_id": 0}, "'byte_size' must be"),
+            ({"raw_handle": handle, "device_id": 99, "byte_size": 16},
+             "device 99 is not one this server uses"),
+            ({"raw_handle": handle, "device_id": 0, "byte_size": 0}, "byte_size 0")):
+        r = post_json(c, "/v2/cudasharedmemory/region/g/register", bad)
+        assert r.status == 400 and text in r.error_message(), (bad, r.body[:300])
+    r = c.post("/v2/cudasharedmemory/region/g/register", b"[1]", {"Content-Type": "application/json"})
+    assert r.status == 400 and "must be a JSON object" in r.error_message()
+    r = c.get("/v2/cudasharedmemory/region/g/status")
+    assert r.status == 404 and "no CUDA shared memory region named 'g'" in r.error_message()
+    assert c.post("/v2/cudasharedmemory/region/g/unregister").status == 200
+    assert c.post("/v2/cudasharedmemory/unregister").status == 200
+    assert c.get("/v2/cudasharedmemory/register").status == 404
+    assert c.get("/v2/cudasharedmemory/unregister").status == 405
+    # The copy counters the request paths feed are exported; without a GPU nothing crosses one.
+    port = re.search(r"metrics listening on [^ ]+:(\d+)", server.stderr_text()).group(1)
+    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10) as m:
+        text = m.read().decode()
+    for direction in ("h2d", "d2h", "d2d"):
+        assert 'vramd_copy_bytes_total{direction="%s"} 0' % direction in text, text[-2000:]
+
+
+def test_a_system_region_is_not_a_cuda_one(server, shm_object):
+    c = server.client()
+    key = "/" + shm_object.name
+    assert post_json(c, "/v2/systemsharedmemory/region/sys/register",
+                     {"key": key, "byte_size": 64}).status == 200
+    try:
+        r = c.get("/v2/cudasharedmemory/region/sys/status")
+        assert r.status == 404, r
+        # One namespace: a CUDA registration of a taken name is refused (with a GPU), or its
+        # device is (without one): either way the system region stays.
+        r = post_json(c, "/v2/cudasharedmemory/region/sys/register",
+                      {"raw_handle": {"b64": base64.b64encode(bytes(64)).decode()},
+                       "device_id": 0, "byte_size": 64})
+        assert r.status in (400, 409), r
+        assert c.post("/v2/cudasharedmemory/region/sys/unregister").status == 200
+        assert c.get("/v2/systemsharedmemory/region/sys/status").status == 200
+    finally:
+        assert c.post("/v2/systemsharedmemory/region/sys/unregister").status == 200

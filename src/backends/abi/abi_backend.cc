@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstddef>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <utility>
@@ -36,7 +37,7 @@ struct ModelHandle {
   std::string name, model_dir, version_dir, config_json;
   void* model = nullptr;
   bool checks_readiness = false;  // AbiBackend::ChecksReadiness()
-  bool gpu_inputs = false;        // the table's accepts_gpu_inputs, with execute_requests
+  bool gpu_inputs = false;        // the table's accepts_gpu_inputs
 
   ~ModelHandle() {
     if (model != nullptr) api->model_destroy(model);
@@ -57,40 +58,113 @@ class LoadTimingScope {
   abi::ServerApi* const server_;
 };
 
-// Where VramdOutputs::add appends: tensors whose buffers the backend fills before returning.
+// Where VramdOutputs::add and add_on_device append: tensors whose buffers the backend fills
+// before returning. GPU ones come from `allocator`, charged to the request that runs.
 struct OutputSink {
   std::vector<Tensor>* outputs;
   size_t first;  // outputs of this call start here
+  memory::Allocator* allocator;
 };
+
+template <typename Add>
+VramdCode Guard(const char* entry, size_t byte_size, VramdError* error, Add add) {
+  try {
+    return add();
+  } catch (const std::bad_alloc&) {
+    abi::SetError(error, fmt::format("{}: out of host memory for {} bytes", entry, byte_size));
+    return VRAMD_RESOURCE_EXHAUSTED;
+  } catch (const std::exception& e) {
+    abi::SetError(error, fmt::format("{}: {}", entry, e.what()));
+    return VRAMD_INTERNAL;
+  } catch (...) {
+    abi::SetError(error, fmt::format("{}: unknown exception", entry));
+    return VRAMD_INTERNAL;
+  }
+}
+
+VramdCode Failed(VramdError* error, const Status& status) {
+  abi::SetError(error, status.message());
+  return abi::ToVramdCode(status.code());
+}
+
+// Host outputs from this size up come from the server's CPU pool, charged to the request: its
+// cached segments keep their pages mapped between requests, where a fresh buffer this large
+// (above glibc's mmap threshold) is mapped, faulted in page by page and unmapped every time.
+constexpr size_t kPooledHostOutputBytes = size_t{1} << 20;
 
 VramdCode AddOutput(void* sink_ptr, const char* name, VramdDataType datatype,
                     const int64_t* shape, size_t rank, size_t byte_size, void** data,
                     VramdError* error) {
-  try {
+  return Guard("outputs->add", byte_size, error, [&] {
+    if (data == nullptr) return Failed(error, Status::InvalidArgument("outputs->add: `data` is NULL"));
+    *data = nullptr;
+    auto* sink = static_cast<OutputSink*>(sink_ptr);
+    if (byte_size >= kPooledHostOutputBytes && sink->allocator != nullptr) {
+      auto tensor = abi::NewOutput(*sink->outputs, sink->first, "outputs->add", name, datatype,
+                                   shape, rank, byte_size);
+      if (!tensor.ok()) return Failed(error, tensor.status());
+      auto buffer = sink->allocator->Allocate(memory::Device::Cpu(), byte_size, /*stream=*/0,
+                                              memory::OwnerScope::Current());
+      if (!buffer.ok()) {
+        return Failed(error, buffer.status().WithContext(
+                                 fmt::format("outputs->add '{}'", tensor->name)));
+      }
+      tensor->data = abi::ShareBuffer(std::move(buffer).value());
+      *data = const_cast<std::byte*>(tensor->data.data());
+      sink->outputs->push_back(std::move(tensor).value());
+      return VRAMD_OK;
+    }
+    auto added = abi::AppendHostOutput(sink->outputs, sink->first, "outputs->add", name,
+                                       datatype, shape, rank, byte_size);
+    if (!added.ok()) return Failed(error, added.status());
+    *data = *added;
+    return VRAMD_OK;
+  });
+}
+
+VramdCode AddOutputOnDevice(void* sink_ptr, const char* name, VramdDataType datatype,
+                            const int64_t* shape, size_t rank, size_t byte_size,
+                            VramdDeviceKind kind, int32_t device_id, void** data,
+                            VramdError* error) {
+  // Read as the integer a library wrote: a value the enum lacks must not be loaded as one.
+  int32_t memory_kind = VRAMD_DEVICE_CPU;
+  std::memcpy(&memory_kind, &kind, sizeof memory_kind);
+  if (memory_kind != VRAMD_DEVICE_GPU) {
+    if (memory_kind != VRAMD_DEVICE_CPU && memory_kind != VRAMD_DEVICE_CUDA_HOST) {
+      return Failed(error, Status::InvalidArgument(fmt::format(
+                               "outputs->add_on_device '{}': unknown memory kind {}",
+                               name != nullptr ? name : "(NULL)", memory_kind)));
+    }
+    return AddOutput(sink_ptr, name, datatype, shape, rank, byte_size, data, error);
+  }
+  return Guard("outputs->add_on_device", byte_size, error, [&] {
     if (data == nullptr) {
-      abi::SetError(error, "outputs->add: `data` is NULL");
-      return VRAMD_INVALID_ARGUMENT;
+      return Failed(error, Status::InvalidArgument("outputs->add_on_device: `data` is NULL"));
     }
     *data = nullptr;
     auto* sink = static_cast<OutputSink*>(sink_ptr);
-    auto added = abi::AppendHostOutput(sink->outputs, sink->first, "outputs->add", name,
-                                       datatype, shape, rank, byte_size);
-    if (!added.ok()) {
-      abi::SetError(error, added.status().message());
-      return abi::ToVramdCode(added.status().code());
+    auto tensor = abi::NewOutput(*sink->outputs, sink->first, "outputs->add_on_device", name,
+                                 datatype, shape, rank, byte_size);
+    if (!tensor.ok()) return Failed(error, tensor.status());
+    auto device = abi::ToDevice(VRAMD_DEVICE_GPU, device_id);
+    if (!device.ok()) return Failed(error, device.status());
+    if (sink->allocator == nullptr) {
+      return Failed(error, Status::Unavailable("outputs->add_on_device: this server allocates no memory"));
     }
-    *data = *added;
+    if (byte_size > 0) {
+      auto buffer = sink->allocator->Allocate(*device, byte_size, /*stream=*/0,
+                                              memory::OwnerScope::Current());
+      if (!buffer.ok()) {
+        return Failed(error, buffer.status().WithContext(fmt::format(
+                                 "outputs->add_on_device '{}' on GPU {}", tensor->name, device_id)));
+      }
+      tensor->data = abi::ShareBuffer(std::move(buffer).value());
+    }
+    tensor->gpu = device_id;
+    *data = const_cast<std::byte*>(tensor->data.data());
+    sink->outputs->push_back(std::move(tensor).value());
     return VRAMD_OK;
-  } catch (const std::bad_alloc&) {
-    abi::SetError(error, fmt::format("outputs->add: out of host memory for {} bytes", byte_size));
-    return VRAMD_RESOURCE_EXHAUSTED;
-  } catch (const std::exception& e) {
-    abi::SetError(error, fmt::format("outputs->add: {}", e.what()));
-    return VRAMD_INTERNAL;
-  } catch (...) {
-    abi::SetError(error, "outputs->add: unknown exception");
-    return VRAMD_INTERNAL;
-  }
+  });
 }
 
 // What one request of a request list shows the backend: its VramdRequest and everything the
@@ -160,8 +234,24 @@ class AbiInstance final : public BackendInstance {
       // which allocate reads as that same current owner should one ever ask.
       vreq.owner = model_->linked ? memory::kNoOwner : memory::OwnerScope::Current();
 
-      OutputSink sink{outputs, first};
-      VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput};
+      // Where the inputs are and where the consumer takes outputs: for a backend that takes
+      // GPU inputs (the others see host inputs, and their GPU outputs are moved to host).
+      std::vector<VramdMemory> input_memory;
+      if (model_->gpu_inputs) {
+        for (const Tensor& t : request.inputs) {
+          if (!t.on_gpu()) continue;
+          input_memory.reserve(request.inputs.size());
+          for (const Tensor& u : request.inputs) input_memory.push_back(abi::MemoryOf(u));
+          vreq.input_memory = input_memory.data();
+          break;
+        }
+        vreq.preferred_output_memory = abi::PreferredOutputMemory(request.output_gpu);
+      } else {
+        vreq.preferred_output_memory = abi::PreferredOutputMemory(kOnHost);
+      }
+
+      OutputSink sink{outputs, first, model_->server->allocator()};
+      VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput, &AddOutputOnDevice};
       VramdError error{};
       const VramdCode code = model_->api->execute(instance_, &vreq, &vouts, &error);
       if (code == VRAMD_OK) return Status::Ok();
@@ -320,7 +410,7 @@ bool AbiBackend::TakesRequestLists() const {
 bool AbiBackend::AcceptsGpuInputs() const {
   constexpr size_t kEnd = offsetof(VramdBackendApi, accepts_gpu_inputs) +
                           sizeof(VramdBackendApi::accepts_gpu_inputs);
-  return TakesRequestLists() && api_->struct_size >= kEnd && api_->accepts_gpu_inputs != 0;
+  return api_->struct_size >= kEnd && api_->accepts_gpu_inputs != 0;
 }
 
 bool AbiBackend::ChecksReadiness() const {

@@ -115,4 +115,49 @@ Result<std::byte*> AddOutput(const VramdOutputs& outputs, const std::string& nam
   return static_cast<std::byte*>(data);
 }
 
+Result<std::byte*> AddOutputIn(const VramdOutputs& outputs, VramdMemory memory,
+                               const std::string& name, DataType datatype, const Shape& shape,
+                               size_t byte_size) {
+  constexpr size_t kEnd =
+      offsetof(VramdOutputs, add_on_device) + sizeof(VramdOutputs::add_on_device);
+  if (outputs.struct_size < kEnd || outputs.add_on_device == nullptr) {
+    if (memory.kind != VRAMD_DEVICE_GPU) return AddOutput(outputs, name, datatype, shape, byte_size);
+    return Status::Unsupported(
+        fmt::format("output '{}': this server takes no outputs in GPU memory", name));
+  }
+  void* data = nullptr;
+  VramdError error{};
+  const VramdCode code = outputs.add_on_device(
+      outputs.outputs, name.c_str(), ToVramdDataType(datatype), shape.data(), shape.size(),
+      byte_size, memory.kind, memory.device_id, &data, &error);
+  if (code != VRAMD_OK) return FromVramd(code, error, "");
+  return static_cast<std::byte*>(data);
+}
+
+VramdMemory InputMemory(const VramdRequest& request, const VramdTensor& input) {
+  constexpr size_t kEnd =
+      offsetof(VramdRequest, input_memory) + sizeof(VramdRequest::input_memory);
+  if (request.struct_size < kEnd || request.input_memory == nullptr) {
+    return {VRAMD_DEVICE_CPU, -1};
+  }
+  return request.input_memory[&input - request.inputs];
+}
+
+VramdMemory PreferredOutputMemory(const VramdRequest& request) {
+  constexpr size_t kEnd = offsetof(VramdRequest, preferred_output_memory) +
+                          sizeof(VramdRequest::preferred_output_memory);
+  if (request.struct_size < kEnd) return {VRAMD_DEVICE_CPU, -1};
+  return request.preferred_output_memory;
+}
+
+Status Copy(const VramdServerApi* server, VramdMemory dst_memory, void* dst,
+            VramdMemory src_memory, const void* src, size_t size, void* stream) {
+  VramdError error{};
+  const VramdCode code = server->copy(server->server, dst_memory.kind, dst_memory.device_id, dst,
+                                      src_memory.kind, src_memory.device_id, src, size, stream,
+                                      &error);
+  if (code != VRAMD_OK) return FromVramd(code, error, "");
+  return Status::Ok();
+}
+
 }  // namespace vramd::backends::abi

@@ -43,7 +43,8 @@ VramdCode ReturnCurrentException(VramdError* error, const char* entry) noexcept;
 //   Status Model::Instance::Execute(const VramdRequest&, const VramdOutputs&);
 // `name` must outlive the process (a literal). One table per Model type, made on first use.
 template <typename Model>
-const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu);
+const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu,
+                                     bool accepts_gpu_inputs = false);
 
 // Memory from VramdServerApi::allocate, freed (through the same server) when destroyed.
 class Allocation {
@@ -122,6 +123,24 @@ const VramdTensor* FindInput(const VramdRequest& request, std::string_view name)
 Result<std::byte*> AddOutput(const VramdOutputs& outputs, const std::string& name,
                              DataType datatype, const Shape& shape, size_t byte_size);
 
+// As AddOutput, in `memory` (VramdOutputs::add_on_device; a server without it gets host
+// memory for a host kind, and Unsupported for a GPU).
+Result<std::byte*> AddOutputIn(const VramdOutputs& outputs, VramdMemory memory,
+                               const std::string& name, DataType datatype, const Shape& shape,
+                               size_t byte_size);
+
+// Where `input` (one of request.inputs) is: host memory unless the request says otherwise.
+VramdMemory InputMemory(const VramdRequest& request, const VramdTensor& input);
+
+// Where the request's consumer takes outputs (VramdRequest::preferred_output_memory); host
+// for a server that does not say.
+VramdMemory PreferredOutputMemory(const VramdRequest& request);
+
+// `size` bytes from `src` in `src_memory` to `dst` in `dst_memory`, through the server's copy
+// (VramdServerApi::copy), ordered on `stream` and complete on return.
+Status Copy(const VramdServerApi* server, VramdMemory dst_memory, void* dst,
+            VramdMemory src_memory, const void* src, size_t size, void* stream);
+
 // ---- implementation -------------------------------------------------------------------------
 
 namespace internal {
@@ -198,7 +217,8 @@ struct EntryPoints {
 }  // namespace internal
 
 template <typename Model>
-const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu) {
+const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu,
+                                     bool accepts_gpu_inputs) {
   using Entry = internal::EntryPoints<Model>;
   static const VramdBackendApi api = {
       sizeof(VramdBackendApi), VRAMD_BACKEND_ABI_VERSION, name,  supports_gpu ? 1 : 0,
@@ -210,6 +230,7 @@ const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu) {
       // execute_requests, instance_ready, auto_complete_config: none (joined batches; ready
       // once created; a config as written).
       nullptr, nullptr, nullptr,
+      accepts_gpu_inputs ? 1 : 0,
   };
   return &api;
 }

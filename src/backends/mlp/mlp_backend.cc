@@ -176,7 +176,10 @@ Result<std::unique_ptr<MlpModel>> MlpModel::Create(const VramdModelInfo& info) {
 }  // namespace
 
 const VramdBackendApi* MlpBackendApi() {
-  return abi::BackendApiFor<MlpModel>("mlp", /*supports_gpu=*/VRAMD_WITH_CUDA != 0);
+  // GPU inputs: a client's CUDA shared memory reaches a GPU instance with no host copy (a CPU
+  // instance copies it to the host itself).
+  return abi::BackendApiFor<MlpModel>("mlp", /*supports_gpu=*/VRAMD_WITH_CUDA != 0,
+                                      /*accepts_gpu_inputs=*/VRAMD_WITH_CUDA != 0);
 }
 
 }  // namespace vramd::backends

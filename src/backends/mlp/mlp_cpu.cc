@@ -14,11 +14,12 @@ namespace {
 class CpuInstance final : public MlpInstance {
  public:
   CpuInstance(std::shared_ptr<const MlpPlan> plan, std::shared_ptr<const CpuWeights> weights,
-              abi::Allocation workspace, std::string name)
+              abi::Allocation workspace, std::string name, const VramdServerApi* server)
       : plan_(std::move(plan)),
         weights_(std::move(weights)),
         workspace_(std::move(workspace)),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        server_(server) {}
 
   Status Execute(const VramdRequest& request, const VramdOutputs& outputs) override {
     VRAMD_ASSIGN_OR_RETURN(BatchInput input, CheckRequest(*plan_, request, name_));
@@ -26,8 +27,13 @@ class CpuInstance final : public MlpInstance {
     const size_t stride = static_cast<size_t>(plan_->max_batch_size * plan_->max_width);
     float* act[2] = {static_cast<float*>(workspace_.data()),
                      static_cast<float*>(workspace_.data()) + stride};
-    // The request's bytes may be unaligned: the first activation is a copy.
-    std::memcpy(act[0], input.tensor->data, input.tensor->byte_size);
+    // The request's bytes may be unaligned (or on a GPU): the first activation is a copy.
+    if (input.memory.kind == VRAMD_DEVICE_CPU || input.memory.kind == VRAMD_DEVICE_CUDA_HOST) {
+      std::memcpy(act[0], input.tensor->data, input.tensor->byte_size);
+    } else {
+      VRAMD_RETURN_IF_ERROR(abi::Copy(server_, {VRAMD_DEVICE_CPU, -1}, act[0], input.memory,
+                                      input.tensor->data, input.tensor->byte_size, nullptr));
+    }
     const size_t last = plan_->layers.size() - 1;
     for (size_t i = 0; i <= last; ++i) {
       const Layer& l = plan_->layers[i];
@@ -58,6 +64,7 @@ class CpuInstance final : public MlpInstance {
   const std::shared_ptr<const CpuWeights> weights_;
   abi::Allocation workspace_;
   const std::string name_;
+  const VramdServerApi* const server_;  // valid while the model is
 };
 
 }  // namespace
@@ -85,7 +92,7 @@ Result<std::unique_ptr<MlpInstance>> CreateCpuInstance(std::shared_ptr<const Mlp
                          abi::Allocation::Make(server, info.owner, VRAMD_DEVICE_CPU, -1, bytes));
   return std::unique_ptr<MlpInstance>(std::make_unique<CpuInstance>(
       std::move(plan), std::move(weights), std::move(workspace),
-      info.name != nullptr ? info.name : ""));
+      info.name != nullptr ? info.name : "", server));
 }
 
 }  // namespace vramd::backends::mlp

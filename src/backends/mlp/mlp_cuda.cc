@@ -60,6 +60,7 @@ class GpuInstance final : public MlpInstance {
   }
 
   Status Init(const VramdServerApi* server, VramdOwner owner) {
+    server_ = server;
     const int device = weights_->device;
     DeviceGuard guard;
     VRAMD_RETURN_IF_ERROR(guard.Set(device));
@@ -79,37 +80,40 @@ class GpuInstance final : public MlpInstance {
 
   Status Execute(const VramdRequest& request, const VramdOutputs& outputs) override {
     VRAMD_ASSIGN_OR_RETURN(BatchInput input, CheckRequest(*plan_, request, name_));
-    Status status = Run(input, outputs);
+    Status status = Run(input, abi::PreferredOutputMemory(request), outputs);
     if (!status.ok()) return status.WithContext(fmt::format("mlp instance '{}'", name_));
     return status;
   }
 
  private:
-  Status Run(const BatchInput& input, const VramdOutputs& outputs) {
+  // The input comes from wherever it is (host, this GPU, another GPU: a client's CUDA shared
+  // memory reaches here as GPU memory), and the output goes to a GPU when the consumer takes
+  // it there (this instance's, or the one asked for), else to the host. Copies go through the
+  // server (VramdServerApi::copy), which counts the bytes each crossing moves.
+  Status Run(const BatchInput& input, VramdMemory preferred, const VramdOutputs& outputs) {
+    const int device = weights_->device;
     DeviceGuard guard;
-    VRAMD_RETURN_IF_ERROR(guard.Set(weights_->device));
+    VRAMD_RETURN_IF_ERROR(guard.Set(device));
     const cudaStream_t stream = stream_.get();
     float* act[2] = {static_cast<float*>(activations_.data()),
                      static_cast<float*>(activations_.data()) + ActivationStride(*plan_)};
-    VRAMD_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(act[0], input.tensor->data, input.tensor->byte_size,
-                        cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync (input to device)"));
+    VRAMD_RETURN_IF_ERROR(abi::Copy(server_, {VRAMD_DEVICE_GPU, device}, act[0], input.memory,
+                                    input.tensor->data, input.tensor->byte_size, stream));
     const float* y = nullptr;
     {
       std::lock_guard lock(blas_->mu);
       VRAMD_ASSIGN_OR_RETURN(y, EnqueueLayers(input.batch, act));
     }
     const size_t bytes = static_cast<size_t>(input.batch * plan_->outputs) * sizeof(float);
+    VramdMemory where{VRAMD_DEVICE_CPU, -1};
+    if (preferred.kind == VRAMD_DEVICE_GPU) {
+      where = {VRAMD_DEVICE_GPU, preferred.device_id < 0 ? device : preferred.device_id};
+    }
     VRAMD_ASSIGN_OR_RETURN(std::byte * result,
-                           abi::AddOutput(outputs, plan_->output_name, DataType::kFp32,
-                                          {input.batch, plan_->outputs}, bytes));
-    VRAMD_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(result, y, bytes, cudaMemcpyDeviceToHost, stream),
-        "cudaMemcpyAsync (output to host)"));
-    // Before returning either way: the output's buffer is the server's once execute returns.
-    VRAMD_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
-    return Status::Ok();
+                           abi::AddOutputIn(outputs, where, plan_->output_name, DataType::kFp32,
+                                            {input.batch, plan_->outputs}, bytes));
+    // Complete on return either way: the output's buffer is the server's once execute returns.
+    return abi::Copy(server_, where, result, {VRAMD_DEVICE_GPU, device}, y, bytes, stream);
   }
 
   // Enqueues every layer on the stream, the input being in act[0]; returns where the output
@@ -159,6 +163,7 @@ class GpuInstance final : public MlpInstance {
   const std::shared_ptr<const GpuWeights> weights_;
   const std::shared_ptr<SharedCublas> blas_;
   const std::string name_;
+  const VramdServerApi* server_ = nullptr;  // valid while the model is; set by Init
   // Released explicitly, in this order reversed, by the destructor.
   CudaStream stream_;
   abi::Allocation workspace_;

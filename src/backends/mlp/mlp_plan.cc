@@ -300,7 +300,7 @@ Result<BatchInput> CheckRequest(const MlpPlan& plan, const VramdRequest& request
         fmt::format("mlp instance '{}': input '{}' of shape {} needs {} bytes, got {}", instance,
                     in->name, ShapeToString(shape), bytes, in->byte_size));
   }
-  return BatchInput{in, shape[0]};
+  return BatchInput{in, shape[0], abi::InputMemory(request, *in)};
 }
 
 }  // namespace vramd::backends::mlp

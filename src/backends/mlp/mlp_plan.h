@@ -96,6 +96,7 @@ void PackWeights(const safetensors::File& file, const MlpPlan& plan, const Packe
 struct BatchInput {
   const VramdTensor* tensor = nullptr;
   int64_t batch = 0;
+  VramdMemory memory{VRAMD_DEVICE_CPU, -1};  // where tensor->data is
 };
 Result<BatchInput> CheckRequest(const MlpPlan& plan, const VramdRequest& request,
                                 std::string_view instance);

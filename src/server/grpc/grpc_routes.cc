@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <utility>
 
 #include "config/model_config_json.h"
@@ -57,14 +58,14 @@ grpc::Status ToGrpcStatus(const Status& status) {
 }
 
 GrpcRoutes::GrpcRoutes(runtime::ModelManager* manager, ServerInfo info,
-                       shared_memory::SystemSharedMemory* system_shm)
-    : manager_(manager), mutable_manager_(manager), info_(std::move(info)), system_shm_(system_shm) {
+                       shared_memory::SharedMemoryRegions* shared_memory)
+    : manager_(manager), mutable_manager_(manager), info_(std::move(info)), shared_memory_(shared_memory) {
   control_ = std::make_unique<http::ControlDispatcher>(2);
 }
 
 GrpcRoutes::GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info,
-                       shared_memory::SystemSharedMemory* system_shm)
-    : manager_(manager), info_(std::move(info)), system_shm_(system_shm) {}
+                       shared_memory::SharedMemoryRegions* shared_memory)
+    : manager_(manager), info_(std::move(info)), shared_memory_(shared_memory) {}
 
 void GrpcRoutes::ServerLive(std::shared_ptr<const inference::ServerLiveRequest>,
                             Reply<inference::ServerLiveResponse> reply) const {
@@ -113,7 +114,10 @@ void GrpcRoutes::ServerMetadata(std::shared_ptr<const inference::ServerMetadataR
                         "parameters", "statistics"}) {
     r.add_extensions(e);
   }
-  if (system_shm_ != nullptr) r.add_extensions("system_shared_memory");
+  if (shared_memory_ != nullptr) {
+    r.add_extensions("system_shared_memory");
+    r.add_extensions("cuda_shared_memory");
+  }
   reply(Ok(), std::move(r));
 }
 
@@ -161,7 +165,7 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   auto request = std::make_shared<InferRequest>();
   // As the HTTP route's: run by the model's scheduler, possibly on an instance thread, which
   // encodes and replies; the outcome's ledger owner closes after the reply is encoded.
-  const shared_memory::SystemSharedMemory* shm = system_shm_;
+  const shared_memory::SharedMemoryRegions* shm = shared_memory_;
   runtime::InferCallback done = [request, message, shm, reply = std::move(reply)](
                                     Result<runtime::InferOutcome> outcome) {
     request->inputs = {};  // views into the message: the runtime is done with them
@@ -291,7 +295,7 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   const bool empty_final = WantsEmptyFinal(*message);
   // Set by the build step (the version's config says it); read by `done`, which runs after.
   auto decoupled = std::make_shared<bool>(false);
-  const shared_memory::SystemSharedMemory* shm = system_shm_;
+  const shared_memory::SharedMemoryRegions* shm = shared_memory_;
   runtime::InferCallback done = [request, send, empty_final, decoupled, message, shm](
                                     Result<runtime::InferOutcome> outcome) {
     request->inputs = {};
@@ -341,9 +345,10 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
 
 namespace {
 
-Status ShmOff() {
-  return Status::Unsupported(
-      "system shared memory is turned off on this server (--no-grpc-shared-memory)");
+Status ShmOff(shared_memory::RegionKind kind) {
+  return Status::Unsupported(fmt::format(
+      "{} shared memory is turned off on this server (--no-grpc-shared-memory)",
+      shared_memory::RegionKindName(kind)));
 }
 
 }  // namespace
@@ -351,8 +356,8 @@ Status ShmOff() {
 void GrpcRoutes::SystemSharedMemoryRegister(
     std::shared_ptr<const inference::SystemSharedMemoryRegisterRequest> request,
     Reply<inference::SystemSharedMemoryRegisterResponse> reply) const {
-  if (system_shm_ == nullptr) return Fail(reply, ShmOff());
-  Status s = system_shm_->Register(request->name(), request->key(), request->offset(),
+  if (shared_memory_ == nullptr) return Fail(reply, ShmOff(shared_memory::RegionKind::kSystem));
+  Status s = shared_memory_->RegisterSystem(request->name(), request->key(), request->offset(),
                                    request->byte_size());
   reply(ToGrpcStatus(s), inference::SystemSharedMemoryRegisterResponse());
 }
@@ -360,8 +365,8 @@ void GrpcRoutes::SystemSharedMemoryRegister(
 void GrpcRoutes::SystemSharedMemoryStatus(
     std::shared_ptr<const inference::SystemSharedMemoryStatusRequest> request,
     Reply<inference::SystemSharedMemoryStatusResponse> reply) const {
-  if (system_shm_ == nullptr) return Fail(reply, ShmOff());
-  auto regions = system_shm_->List(request->name());
+  if (shared_memory_ == nullptr) return Fail(reply, ShmOff(shared_memory::RegionKind::kSystem));
+  auto regions = shared_memory_->List(shared_memory::RegionKind::kSystem, request->name());
   if (!regions.ok()) return Fail(reply, regions.status());
   inference::SystemSharedMemoryStatusResponse r;
   for (const auto& region : *regions) {
@@ -377,9 +382,51 @@ void GrpcRoutes::SystemSharedMemoryStatus(
 void GrpcRoutes::SystemSharedMemoryUnregister(
     std::shared_ptr<const inference::SystemSharedMemoryUnregisterRequest> request,
     Reply<inference::SystemSharedMemoryUnregisterResponse> reply) const {
-  if (system_shm_ == nullptr) return Fail(reply, ShmOff());
-  reply(ToGrpcStatus(system_shm_->Unregister(request->name())),
+  if (shared_memory_ == nullptr) return Fail(reply, ShmOff(shared_memory::RegionKind::kSystem));
+  reply(ToGrpcStatus(shared_memory_->Unregister(shared_memory::RegionKind::kSystem, request->name())),
         inference::SystemSharedMemoryUnregisterResponse());
+}
+
+void GrpcRoutes::CudaSharedMemoryRegister(
+    std::shared_ptr<const inference::CudaSharedMemoryRegisterRequest> request,
+    Reply<inference::CudaSharedMemoryRegisterResponse> reply) const {
+  if (shared_memory_ == nullptr) return Fail(reply, ShmOff(shared_memory::RegionKind::kCuda));
+  auto handle = shared_memory::ToIpcHandle(request->raw_handle(),
+                                           "CUDA shared memory register: 'raw_handle'");
+  if (!handle.ok()) return Fail(reply, handle.status());
+  const int64_t device = request->device_id();
+  if (device < 0 || device > std::numeric_limits<int>::max()) {
+    return Fail(reply, Status::InvalidArgument(fmt::format(
+                           "CUDA shared memory region '{}': device {} is not a CUDA device",
+                           request->name(), device)));
+  }
+  Status s = shared_memory_->RegisterCuda(request->name(), *handle, static_cast<int>(device),
+                                          request->byte_size());
+  reply(ToGrpcStatus(s), inference::CudaSharedMemoryRegisterResponse());
+}
+
+void GrpcRoutes::CudaSharedMemoryStatus(
+    std::shared_ptr<const inference::CudaSharedMemoryStatusRequest> request,
+    Reply<inference::CudaSharedMemoryStatusResponse> reply) const {
+  if (shared_memory_ == nullptr) return Fail(reply, ShmOff(shared_memory::RegionKind::kCuda));
+  auto regions = shared_memory_->List(shared_memory::RegionKind::kCuda, request->name());
+  if (!regions.ok()) return Fail(reply, regions.status());
+  inference::CudaSharedMemoryStatusResponse r;
+  for (const auto& region : *regions) {
+    auto& status = (*r.mutable_regions())[region.name];
+    status.set_name(region.name);
+    status.set_device_id(region.device_id);
+    status.set_byte_size(region.byte_size);
+  }
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::CudaSharedMemoryUnregister(
+    std::shared_ptr<const inference::CudaSharedMemoryUnregisterRequest> request,
+    Reply<inference::CudaSharedMemoryUnregisterResponse> reply) const {
+  if (shared_memory_ == nullptr) return Fail(reply, ShmOff(shared_memory::RegionKind::kCuda));
+  reply(ToGrpcStatus(shared_memory_->Unregister(shared_memory::RegionKind::kCuda, request->name())),
+        inference::CudaSharedMemoryUnregisterResponse());
 }
 
 void GrpcRoutes::RepositoryIndex(std::shared_ptr<const inference::RepositoryIndexRequest> request,

@@ -21,7 +21,7 @@
 #include "runtime/model_manager.h"
 #include "server/grpc/grpc_service.pb.h"
 #include "server/http/control_dispatcher.h"
-#include "server/shared_memory/system_shared_memory.h"
+#include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::grpc_server {
 
@@ -42,13 +42,13 @@ class GrpcRoutes {
   };
 
   // `manager` must outlive this object and every request it starts. A const manager serves
-  // everything but load and unload, which then answer as the HTTP routes do. `system_shm`
-  // (outliving this object too) holds the system shared-memory regions; null turns the
-  // extension off (its RPCs and tensor parameters are then UNIMPLEMENTED).
+  // everything but load and unload, which then answer as the HTTP routes do. `shared_memory`
+  // (outliving this object too) holds the system and CUDA shared-memory regions; null turns
+  // both extensions off (their RPCs and tensor parameters are then UNIMPLEMENTED).
   GrpcRoutes(runtime::ModelManager* manager, ServerInfo info,
-             shared_memory::SystemSharedMemory* system_shm = nullptr);
+             shared_memory::SharedMemoryRegions* shared_memory = nullptr);
   GrpcRoutes(const runtime::ModelManager* manager, ServerInfo info,
-             shared_memory::SystemSharedMemory* system_shm = nullptr);
+             shared_memory::SharedMemoryRegions* shared_memory = nullptr);
 
   void ServerLive(std::shared_ptr<const inference::ServerLiveRequest> request,
                   Reply<inference::ServerLiveResponse> reply) const;
@@ -90,6 +90,15 @@ class GrpcRoutes {
   void SystemSharedMemoryUnregister(
       std::shared_ptr<const inference::SystemSharedMemoryUnregisterRequest> request,
       Reply<inference::SystemSharedMemoryUnregisterResponse> reply) const;
+  void CudaSharedMemoryRegister(
+      std::shared_ptr<const inference::CudaSharedMemoryRegisterRequest> request,
+      Reply<inference::CudaSharedMemoryRegisterResponse> reply) const;
+  void CudaSharedMemoryStatus(
+      std::shared_ptr<const inference::CudaSharedMemoryStatusRequest> request,
+      Reply<inference::CudaSharedMemoryStatusResponse> reply) const;
+  void CudaSharedMemoryUnregister(
+      std::shared_ptr<const inference::CudaSharedMemoryUnregisterRequest> request,
+      Reply<inference::CudaSharedMemoryUnregisterResponse> reply) const;
   void RepositoryIndex(std::shared_ptr<const inference::RepositoryIndexRequest> request,
                        Reply<inference::RepositoryIndexResponse> reply) const;
   void RepositoryModelLoad(std::shared_ptr<const inference::RepositoryModelLoadRequest> request,
@@ -101,7 +110,7 @@ class GrpcRoutes {
   const runtime::ModelManager* manager_;
   runtime::ModelManager* mutable_manager_ = nullptr;  // null: load and unload are refused
   const ServerInfo info_;
-  shared_memory::SystemSharedMemory* const system_shm_;
+  shared_memory::SharedMemoryRegions* const shared_memory_;
   // Load and unload, which take seconds, run here, not on a completion-queue thread. Last:
   // joined (answering what was posted) before the rest goes.
   std::unique_ptr<http::ControlDispatcher> control_;

@@ -445,12 +445,13 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
   Serve<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
       this, cq, &Service::RequestSystemSharedMemoryUnregister,
       &GrpcRoutes::SystemSharedMemoryUnregister);
-  Refuse<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryStatus, "CudaSharedMemoryStatus is not implemented by vramd yet");
-  Refuse<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryRegister, "CudaSharedMemoryRegister is not implemented by vramd yet");
-  Refuse<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryUnregister, "CudaSharedMemoryUnregister is not implemented by vramd yet");
+  Serve<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
+      this, cq, &Service::RequestCudaSharedMemoryStatus, &GrpcRoutes::CudaSharedMemoryStatus);
+  Serve<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
+      this, cq, &Service::RequestCudaSharedMemoryRegister, &GrpcRoutes::CudaSharedMemoryRegister);
+  Serve<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
+      this, cq, &Service::RequestCudaSharedMemoryUnregister,
+      &GrpcRoutes::CudaSharedMemoryUnregister);
   Refuse<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
                                                     "TraceSetting: vramd does not trace requests");
 }

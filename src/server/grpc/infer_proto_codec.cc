@@ -69,7 +69,7 @@ using ShmRef = shared_memory::TensorPlacement;
 // needed, offset defaults to 0; `what` names the tensor in errors.
 template <typename Map>
 Result<std::optional<ShmRef>> ReadShmParameters(const Map& parameters, const std::string& what,
-                                                const shared_memory::SystemSharedMemory* shm) {
+                                                const shared_memory::SharedMemoryRegions* shm) {
   std::optional<ShmRef> ref;
   bool has_size = false;
   for (const auto& [key, p] : parameters) {
@@ -265,17 +265,6 @@ Result<std::string> PackContents(const InferTensorContents& c, const Tensor& ten
   return bytes;
 }
 
-// Bytes the raw form of `tensor` must have; nullopt for BYTES (variable) or on overflow.
-std::optional<uint64_t> FixedByteSize(const Tensor& tensor) {
-  const size_t element = DataTypeByteSize(tensor.datatype);
-  if (element == 0) return std::nullopt;
-  uint64_t bytes;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(ElementCount(tensor.shape)), element, &bytes)) {
-    return std::nullopt;
-  }
-  return bytes;
-}
-
 Status ReadInput(const ModelInferRequest::InferInputTensor& in, size_t position, Tensor* tensor) {
   if (in.name().empty()) return Invalid(fmt::format("inputs[{}]: 'name' must not be empty", position));
   tensor->name = in.name();
@@ -311,7 +300,7 @@ Result<int64_t> ParseModelVersion(const std::string& text) {
 }
 
 Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest> message,
-                                        const shared_memory::SystemSharedMemory* shm) {
+                                        const shared_memory::SharedMemoryRegions* shm) {
   const ModelInferRequest& m = *message;
   InferRequest request;
   request.id = m.id();
@@ -343,20 +332,7 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
         return Invalid(fmt::format(
             "input '{}' has 'contents' and shared memory parameters; send one form", tensor.name));
       }
-      VRAMD_ASSIGN_OR_RETURN(auto slice, shm->Find(ref->region, ref->offset, ref->byte_size,
-                                                   fmt::format("input '{}'", tensor.name)));
-      const std::string_view bytes(reinterpret_cast<const char*>(slice.data), slice.size);
-      if (tensor.datatype == DataType::kBytes) {
-        VRAMD_RETURN_IF_ERROR(
-            SplitBytesElements(bytes, tensor.name, ElementCount(tensor.shape)).status());
-      } else if (const auto needed = FixedByteSize(tensor); needed != bytes.size()) {
-        return Invalid(fmt::format(
-            "input '{}': shared_memory_byte_size is {} bytes but shape {} of {} needs {}",
-            tensor.name, bytes.size(), ShapeToString(tensor.shape),
-            DataTypeWireName(tensor.datatype),
-            needed ? fmt::format("{}", *needed) : std::string("more than 2^64")));
-      }
-      tensor.data = SharedBuffer::View(std::move(slice.holder), slice.data, slice.size);
+      VRAMD_RETURN_IF_ERROR(shared_memory::AttachInput(*shm, *ref, &tensor));
       continue;
     }
     if (raw) {
@@ -402,7 +378,10 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
     const std::string what = fmt::format("output '{}'", out.name());
     VRAMD_ASSIGN_OR_RETURN(auto out_shm, ReadShmParameters(out.parameters(), what, shm));
     if (out_shm) {  // the region and range must exist now; the output is written at the end
-      VRAMD_RETURN_IF_ERROR(shm->Find(out_shm->region, out_shm->offset, out_shm->byte_size, what).status());
+      VRAMD_ASSIGN_OR_RETURN(auto slice, shm->Find(out_shm->region, out_shm->offset,
+                                                   out_shm->byte_size, what));
+      // Copied into a CUDA region from the GPU the model leaves it on, not through the host.
+      if (slice.gpu != kOnHost) request.output_gpu = kAnyGpu;
     }
     for (const auto& [key, p] : out.parameters()) {
       if (key != "classification") continue;
@@ -428,7 +407,7 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
 Status EncodeInferResponse(const InferResponse& response, const InferRequest& request,
                            inference::ModelInferResponse* out,
                            const inference::ModelInferRequest* message,
-                           const shared_memory::SystemSharedMemory* shm) {
+                           const shared_memory::SharedMemoryRegions* shm) {
   out->Clear();
   out->set_model_name(response.model_name);
   out->set_model_version(std::to_string(response.model_version));
@@ -446,33 +425,43 @@ Status EncodeInferResponse(const InferResponse& response, const InferRequest& re
         },
         p.value);
   }
-  for (const Tensor& t : response.outputs) {
-    if (t.on_gpu()) {
-      return Status::Internal(fmt::format("output '{}' is still on GPU {}", t.name, t.gpu));
+  // Where the client placed outputs, and the outputs that are not placed there brought to
+  // the host (a GPU one is copied into its CUDA region from where it is).
+  std::vector<ShmRef> placed;
+  if (message != nullptr) {
+    for (const auto& requested : message->outputs()) {
+      VRAMD_ASSIGN_OR_RETURN(auto ref, ReadShmParameters(requested.parameters(),
+                                                         fmt::format("output '{}'", requested.name()),
+                                                         shm));
+      if (!ref) continue;
+      ref->tensor = requested.name();
+      placed.push_back(std::move(*ref));
     }
+  }
+  std::vector<Tensor> hosted;
+  const std::vector<Tensor>* outputs = &response.outputs;
+  if (shared_memory::AnyUnplacedOnGpu(response.outputs, &placed)) {
+    hosted = response.outputs;
+    VRAMD_RETURN_IF_ERROR(shared_memory::MoveUnplacedToHost(&hosted, &placed));
+    outputs = &hosted;
+  }
+  for (const Tensor& t : *outputs) {
     auto* o = out->add_outputs();
     o->set_name(t.name);
     o->set_datatype(std::string(DataTypeWireName(t.datatype)));
     for (int64_t d : t.shape) o->add_shape(d);
-    const std::string_view bytes = t.data.view();
-    std::optional<ShmRef> ref;
-    if (message != nullptr) {
-      for (const auto& requested : message->outputs()) {
-        if (requested.name() != t.name) continue;
-        VRAMD_ASSIGN_OR_RETURN(ref, ReadShmParameters(requested.parameters(),
-                                                      fmt::format("output '{}'", t.name), shm));
-      }
-    }
-    if (!ref) {
+    const ShmRef* ref = shared_memory::PlacementOf(&placed, t.name);
+    if (ref == nullptr) {
+      const std::string_view bytes = t.data.view();
       out->add_raw_output_contents()->assign(bytes.data(), bytes.size());
       continue;
     }
     // Written into the client's region; the response says where, and carries no bytes of it
     // (an empty raw entry keeps the others at their outputs' positions).
-    VRAMD_RETURN_IF_ERROR(shm->Write(*ref, bytes, fmt::format("output '{}'", t.name)));
+    VRAMD_RETURN_IF_ERROR(shm->Write(*ref, t, fmt::format("output '{}'", t.name)));
     auto& parameters = *o->mutable_parameters();
     parameters["shared_memory_region"].set_string_param(ref->region);
-    parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(bytes.size()));
+    parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(t.data.size()));
     if (ref->offset != 0) parameters["shared_memory_offset"].set_int64_param(static_cast<int64_t>(ref->offset));
     out->add_raw_output_contents();
   }

@@ -32,14 +32,14 @@
 #include "core/infer_request.h"
 #include "core/status.h"
 #include "server/grpc/grpc_service.pb.h"
-#include "server/shared_memory/system_shared_memory.h"
+#include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::grpc_server {
 
 // Every malformed request is an InvalidArgument naming the field or tensor at fault.
 // model_name and model_version are the caller's (the lookup's).
 Result<InferRequest> DecodeInferRequest(std::shared_ptr<const inference::ModelInferRequest> message,
-                                        const shared_memory::SystemSharedMemory* shm = nullptr);
+                                        const shared_memory::SharedMemoryRegions* shm = nullptr);
 
 // "" -> 0; a positive decimal integer -> itself; anything else InvalidArgument.
 Result<int64_t> ParseModelVersion(const std::string& text);
@@ -49,6 +49,6 @@ Result<int64_t> ParseModelVersion(const std::string& text);
 Status EncodeInferResponse(const InferResponse& response, const InferRequest& request,
                            inference::ModelInferResponse* out,
                            const inference::ModelInferRequest* message = nullptr,
-                           const shared_memory::SystemSharedMemory* shm = nullptr);
+                           const shared_memory::SharedMemoryRegions* shm = nullptr);
 
 }  // namespace vramd::grpc_server

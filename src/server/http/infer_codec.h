@@ -50,7 +50,7 @@
 
 #include "core/infer_request.h"
 #include "core/status.h"
-#include "server/shared_memory/system_shared_memory.h"
+#include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::http {
 
@@ -81,7 +81,7 @@ namespace vramd::http {
 // Each RequestedOutput.binary is its parameter binary_data if given, else binary_data_output.
 // model_name and model_version of the result are left for the caller (they come from the URL).
 struct SharedMemoryContext {
-  const shared_memory::SystemSharedMemory* regions = nullptr;
+  const shared_memory::SharedMemoryRegions* regions = nullptr;
   std::vector<shared_memory::TensorPlacement>* outputs = nullptr;  // filled by the parse
 };
 Result<InferRequest> ParseInferRequest(std::shared_ptr<const std::string> body,
@@ -112,7 +112,7 @@ struct EncodedBody {
 Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
                                         const InferRequest& request,
                                         const std::vector<shared_memory::TensorPlacement>* placed = nullptr,
-                                        const shared_memory::SystemSharedMemory* regions = nullptr);
+                                        const shared_memory::SharedMemoryRegions* regions = nullptr);
 
 // {"error": "<message>"}, escaped as above.
 std::string EncodeError(std::string_view message);

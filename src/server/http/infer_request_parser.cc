@@ -19,6 +19,7 @@
 
 #include "core/data_type.h"
 #include "core/tensor.h"
+#include "runtime/tensor_memory.h"
 #include "server/http/infer_input_data.h"
 #include "server/http/request_json.h"
 
@@ -209,17 +210,6 @@ Status ParseInputParameters(const JsonValue& params, const std::string& name,
   return Status::Ok();
 }
 
-// Bytes the binary form of `tensor` must have; nullopt for BYTES (variable) or on overflow.
-std::optional<uint64_t> FixedByteSize(const Tensor& tensor) {
-  const size_t element = DataTypeByteSize(tensor.datatype);
-  if (element == 0) return std::nullopt;
-  uint64_t bytes;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(ElementCount(tensor.shape)), element, &bytes)) {
-    return std::nullopt;
-  }
-  return bytes;
-}
-
 // Fills `tensor` (all but binary data) from inputs[position]; sets *binary_size when the data
 // comes from the binary part.
 Status ParseInput(const JsonValue& v, size_t position, Tensor* tensor,
@@ -379,10 +369,11 @@ Status ParseOutputs(const JsonValue& outputs, InferRequest* request,
     if (placement) {
       VRAMD_RETURN_IF_ERROR(CheckPlacement("output", requested.name, *placement, seen_size));
       // The region and range must exist now; the output is written when the request ends.
-      VRAMD_RETURN_IF_ERROR(shm->regions
-                                ->Find(placement->region, placement->offset, placement->byte_size,
-                                       fmt::format("output '{}'", requested.name))
-                                .status());
+      VRAMD_ASSIGN_OR_RETURN(auto slice, shm->regions->Find(placement->region, placement->offset,
+                                                             placement->byte_size,
+                                                             fmt::format("output '{}'", requested.name)));
+      // Copied into a CUDA region from the GPU the model leaves it on, not through the host.
+      if (slice.gpu != kOnHost) request->output_gpu = kAnyGpu;
       requested.binary = false;
       shm->outputs->push_back(std::move(*placement));
     }
@@ -448,29 +439,6 @@ Status AttachBinaryData(const std::vector<BinaryInput>& binary,
   return Status::Ok();
 }
 
-// An input's bytes from its region, in place (the tensor holds the mapping), checked as binary
-// data is.
-Status AttachSharedMemory(const shared_memory::SystemSharedMemory& regions,
-                          const shared_memory::TensorPlacement& placement, Tensor* tensor) {
-  VRAMD_ASSIGN_OR_RETURN(auto slice, regions.Find(placement.region, placement.offset,
-                                                  placement.byte_size,
-                                                  fmt::format("input '{}'", tensor->name)));
-  if (tensor->datatype == DataType::kBytes) {
-    const std::string_view bytes(reinterpret_cast<const char*>(slice.data), slice.size);
-    VRAMD_RETURN_IF_ERROR(
-        SplitBytesElements(bytes, tensor->name, ElementCount(tensor->shape)).status());
-  } else if (const std::optional<uint64_t> needed = FixedByteSize(*tensor);
-             needed != placement.byte_size) {
-    return Invalid(fmt::format(
-        "input '{}': shared_memory_byte_size is {} bytes but shape {} of {} needs {}",
-        tensor->name, placement.byte_size, ShapeToString(tensor->shape),
-        DataTypeWireName(tensor->datatype),
-        needed ? fmt::format("{}", *needed) : std::string("more than 2^64")));
-  }
-  tensor->data = SharedBuffer::View(std::move(slice.holder), slice.data, slice.size);
-  return Status::Ok();
-}
-
 Result<InferRequest> ParseDocument(const JsonDoc& doc,
                                    const std::shared_ptr<const std::string>& body,
                                    size_t json_length, bool header_sent,
@@ -511,7 +479,7 @@ Result<InferRequest> ParseDocument(const JsonDoc& doc,
     VRAMD_RETURN_IF_ERROR(ParseInput((*inputs)[static_cast<rapidjson::SizeType>(i)], i,
                                      &request.inputs[i], &binary_size, shm, &placement));
     if (binary_size) binary.push_back({i, *binary_size});
-    if (placement) VRAMD_RETURN_IF_ERROR(AttachSharedMemory(*shm->regions, *placement, &request.inputs[i]));
+    if (placement) VRAMD_RETURN_IF_ERROR(shared_memory::AttachInput(*shm->regions, *placement, &request.inputs[i]));
   }
   if (const std::string* dup = FindDuplicateName(request.inputs)) {
     return Invalid(fmt::format("input '{}' appears more than once in 'inputs'", *dup));

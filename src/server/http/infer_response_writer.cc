@@ -198,15 +198,6 @@ size_t JsonDataBound(const Tensor& tensor) {
   }
 }
 
-const shared_memory::TensorPlacement* PlacementOf(
-    const std::vector<shared_memory::TensorPlacement>* placed, std::string_view name) {
-  if (placed == nullptr) return nullptr;
-  for (const auto& p : *placed) {
-    if (p.tensor == name) return &p;
-  }
-  return nullptr;
-}
-
 bool OutputIsBinary(const InferRequest& request, std::string_view name) {
   for (const RequestedOutput& o : request.outputs) {
     if (o.name == name) return o.binary;
@@ -219,7 +210,16 @@ bool OutputIsBinary(const InferRequest& request, std::string_view name) {
 Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
                                         const InferRequest& request,
                                         const std::vector<shared_memory::TensorPlacement>* placed,
-                                        const shared_memory::SystemSharedMemory* regions) {
+                                        const shared_memory::SharedMemoryRegions* regions) {
+  // Outputs on a GPU that are not placed in a CUDA region are encoded from host copies; a
+  // placed one is copied into its region from where it is.
+  std::vector<Tensor> hosted;
+  const std::vector<Tensor>* outputs = &response.outputs;
+  if (shared_memory::AnyUnplacedOnGpu(response.outputs, placed)) {
+    hosted = response.outputs;
+    VRAMD_RETURN_IF_ERROR(shared_memory::MoveUnplacedToHost(&hosted, placed));
+    outputs = &hosted;
+  }
   EncodedBody encoded;
   std::string& s = encoded.body;
   const std::string& id = response.id.empty() ? request.id : response.id;
@@ -230,11 +230,11 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
                  ParameterMembersBound(response.parameters);
   size_t binary_bytes = 0;
   bool any_binary = false;
-  for (const Tensor& t : response.outputs) {
+  for (const Tensor& t : *outputs) {
     bound += 96 + JsonStringBound(t.name.size()) + 21 * t.shape.size();
-    if (const auto* p = PlacementOf(placed, t.name)) {
+    if (const auto* p = shared_memory::PlacementOf(placed, t.name)) {
       if (regions == nullptr) return Status::Internal("an output placed in shared memory, but no regions");
-      VRAMD_RETURN_IF_ERROR(regions->Write(*p, t.data.view(), fmt::format("output '{}'", t.name)));
+      VRAMD_RETURN_IF_ERROR(regions->Write(*p, t, fmt::format("output '{}'", t.name)));
       bound += 96 + JsonStringBound(p->region.size()) + 42;
     } else if (OutputIsBinary(request, t.name)) {
       any_binary = true;
@@ -260,8 +260,8 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
     s.push_back('}');
   }
   s.append(",\"outputs\":[");
-  for (size_t i = 0; i < response.outputs.size(); ++i) {
-    const Tensor& t = response.outputs[i];
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const Tensor& t = (*outputs)[i];
     if (i != 0) s.push_back(',');
     s.append("{\"name\":");
     AppendJsonString(&s, t.name);
@@ -273,7 +273,7 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
       AppendInteger(&s, t.shape[d]);
     }
     s.push_back(']');
-    if (const auto* p = PlacementOf(placed, t.name)) {
+    if (const auto* p = shared_memory::PlacementOf(placed, t.name)) {
       s.append(",\"parameters\":{\"shared_memory_region\":");
       AppendJsonString(&s, p->region);
       if (p->offset != 0) {
@@ -297,8 +297,8 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
 
   if (any_binary) {
     encoded.json_length = s.size();
-    for (const Tensor& t : response.outputs) {
-      if (PlacementOf(placed, t.name) == nullptr && OutputIsBinary(request, t.name)) {
+    for (const Tensor& t : *outputs) {
+      if (shared_memory::PlacementOf(placed, t.name) == nullptr && OutputIsBinary(request, t.name)) {
         s.append(t.data.view());
       }
     }

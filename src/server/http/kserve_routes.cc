@@ -16,6 +16,7 @@
 #include "core/json_parse.h"
 #include "core/json_write.h"
 #include "runtime/infer_router.h"
+#include "server/http/base64.h"
 #include "server/http/http_status.h"
 #include "server/http/generate_answer.h"
 #include "server/http/generate_codec.h"
@@ -261,7 +262,12 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
       return Empty(!info_.strict_readiness || manager_->AllModelsReady() ? 200 : 400);
     }
   }
-  if (parts[1] == "systemsharedmemory") return SystemSharedMemory(request, parts);
+  if (parts[1] == "systemsharedmemory") {
+    return SharedMemory(request, parts, shared_memory::RegionKind::kSystem);
+  }
+  if (parts[1] == "cudasharedmemory") {
+    return SharedMemory(request, parts, shared_memory::RegionKind::kCuda);
+  }
   if (parts[1] == "memory" && parts.size() == 2) {
     return get ? MemoryReportResponse(*memory_report_) : method_not_allowed();
   }
@@ -324,7 +330,10 @@ HttpResponse KServeRoutes::ServerMetadata() const {
                         "model_repository", "parameters", "statistics"}) {
     w.String(e);
   }
-  if (info_.system_shm != nullptr) w.String("system_shared_memory");
+  if (info_.shared_memory != nullptr) {
+    w.String("system_shared_memory");
+    w.String("cuda_shared_memory");
+  }
   w.EndArray();
   w.EndObject();
   return Json(200, sb.GetString());
@@ -432,7 +441,7 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
   auto request = std::make_shared<InferRequest>();
   // Outputs the client placed in shared memory: filled by the parse, written by the encoder.
   auto placed = std::make_shared<std::vector<shared_memory::TensorPlacement>>();
-  const shared_memory::SystemSharedMemory* shm = info_.system_shm;
+  const shared_memory::SharedMemoryRegions* shm = info_.shared_memory;
   // Run by the model's scheduler, possibly on an instance thread, which then encodes and
   // responds (a Responder may be called from any thread). The outcome holds the request's
   // ledger owner: it closes (checking for leaks) when `outcome` goes out of scope, after the
@@ -503,14 +512,18 @@ void KServeRoutes::Generate(HttpRequest http, const std::string& model, int64_t 
       std::move(done));
 }
 
-HttpResponse KServeRoutes::SystemSharedMemory(const HttpRequest& request,
-                                              const std::vector<std::string_view>& parts) const {
-  shared_memory::SystemSharedMemory* shm = info_.system_shm;
+HttpResponse KServeRoutes::SharedMemory(const HttpRequest& request,
+                                        const std::vector<std::string_view>& parts,
+                                        shared_memory::RegionKind kind) const {
+  using shared_memory::RegionKind;
+  const bool cuda = kind == RegionKind::kCuda;
+  const std::string what = cuda ? "CUDA shared memory" : "system shared memory";
+  shared_memory::SharedMemoryRegions* shm = info_.shared_memory;
   if (shm == nullptr) {
     return Error(Status::Unsupported(
-        "system shared memory is turned off on this server (--no-http-shared-memory)"));
+        fmt::format("{} is turned off on this server (--no-http-shared-memory)", what)));
   }
-  // /v2/systemsharedmemory/<action> or /v2/systemsharedmemory/region/<name>/<action>
+  // /v2/<kind>sharedmemory/<action> or /v2/<kind>sharedmemory/region/<name>/<action>
   std::string region;
   std::string_view action;
   if (parts.size() == 3) {
@@ -529,7 +542,7 @@ HttpResponse KServeRoutes::SystemSharedMemory(const HttpRequest& request,
   };
   if (action == "status") {
     if (!get) return method_not_allowed();
-    auto regions = shm->List(region);
+    auto regions = shm->List(kind, region);
     if (!regions.ok()) return Error(regions.status());
     rapidjson::StringBuffer sb;
     JsonWriter w(sb);
@@ -538,10 +551,15 @@ HttpResponse KServeRoutes::SystemSharedMemory(const HttpRequest& request,
       w.StartObject();
       w.Key("name");
       WriteJsonString(w, r.name);
-      w.Key("key");
-      WriteJsonString(w, r.key);
-      w.Key("offset");
-      w.Uint64(r.offset);
+      if (cuda) {
+        w.Key("device_id");
+        w.Int(r.device_id);
+      } else {
+        w.Key("key");
+        WriteJsonString(w, r.key);
+        w.Key("offset");
+        w.Uint64(r.offset);
+      }
       w.Key("byte_size");
       w.Uint64(r.byte_size);
       w.EndObject();
@@ -551,33 +569,54 @@ HttpResponse KServeRoutes::SystemSharedMemory(const HttpRequest& request,
   }
   if (action == "unregister") {
     if (!post) return method_not_allowed();
-    Status s = shm->Unregister(region);
+    Status s = shm->Unregister(kind, region);
     return s.ok() ? Empty(200) : Error(s);
   }
   if (action == "register" && !region.empty()) {
     if (!post) return method_not_allowed();
-    if (!request.body || request.body->empty()) {
-      return Error(400, "system shared memory register: the body must be a JSON object");
-    }
-    auto parsed = ParseJson(*request.body, "system shared memory register request body");
+    const std::string not_object = fmt::format("{} register: the body must be a JSON object", what);
+    if (!request.body || request.body->empty()) return Error(400, not_object);
+    auto parsed = ParseJson(*request.body, what + " register request body");
     if (!parsed.ok()) return Error(parsed.status());
     const rapidjson::Document& doc = *parsed;
-    if (!doc.IsObject()) return Error(400, "system shared memory register: the body must be a JSON object");
+    if (!doc.IsObject()) return Error(400, not_object);
+    auto size = doc.FindMember("byte_size");
+    if (size == doc.MemberEnd() || !size->value.IsUint64()) {
+      return Error(400, fmt::format("{} register: 'byte_size' must be a non-negative integer", what));
+    }
+    if (cuda) {
+      auto handle = doc.FindMember("raw_handle");
+      auto device = doc.FindMember("device_id");
+      const rapidjson::Value* b64 = nullptr;
+      if (handle != doc.MemberEnd() && handle->value.IsObject()) {
+        auto it = handle->value.FindMember("b64");
+        if (it != handle->value.MemberEnd() && it->value.IsString()) b64 = &it->value;
+      }
+      if (b64 == nullptr) {
+        return Error(400, fmt::format("{} register: 'raw_handle' must be an object with a 'b64' string", what));
+      }
+      if (device == doc.MemberEnd() || !device->value.IsInt()) {
+        return Error(400, fmt::format("{} register: 'device_id' must be an integer", what));
+      }
+      auto raw = DecodeBase64(std::string_view(b64->GetString(), b64->GetStringLength()));
+      if (!raw.ok()) return Error(raw.status().WithContext(what + " register: 'raw_handle'"));
+      auto ipc = shared_memory::ToIpcHandle(*raw, what + " register: 'raw_handle'");
+      if (!ipc.ok()) return Error(ipc.status());
+      Status s = shm->RegisterCuda(region, *ipc, device->value.GetInt(), size->value.GetUint64());
+      return s.ok() ? Empty(200) : Error(s);
+    }
     auto key = doc.FindMember("key");
     auto offset = doc.FindMember("offset");
-    auto size = doc.FindMember("byte_size");
     if (key == doc.MemberEnd() || !key->value.IsString()) {
-      return Error(400, "system shared memory register: 'key' must be a string");
+      return Error(400, fmt::format("{} register: 'key' must be a string", what));
     }
     if (offset != doc.MemberEnd() && !offset->value.IsUint64()) {
-      return Error(400, "system shared memory register: 'offset' must be a non-negative integer");
+      return Error(400, fmt::format("{} register: 'offset' must be a non-negative integer", what));
     }
-    if (size == doc.MemberEnd() || !size->value.IsUint64()) {
-      return Error(400, "system shared memory register: 'byte_size' must be a non-negative integer");
-    }
-    Status s = shm->Register(region, std::string(key->value.GetString(), key->value.GetStringLength()),
-                             offset != doc.MemberEnd() ? offset->value.GetUint64() : 0,
-                             size->value.GetUint64());
+    Status s = shm->RegisterSystem(region,
+                                   std::string(key->value.GetString(), key->value.GetStringLength()),
+                                   offset != doc.MemberEnd() ? offset->value.GetUint64() : 0,
+                                   size->value.GetUint64());
     return s.ok() ? Empty(200) : Error(s);
   }
   return Error(404, fmt::format("no endpoint at '{}'", request.target));

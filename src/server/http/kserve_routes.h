@@ -37,7 +37,7 @@
 #include "runtime/model_manager.h"
 #include "server/http/control_dispatcher.h"
 #include "server/http/http_server.h"
-#include "server/shared_memory/system_shared_memory.h"
+#include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::http {
 
@@ -49,9 +49,9 @@ class KServeRoutes {
     // Triton's --strict-readiness: /v2/health/ready needs every model ready; otherwise only
     // that the server is up.
     bool strict_readiness = true;
-    // Triton's system shared memory extension: the regions (shared with the gRPC front end,
-    // outliving the routes); null turns it off over HTTP.
-    shared_memory::SystemSharedMemory* system_shm = nullptr;
+    // Triton's system and CUDA shared memory extensions: the regions (shared with the gRPC
+    // front end, outliving the routes); null turns both off over HTTP.
+    shared_memory::SharedMemoryRegions* shared_memory = nullptr;
   };
 
   // `manager` and `memory_report` must outlive this object. A const manager serves everything
@@ -79,8 +79,9 @@ class KServeRoutes {
   void Generate(HttpRequest request, const std::string& model, int64_t version, bool streaming,
                 Responder respond) const;
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
-  HttpResponse SystemSharedMemory(const HttpRequest& request,
-                                  const std::vector<std::string_view>& parts) const;
+  // /v2/systemsharedmemory/... or /v2/cudasharedmemory/..., by `kind`.
+  HttpResponse SharedMemory(const HttpRequest& request, const std::vector<std::string_view>& parts,
+                            shared_memory::RegionKind kind) const;
   HttpResponse RepositoryControl(const HttpRequest& request, const std::string& model,
                                  bool load) const;
 

@@ -5,6 +5,8 @@
 #include <optional>
 #include <tuple>
 
+#include "memory/cuda_devices.h"
+
 namespace vramd::metrics {
 namespace {
 
@@ -92,6 +94,15 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
   out.Family("vramd_memory_unknown_frees_total",
              "Frees of pointers the memory ledger did not know.", kCounter);
   out.Sample({}, report.unknown_frees);
+
+  const memory::CopiedBytes copied = memory::CopiedBytesTotal();
+  out.Family("vramd_copy_bytes_total",
+             "Bytes vramd copied between host and GPU memory (h2d, d2h) or between GPU buffers "
+             "(d2d), for requests and backends' copies through the server.",
+             kCounter);
+  out.Sample({{"direction", "h2d"}}, copied.host_to_device);
+  out.Sample({{"direction", "d2h"}}, copied.device_to_host);
+  out.Sample({{"direction", "d2d"}}, copied.device_to_device);
 
   PoolFamily(out, report, "vramd_pool_reserved_bytes",
              "Bytes the pool holds from the device driver or system, in segments.", kGauge,
