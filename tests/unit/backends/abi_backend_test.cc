@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "backends/mlp/mlp_backend.h"
 #include "core/load_timing.h"
 #include "memory/allocator.h"
+#include "memory/cuda_devices.h"
 #include "memory/ledger.h"
 
 namespace vramd::backends {
@@ -147,6 +149,36 @@ class ThrowingModel {
   }
 };
 
+// Adds a 2 MiB host output through VramdOutputs::add and, when the request asks for a GPU, a
+// GPU one through add_on_device (which needs a CUDA device); records what the request said.
+class OutputsModel {
+ public:
+  class Instance {
+   public:
+    Status Execute(const VramdRequest& request, const VramdOutputs& outputs) {
+      preferred = abi::PreferredOutputMemory(request);
+      VRAMD_ASSIGN_OR_RETURN(std::byte * big, abi::AddOutput(outputs, "BIG", DataType::kUint8,
+                                                             {kBig}, kBig));
+      std::memset(big, 7, kBig);
+      if (std::string_view(request.id) == "gpu") {
+        VRAMD_RETURN_IF_ERROR(abi::AddOutputIn(outputs, {VRAMD_DEVICE_GPU, 0}, "ON_GPU",
+                                               DataType::kUint8, {16}, 16)
+                                  .status());
+      }
+      return Status::Ok();
+    }
+    static inline VramdMemory preferred{};
+  };
+  static constexpr int64_t kBig = 2 << 20;
+
+  static Result<std::unique_ptr<OutputsModel>> Create(const VramdModelInfo&) {
+    return std::make_unique<OutputsModel>();
+  }
+  Result<std::unique_ptr<Instance>> CreateInstance(const VramdInstanceInfo&) {
+    return std::make_unique<Instance>();
+  }
+};
+
 class AbiKitTest : public ::testing::Test {
  protected:
   template <typename Model>
@@ -267,6 +299,54 @@ TEST_F(AbiKitTest, ExceptionsInEntryPointsBecomeErrors) {
   EXPECT_EQ(executed.code(), StatusCode::kInternal);
   EXPECT_EQ(executed.message(), "execute: execute blew up");
   EXPECT_TRUE(outputs.empty());
+}
+
+// A large host output comes from the CPU pool, charged to the request's owner until the
+// response lets it go; a GPU output without a device is an error naming it, not a crash; a
+// backend that takes no GPU inputs is told its consumer takes host memory.
+TEST_F(AbiKitTest, LargeHostOutputsArePooledAndChargedToTheRequest) {
+  auto backend = Make<OutputsModel>("outputs");
+  ASSERT_NE(backend, nullptr);
+  config_.set_name("outputs");
+  auto model = backend->LoadModel(Context());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceContext{"o_0", 0, DeviceKind::kCpu, -1});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+
+  const memory::OwnerId request_owner =
+      ledger_.OpenOwner(memory::kNoOwner, memory::OwnerKind::kRequest, "r");
+  std::vector<Tensor> outputs;
+  InferRequest request;
+  request.output_gpu = kAnyGpu;
+  {
+    memory::OwnerScope scope(request_owner);
+    ASSERT_TRUE((*instance)->Execute(request, &outputs).ok());
+  }
+  EXPECT_EQ(OutputsModel::Instance::preferred.kind, VRAMD_DEVICE_CPU);
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].data.size(), static_cast<size_t>(OutputsModel::kBig));
+  EXPECT_EQ(static_cast<int>(outputs[0].data.data()[OutputsModel::kBig - 1]), 7);
+  EXPECT_EQ(ledger_.Stats(request_owner).value().live_bytes, OutputsModel::kBig);
+  outputs.clear();
+  EXPECT_EQ(ledger_.Stats(request_owner).value().live_bytes, 0);
+
+  request.id = "gpu";
+  {
+    memory::OwnerScope scope(request_owner);
+    Status gpu = (*instance)->Execute(request, &outputs);
+    if (memory::CudaDeviceCount() == 0) {
+      EXPECT_FALSE(gpu.ok());
+      EXPECT_THAT(gpu.message(), HasSubstr("ON_GPU"));
+      EXPECT_TRUE(outputs.empty()) << "a failed execute's partial outputs are not an answer";
+    } else {
+      EXPECT_TRUE(gpu.ok()) << gpu.ToString();
+      ASSERT_EQ(outputs.size(), 2u);
+      EXPECT_EQ(outputs[1].gpu, 0);
+    }
+  }
+  outputs.clear();
+  EXPECT_EQ(ledger_.Stats(request_owner).value().live_bytes, 0);
+  ledger_.CloseOwner(request_owner);
 }
 
 TEST(AbiAllocationTest, FreesThroughTheServerAndChargesTheOwner) {
