@@ -208,15 +208,6 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   http_options.header_timeout = std::chrono::seconds(options.http_header_timeout_secs);
   http_options.body_timeout = std::chrono::seconds(options.http_body_timeout_secs);
   http_options.max_body_memory_bytes = static_cast<size_t>(options.http_body_memory_mib) << 20;
-  auto server = vramd::http::HttpServer::Start(
-      http_options, [&routes](vramd::http::HttpRequest request, vramd::http::Responder respond) {
-        routes.Handle(std::move(request), std::move(respond));
-      });
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().message());
-    return 1;
-  }
-  spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
 
   std::unique_ptr<vramd::http::HttpServer> metrics_server;
   if (options.allow_metrics) {
@@ -247,15 +238,17 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
         });
     if (!started.ok()) {
       spdlog::error("{}", started.status().message());
-      (*server)->Shutdown();
       return 1;
     }
     metrics_server = std::move(started).value();
     spdlog::info("metrics listening on {}:{}", metrics_options.address, metrics_server->port());
   }
 
-  // Started after the HTTP and metrics servers (tests read their ports from the log in that
-  // order), shut down before them; all reach the same manager.
+  // The metrics and gRPC servers start before HTTP, whose readiness is what clients and
+  // tests wait for: once HTTP answers, every port is open and logged. gRPC makes its pollers
+  // (file descriptors) at start, and the library aborts if it cannot, so nothing a client
+  // does over HTTP, such as using up the descriptors, may come first. All reach the same
+  // manager; gRPC shuts down first.
   std::unique_ptr<vramd::grpc_server::GrpcRoutes> grpc_routes;
   std::unique_ptr<vramd::grpc_server::GrpcServer> grpc_server;
   if (options.allow_grpc) {
@@ -272,12 +265,24 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     if (!started.ok()) {
       spdlog::error("{}", started.status().message());
       if (metrics_server) metrics_server->Shutdown();
-      (*server)->Shutdown();
       return 1;
     }
     grpc_server = std::move(started).value();
     spdlog::info("gRPC listening on {}:{}", options.grpc_address, grpc_server->port());
   }
+
+
+  auto server = vramd::http::HttpServer::Start(
+      http_options, [&routes](vramd::http::HttpRequest request, vramd::http::Responder respond) {
+        routes.Handle(std::move(request), std::move(respond));
+      });
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    if (grpc_server) grpc_server->Shutdown();
+    if (metrics_server) metrics_server->Shutdown();
+    return 1;
+  }
+  spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
 
   int sig = stop_signals.Wait();
   spdlog::info("received {}: finishing in-flight requests, then exiting",

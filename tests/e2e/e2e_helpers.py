@@ -168,7 +168,7 @@ class VramdProcess:
                              % (timeout, self.describe()))
 
     def grpc_port(self, timeout=START_TIMEOUT_S):
-        """The gRPC port from the 'gRPC listening on <addr>:<port>' line (after HTTP's)."""
+        """The gRPC port from the 'gRPC listening on <addr>:<port>' line (logged before HTTP's)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             m = GRPC_LISTEN_RE.search(self.log())
