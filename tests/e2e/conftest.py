@@ -83,6 +83,17 @@ def start_server(tmp_path_factory):
 
 
 @pytest.fixture
+def shm_object():
+    """A 64 KiB POSIX shared-memory object for the shared-memory tests, unlinked after."""
+    from multiprocessing import shared_memory
+    obj = shared_memory.SharedMemory(name="vramd_e2e_shm_%d" % os.getpid(), create=True,
+                                     size=1 << 16)
+    yield obj
+    obj.close()
+    obj.unlink()
+
+
+@pytest.fixture
 def client(server):
     c = server.client()
     yield c

@@ -235,16 +235,6 @@ def test_validation_texts_equal_the_http_front_ends(server, stub):
     assert e.details() == h.error_message()
 
 
-@pytest.fixture
-def shm_object():
-    from multiprocessing import shared_memory
-    obj = shared_memory.SharedMemory(name="vramd_grpc_test_%d" % os.getpid(), create=True,
-                                     size=1 << 16)
-    yield obj
-    obj.close()
-    obj.unlink()
-
-
 def test_system_shared_memory_round_trip(stub, shm_object):
     key = "/" + shm_object.name
     x = np.arange(64, dtype=np.float32) * 1.5

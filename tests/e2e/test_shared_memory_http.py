@@ -7,7 +7,6 @@ regions shared with the gRPC front end; CUDA registrations checked and refused w
 
 import base64
 import json
-import os
 import re
 import urllib.request
 
@@ -22,16 +21,6 @@ def server(start_server):
     return start_server([str(FIXTURE_REPO)], ["--model-control-mode", "explicit",
                                               "--load-model", "identity_fp32"],
                         name="shm_http", ready_models=["identity_fp32"])
-
-
-@pytest.fixture
-def shm_object():
-    from multiprocessing import shared_memory
-    obj = shared_memory.SharedMemory(name="vramd_http_test_%d" % os.getpid(), create=True,
-                                     size=1 << 16)
-    yield obj
-    obj.close()
-    obj.unlink()
 
 
 def walk(node):

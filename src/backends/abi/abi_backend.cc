@@ -100,16 +100,11 @@ VramdCode AddOutput(void* sink_ptr, const char* name, VramdDataType datatype,
     *data = nullptr;
     auto* sink = static_cast<OutputSink*>(sink_ptr);
     if (byte_size >= kPooledHostOutputBytes && sink->allocator != nullptr) {
-      auto tensor = abi::NewOutput(*sink->outputs, sink->first, "outputs->add", name, datatype,
-                                   shape, rank, byte_size);
+      auto tensor = abi::NewPooledOutput(*sink->allocator, memory::Device::Cpu(),
+                                         memory::OwnerScope::Current(), *sink->outputs,
+                                         sink->first, "outputs->add", name, datatype, shape, rank,
+                                         byte_size);
       if (!tensor.ok()) return Failed(error, tensor.status());
-      auto buffer = sink->allocator->Allocate(memory::Device::Cpu(), byte_size, /*stream=*/0,
-                                              memory::OwnerScope::Current());
-      if (!buffer.ok()) {
-        return Failed(error, buffer.status().WithContext(
-                                 fmt::format("outputs->add '{}'", tensor->name)));
-      }
-      tensor->data = abi::ShareBuffer(std::move(buffer).value());
       *data = const_cast<std::byte*>(tensor->data.data());
       sink->outputs->push_back(std::move(tensor).value());
       return VRAMD_OK;
@@ -143,24 +138,15 @@ VramdCode AddOutputOnDevice(void* sink_ptr, const char* name, VramdDataType data
     }
     *data = nullptr;
     auto* sink = static_cast<OutputSink*>(sink_ptr);
-    auto tensor = abi::NewOutput(*sink->outputs, sink->first, "outputs->add_on_device", name,
-                                 datatype, shape, rank, byte_size);
-    if (!tensor.ok()) return Failed(error, tensor.status());
-    auto device = abi::ToDevice(VRAMD_DEVICE_GPU, device_id);
-    if (!device.ok()) return Failed(error, device.status());
     if (sink->allocator == nullptr) {
       return Failed(error, Status::Unavailable("outputs->add_on_device: this server allocates no memory"));
     }
-    if (byte_size > 0) {
-      auto buffer = sink->allocator->Allocate(*device, byte_size, /*stream=*/0,
-                                              memory::OwnerScope::Current());
-      if (!buffer.ok()) {
-        return Failed(error, buffer.status().WithContext(fmt::format(
-                                 "outputs->add_on_device '{}' on GPU {}", tensor->name, device_id)));
-      }
-      tensor->data = abi::ShareBuffer(std::move(buffer).value());
-    }
-    tensor->gpu = device_id;
+    auto device = abi::ToDevice(VRAMD_DEVICE_GPU, device_id);
+    if (!device.ok()) return Failed(error, device.status());
+    auto tensor = abi::NewPooledOutput(*sink->allocator, *device, memory::OwnerScope::Current(),
+                                       *sink->outputs, sink->first, "outputs->add_on_device",
+                                       name, datatype, shape, rank, byte_size);
+    if (!tensor.ok()) return Failed(error, tensor.status());
     *data = const_cast<std::byte*>(tensor->data.data());
     sink->outputs->push_back(std::move(tensor).value());
     return VRAMD_OK;

@@ -77,26 +77,13 @@ VramdCode ResponseCreate(void*, VramdResponder* responder, VramdResponse** respo
   });
 }
 
-// GPU memory for an output, from the device's pool, charged to the request it answers; freed
-// when the tensor's last reference goes (a BLS caller may keep it: model_services.h holds the
-// request's owner open until then).
-Result<SharedBuffer> DeviceOutputBuffer(void* server, VramdResponse* response, int32_t device_id,
-                                        size_t byte_size) {
-  memory::Allocator* allocator =
-      server == nullptr ? nullptr : static_cast<const ServerApi*>(server)->allocator();
-  if (allocator == nullptr) {
-    return Status::Unavailable("this server table allocates no memory");
-  }
-  auto device = ToDevice(VRAMD_DEVICE_GPU, device_id);
-  if (!device.ok()) return device.status();
-  if (byte_size == 0) return SharedBuffer();
+// GPU memory for an output is charged to the request it answers; freed when the tensor's last
+// reference goes (a BLS caller may keep it: model_services.h holds the request's owner open
+// until then).
+memory::OwnerId ResponseOwner(VramdResponse* response) {
   VramdResponder* responder = response->responder;
-  const memory::OwnerId owner = responder->open_owner != nullptr
-                                    ? responder->open_owner(responder->owner_context)
-                                    : memory::kNoOwner;
-  auto buffer = allocator->Allocate(*device, byte_size, /*stream=*/0, owner);
-  if (!buffer.ok()) return buffer.status();
-  return ShareBuffer(std::move(buffer).value());
+  return responder->open_owner != nullptr ? responder->open_owner(responder->owner_context)
+                                          : memory::kNoOwner;
 }
 
 VramdCode ResponseAddOutput(void* server, VramdResponse* response, const char* name,
@@ -112,16 +99,17 @@ VramdCode ResponseAddOutput(void* server, VramdResponse* response, const char* n
     int32_t memory_kind = VRAMD_DEVICE_CPU;
     std::memcpy(&memory_kind, &kind, sizeof memory_kind);
     if (memory_kind == VRAMD_DEVICE_GPU) {
-      auto tensor = NewOutput(response->outputs, 0, "response_add_output", name, datatype, shape,
-                              rank, byte_size);
-      if (!tensor.ok()) return Fail(error, tensor.status());
-      auto buffer = DeviceOutputBuffer(server, response, device_id, byte_size);
-      if (!buffer.ok()) {
-        return Fail(error, buffer.status().WithContext(
-                               fmt::format("response_add_output '{}' on GPU {}", name, device_id)));
+      memory::Allocator* allocator =
+          server == nullptr ? nullptr : static_cast<const ServerApi*>(server)->allocator();
+      if (allocator == nullptr) {
+        return Fail(error, Status::Unavailable("this server table allocates no memory"));
       }
-      tensor->data = std::move(buffer).value();
-      tensor->gpu = device_id;
+      auto device = ToDevice(VRAMD_DEVICE_GPU, device_id);
+      if (!device.ok()) return Fail(error, device.status());
+      auto tensor = NewPooledOutput(*allocator, *device, ResponseOwner(response),
+                                    response->outputs, 0, "response_add_output", name, datatype,
+                                    shape, rank, byte_size);
+      if (!tensor.ok()) return Fail(error, tensor.status());
       *data = const_cast<std::byte*>(tensor->data.data());
       response->outputs.push_back(std::move(tensor).value());
       return VRAMD_OK;
@@ -273,6 +261,26 @@ Result<Tensor> NewOutput(const std::vector<Tensor>& outputs, size_t first, const
     }
   }
   return Tensor{name, type, std::move(dims), SharedBuffer()};
+}
+
+Result<Tensor> NewPooledOutput(memory::Allocator& allocator, memory::Device device,
+                               memory::OwnerId owner, const std::vector<Tensor>& outputs,
+                               size_t first, const char* entry, const char* name,
+                               VramdDataType datatype, const int64_t* shape, size_t rank,
+                               size_t byte_size) {
+  VRAMD_ASSIGN_OR_RETURN(Tensor tensor,
+                         NewOutput(outputs, first, entry, name, datatype, shape, rank, byte_size));
+  if (byte_size > 0) {
+    auto buffer = allocator.Allocate(device, byte_size, /*stream=*/0, owner);
+    if (!buffer.ok()) {
+      return buffer.status().WithContext(fmt::format(
+          "{} '{}' on {}", entry, tensor.name,
+          device.is_cuda() ? fmt::format("GPU {}", device.index) : device.ToString()));
+    }
+    tensor.data = ShareBuffer(std::move(buffer).value());
+  }
+  if (device.is_cuda()) tensor.gpu = device.index;
+  return tensor;
 }
 
 Result<void*> AppendHostOutput(std::vector<Tensor>* outputs, size_t first, const char* entry,

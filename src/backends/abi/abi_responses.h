@@ -18,6 +18,7 @@
 #include "backends/backend.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "memory/allocator.h"
 #include "vramd/backend.h"
 
 namespace vramd::backends::abi {
@@ -40,6 +41,15 @@ void ReleaseAfterExecute(VramdResponder* responder, const Status* failed);
 Result<Tensor> NewOutput(const std::vector<Tensor>& outputs, size_t first, const char* entry,
                          const char* name, VramdDataType datatype, const int64_t* shape,
                          size_t rank, size_t byte_size);
+
+// An output tensor of `byte_size` bytes of `device` memory from `allocator`'s pool of it,
+// charged to `owner`, checked as NewOutput (a GPU one says its device); freed when its last
+// reference goes. The error names `entry` and the output.
+Result<Tensor> NewPooledOutput(memory::Allocator& allocator, memory::Device device,
+                               memory::OwnerId owner, const std::vector<Tensor>& outputs,
+                               size_t first, const char* entry, const char* name,
+                               VramdDataType datatype, const int64_t* shape, size_t rank,
+                               size_t byte_size);
 
 // Appends a host tensor of `byte_size` bytes to `outputs`, checked as NewOutput; returns where
 // the backend writes its bytes. ResourceExhausted when host memory runs out.

@@ -439,12 +439,8 @@ Status EncodeInferResponse(const InferResponse& response, const InferRequest& re
     }
   }
   std::vector<Tensor> hosted;
-  const std::vector<Tensor>* outputs = &response.outputs;
-  if (shared_memory::AnyUnplacedOnGpu(response.outputs, &placed)) {
-    hosted = response.outputs;
-    VRAMD_RETURN_IF_ERROR(shared_memory::MoveUnplacedToHost(&hosted, &placed));
-    outputs = &hosted;
-  }
+  VRAMD_ASSIGN_OR_RETURN(const std::vector<Tensor>* outputs,
+                         shared_memory::OutputsToEncode(response.outputs, &placed, &hosted));
   for (const Tensor& t : *outputs) {
     auto* o = out->add_outputs();
     o->set_name(t.name);

@@ -214,12 +214,8 @@ Result<EncodedBody> EncodeInferResponse(const InferResponse& response,
   // Outputs on a GPU that are not placed in a CUDA region are encoded from host copies; a
   // placed one is copied into its region from where it is.
   std::vector<Tensor> hosted;
-  const std::vector<Tensor>* outputs = &response.outputs;
-  if (shared_memory::AnyUnplacedOnGpu(response.outputs, placed)) {
-    hosted = response.outputs;
-    VRAMD_RETURN_IF_ERROR(shared_memory::MoveUnplacedToHost(&hosted, placed));
-    outputs = &hosted;
-  }
+  VRAMD_ASSIGN_OR_RETURN(const std::vector<Tensor>* outputs,
+                         shared_memory::OutputsToEncode(response.outputs, placed, &hosted));
   EncodedBody encoded;
   std::string& s = encoded.body;
   const std::string& id = response.id.empty() ? request.id : response.id;

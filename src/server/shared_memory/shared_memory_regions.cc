@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -70,22 +71,18 @@ Status AttachInput(const SharedMemoryRegions& regions, const TensorPlacement& pl
       .status();
 }
 
-bool AnyUnplacedOnGpu(const std::vector<Tensor>& outputs,
-                      const std::vector<TensorPlacement>* placed) {
-  for (const Tensor& t : outputs) {
-    if (t.on_gpu() && PlacementOf(placed, t.name) == nullptr) return true;
+Result<const std::vector<Tensor>*> OutputsToEncode(const std::vector<Tensor>& outputs,
+                                                   const std::vector<TensorPlacement>* placed,
+                                                   std::vector<Tensor>* storage) {
+  auto moves = [placed](const Tensor& t) {
+    return t.on_gpu() && PlacementOf(placed, t.name) == nullptr;
+  };
+  if (std::none_of(outputs.begin(), outputs.end(), moves)) return &outputs;
+  *storage = outputs;
+  for (Tensor& t : *storage) {
+    if (moves(t)) VRAMD_RETURN_IF_ERROR(runtime::MoveToHost(&t));
   }
-  return false;
-}
-
-Status MoveUnplacedToHost(std::vector<Tensor>* outputs,
-                          const std::vector<TensorPlacement>* placed) {
-  for (Tensor& t : *outputs) {
-    if (t.on_gpu() && PlacementOf(placed, t.name) == nullptr) {
-      VRAMD_RETURN_IF_ERROR(runtime::MoveToHost(&t));
-    }
-  }
-  return Status::Ok();
+  return storage;
 }
 
 Result<memory::IpcHandle> ToIpcHandle(std::string_view raw, std::string_view what) {

@@ -133,13 +133,12 @@ const TensorPlacement* PlacementOf(const std::vector<TensorPlacement>* placed,
 Status AttachInput(const SharedMemoryRegions& regions, const TensorPlacement& placement,
                    Tensor* tensor);
 
-// Before a front end encodes a response: moves to host every output on a GPU that is not
-// placed in a region (those are encoded from host memory); a placed one is written into its
-// region from where it is. The error names the output (runtime/tensor_memory.h).
-Status MoveUnplacedToHost(std::vector<Tensor>* outputs,
-                          const std::vector<TensorPlacement>* placed);
-// Whether MoveUnplacedToHost would move any of `outputs`.
-bool AnyUnplacedOnGpu(const std::vector<Tensor>& outputs,
-                      const std::vector<TensorPlacement>* placed);
+// What a front end encodes of `outputs`: `outputs` itself, or, when some output not placed in
+// a region is on a GPU, a copy in `*storage` with those brought to the host (they are encoded
+// from host memory; a placed one is written into its region from where it is). The error names
+// the output (runtime/tensor_memory.h).
+Result<const std::vector<Tensor>*> OutputsToEncode(const std::vector<Tensor>& outputs,
+                                                   const std::vector<TensorPlacement>* placed,
+                                                   std::vector<Tensor>* storage);
 
 }  // namespace vramd::shared_memory
