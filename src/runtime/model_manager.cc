@@ -69,44 +69,50 @@ Status AutoComplete(const fs::path& dir, const std::string& name, config::ModelC
 // its versions. NotFound when no repository has it; InvalidArgument (with file:line where the
 // config is at fault) for an unusable model. `config` is set whenever the config was usable.
 // `auto_complete`: config.pbtxt (not an override) is auto-completed first (AutoComplete).
+// `override_dir` (null: none) is where a load request's files were written: the model loads
+// from there, with its config override, whatever the repositories hold.
 Status ReadModel(const std::vector<fs::path>& repositories, const std::string& name,
                  std::shared_ptr<const config::ModelConfig> config_override, bool auto_complete,
-                 ModelFiles* files) {
-  VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(repositories));
-  const repository::ModelDirectory* dir = nullptr;
-  for (const auto& d : dirs) {
-    if (d.name == name) dir = &d;
+                 const OverrideDirectory* override_dir, ModelFiles* files) {
+  if (override_dir != nullptr) {
+    files->dir = override_dir->path();
+  } else {
+    VRAMD_ASSIGN_OR_RETURN(auto dirs, repository::ScanRepositories(repositories));
+    const repository::ModelDirectory* dir = nullptr;
+    for (const auto& d : dirs) {
+      if (d.name == name) dir = &d;
+    }
+    if (dir == nullptr) {
+      return Status::NotFound(fmt::format(
+          "failed to load '{}': no model repository holds a model of that name", name));
+    }
+    if (!dir->status.ok()) return Status::InvalidArgument(dir->status.message());
+    files->dir = dir->path;
   }
-  if (dir == nullptr) {
-    return Status::NotFound(
-        fmt::format("failed to load '{}': no model repository holds a model of that name", name));
-  }
-  if (!dir->status.ok()) return Status::InvalidArgument(dir->status.message());
-  files->dir = dir->path;
   auto config = std::make_shared<config::ModelConfig>();
   std::string where = "the config override";
   if (config_override != nullptr) {
     *config = *config_override;
   } else {
-    where = (dir->path / "config.pbtxt").string();
-    auto parsed = config::LoadModelConfigFile(dir->path / "config.pbtxt");
+    where = (files->dir / "config.pbtxt").string();
+    auto parsed = config::LoadModelConfigFile(files->dir / "config.pbtxt");
     if (!parsed.ok()) return Status::InvalidArgument(parsed.status().message());
     if (!parsed->unsupported_fields.empty()) {
       spdlog::warn("model '{}': {} ignores fields it does not support: {}", name, where,
                    fmt::join(parsed->unsupported_fields, ", "));
     }
     *config = std::move(parsed->config);
-    if (auto_complete) VRAMD_RETURN_IF_ERROR(AutoComplete(dir->path, name, config.get()));
+    if (auto_complete) VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
   }
   Status valid = config::ValidateAndNormalize(config.get(), name);
   if (!valid.ok()) return Status::InvalidArgument(fmt::format("{}: {}", where, valid.message()));
   files->config = config;
   files->versions =
-      repository::SelectVersions(config->version_policy(), repository::ListVersions(dir->path));
+      repository::SelectVersions(config->version_policy(), repository::ListVersions(files->dir));
   if (files->versions.empty()) {
     return Status::InvalidArgument(fmt::format(
         "model '{}' has no version folder that its version_policy selects in '{}'", name,
-        dir->path.string()));
+        files->dir.string()));
   }
   return Status::Ok();
 }
@@ -399,9 +405,15 @@ Status ModelManager::WaitRetired(const std::string& model) {
 }
 
 Status ModelManager::Load(std::string_view name,
-                          std::shared_ptr<const config::ModelConfig> config_override) {
+                          std::shared_ptr<const config::ModelConfig> config_override,
+                          const ModelFileOverrides& files) {
   VRAMD_RETURN_IF_ERROR(CheckMode("load"));
   VRAMD_RETURN_IF_ERROR(CheckModelName(name));
+  if (!files.empty() && config_override == nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "failed to load '{}': model files ('file:' parameters) need a 'config' parameter too",
+        name));
+  }
   if (config_override != nullptr && !config_override->name().empty() &&
       config_override->name() != name) {
     return Status::InvalidArgument(fmt::format(
@@ -411,7 +423,7 @@ Status ModelManager::Load(std::string_view name,
   const std::string model(name);
   ActionGuard action(*this, model);
   load_slots_.acquire();
-  Status status = LoadLocked(model, std::move(config_override));
+  Status status = LoadLocked(model, std::move(config_override), files);
   load_slots_.release();
   return status;
 }
@@ -445,8 +457,8 @@ class ModelManager::LoadRun {
   // versions and the reload settings, and waits until what an earlier action retired is
   // destroyed (so the model's unload and load hooks never overlap). A failure is recorded
   // (Reject) and returned for the caller.
-  Status Prepare(std::shared_ptr<const config::ModelConfig> config_override)
-      REQUIRES(manager_.action_) {
+  Status Prepare(std::shared_ptr<const config::ModelConfig> config_override,
+                 const ModelFileOverrides& files) REQUIRES(manager_.action_) {
     {
       ReaderLock lock(manager_.mu_);
       if (auto it = manager_.models_.find(name_); it != manager_.models_.end()) {
@@ -454,8 +466,13 @@ class ModelManager::LoadRun {
         measured_ = it->second.measured;
       }
     }
+    if (!files.empty()) {
+      auto written = OverrideDirectory::Write(name_, files);
+      if (!written.ok()) return Reject(written.status(), nullptr);
+      override_dir_ = std::move(written).value();
+    }
     Status read = ReadModel(manager_.repositories_, name_, std::move(config_override),
-                            manager_.auto_complete_config_, &files_);
+                            manager_.auto_complete_config_, override_dir_.get(), &files_);
     if (!read.ok()) return Reject(read, files_.config);
     auto settings = ReloadSettingsFromConfig(*files_.config, manager_.reload_defaults_);
     if (!settings.ok()) return Reject(settings.status(), files_.config);
@@ -519,7 +536,10 @@ class ModelManager::LoadRun {
       entry.loading = files_.versions;
       entry.unloaded_on_request = false;
     });
-    return manager_.LoadVersions(name_, files_.config, files_.dir, files_.versions, &timing_);
+    Versions attempt =
+        manager_.LoadVersions(name_, files_.config, files_.dir, files_.versions, &timing_);
+    attempt.files = override_dir_;
+    return attempt;
   }
 
   // Switch: publishes the attempt (new requests go to it from here on); the versions it
@@ -646,15 +666,19 @@ class ModelManager::LoadRun {
   bool serving_ = false;  // some version served when the load began
   std::optional<DeviceBytes> measured_;  // the last successful load's footprint
   ModelFiles files_;
+  // The directory a load request's files were written to (null: the repository's); the
+  // versions loaded from it hold it too.
+  std::shared_ptr<const OverrideDirectory> override_dir_;
   ReloadSettings settings_;
   ReloadDecision decision_;
 };
 
 Status ModelManager::LoadLocked(const std::string& name,
-                                std::shared_ptr<const config::ModelConfig> config_override) {
+                                std::shared_ptr<const config::ModelConfig> config_override,
+                                const ModelFileOverrides& files) {
   LoadRun load(*this, name);
   load.ActionHeld();  // load.manager_ is *this
-  VRAMD_RETURN_IF_ERROR(load.Prepare(std::move(config_override)));
+  VRAMD_RETURN_IF_ERROR(load.Prepare(std::move(config_override), files));
   load.ChoosePolicy();
   if (load.DrainsFirst()) load.Drain();
   Versions attempt = load.Attempt();

@@ -65,6 +65,7 @@
 #include "runtime/loaded_model.h"
 #include "runtime/memory_context.h"
 #include "runtime/model_lifecycle.h"
+#include "runtime/override_directory.h"
 #include "runtime/reload_policy.h"
 
 namespace vramd::repository {
@@ -162,9 +163,12 @@ class ModelManager {
   // with the error (the serving versions untouched where the policy kept them). NotFound when
   // no repository holds the model; InvalidArgument in the other modes and for a name longer
   // than kMaxModelNameBytes. A name no repository holds leaves nothing behind in the manager.
+  // With `files` (Triton's "file:" load parameters; they need `config_override`), the model
+  // loads from a directory of those files instead (override_directory.h), whether or not a
+  // repository holds it; the directory goes with the versions loaded from it.
   Status Load(std::string_view name,
-              std::shared_ptr<const config::ModelConfig> config_override = nullptr)
-      EXCLUDES(action_, mu_);
+              std::shared_ptr<const config::ModelConfig> config_override = nullptr,
+              const ModelFileOverrides& files = {}) EXCLUDES(action_, mu_);
 
   // Explicit mode: stops serving `name`: its versions leave the map, drain what they hold,
   // and unload; the model's ledger owners close and the pools are trimmed. A model that is not
@@ -247,6 +251,9 @@ class ModelManager {
 
   // One load's versions, under one model-level ledger owner.
   struct Versions {
+    // The files the versions loaded from when a load request carried them: first, so removed
+    // after everything else here is destroyed.
+    std::shared_ptr<const OverrideDirectory> files;
     memory::ScopedOwner owner;  // closed once the versions are destroyed
     std::shared_ptr<const config::ModelConfig> config;  // null when the config is unusable
     std::map<int64_t, std::shared_ptr<LoadedModel>> ready;
@@ -310,8 +317,8 @@ class ModelManager {
   // The methods below that act on one model REQUIRE its action lock (an ActionGuard).
   // The load proper, under the model's action lock and a load slot: LoadRun's steps in order.
   Status LoadLocked(const std::string& name,
-                    std::shared_ptr<const config::ModelConfig> config_override)
-      REQUIRES(action_);
+                    std::shared_ptr<const config::ModelConfig> config_override,
+                    const ModelFileOverrides& files = {}) REQUIRES(action_);
   Status UnloadLocked(const std::string& name, bool on_request) REQUIRES(action_);
   // Loads `versions` with `config` into a fresh Versions; warms each ready one up.
   Versions LoadVersions(const std::string& name, std::shared_ptr<const config::ModelConfig> config,

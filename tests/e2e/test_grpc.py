@@ -5,11 +5,13 @@ error codes and texts as the HTTP front end words them, load with a config overr
 grpc.health.v1, and UNIMPLEMENTED naming each RPC not served yet.
 """
 
+import glob
 import json
 import os
 import pathlib
 import struct
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -341,10 +343,30 @@ def test_repository_index_load_unload_and_config_override(stub):
     bad.parameters["config"].string_param = "{not json"
     e = rpc_error(stub.RepositoryModelLoad, bad)
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "parameter 'config'" in e.details()
+    # Model files in the request need a config, and bytes.
     files = pb.RepositoryModelLoadRequest(model_name="identity_int16")
     files.parameters["file:1/model.bin"].bytes_param = b"x"
     e = rpc_error(stub.RepositoryModelLoad, files)
-    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "file:1/model.bin" in e.details()
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "need a 'config'" in e.details()
+    files.parameters["config"].string_param = json.dumps(cfg)
+    files.parameters["file:1/model.bin"].string_param = "x"
+    e = rpc_error(stub.RepositoryModelLoad, files)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "bytes_param" in e.details()
+
+    # A model no repository holds, loaded from the files the request carries.
+    name = "grpc_files_%d" % os.getpid()
+    cfg_files = dict(cfg, name=name, instance_group=[{"kind": "KIND_CPU", "count": 1}])
+    load = pb.RepositoryModelLoadRequest(model_name=name)
+    load.parameters["config"].string_param = json.dumps(cfg_files)
+    load.parameters["file:1/weights.bin"].bytes_param = bytes(range(256))
+    stub.RepositoryModelLoad(load, timeout=60)
+    assert stub.ModelReady(pb.ModelReadyRequest(name=name)).ready
+    dirs = glob.glob(os.path.join(tempfile.gettempdir(), "vramd-model-files", name + ".*"))
+    assert len(dirs) == 1, dirs
+    with open(os.path.join(dirs[0], "1", "weights.bin"), "rb") as f:
+        assert f.read() == bytes(range(256))
+    stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=name), timeout=60)
+    assert not os.path.exists(dirs[0])
     e = rpc_error(stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="no_such"))
     assert e.code() == grpc.StatusCode.NOT_FOUND
 

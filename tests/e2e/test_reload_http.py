@@ -2,8 +2,8 @@
 
   - POST /v2/repository/models/{m}/load with {"parameters": {"config": "<JSON ModelConfig>"}}:
     the override takes effect (version_policy, backend parameters); malformed or unusable
-    overrides, `file:` parameters and overrides naming another model are refused with the
-    reason, and the serving versions serve on;
+    overrides, bad `file:` parameters and overrides naming another model are refused with the
+    reason, and the serving versions serve on; a model loaded from `file:` parameters alone;
   - POST /v2/repository/index rows: Triton's "state" with vramd's "lifecycle" and "reason";
   - GET /v2/repository/models/{m}/lifecycle;
   - --model-load-thread-count, --reload-headroom-mib, --reload-unavailable-wait-ms;
@@ -14,8 +14,12 @@ The versioned model is an "affine" mlp model (e2e_helpers.write_affine_model): v
 answers INPUT0 + 100 * v, so an answer says which version computed it.
 """
 
+import base64
+import glob
 import json
+import os
 import shutil
+import tempfile
 import threading
 import time
 
@@ -181,11 +185,18 @@ def test_config_override_errors(start_server, repo):
     # Naming another model.
     msg = refused(dict(base, name="identity_int32"))
     assert "identity_int32" in msg, msg
-    # Model files in the request (Triton's "file:<path>" parameters): not supported.
-    body = json.dumps({"parameters": {"config": json.dumps(base),
-                                      "file:1/model.safetensors": "AAAA"}}).encode()
-    msg = refused(body, status=501, raw=True)
-    assert "file:1/model.safetensors" in msg and "not supported" in msg, msg
+    # Model files in the request (Triton's "file:<path>" parameters): each path stays inside
+    # the model's directory, the bytes are base64, and they come with a config.
+    for key, value, text in (("file:../model.safetensors", "AAAA", "'..'"),
+                             ("file:/etc/passwd", "AAAA", "absolute"),
+                             ("file:1//x", "AAAA", "empty component"),
+                             ("file:1/model.safetensors", "A*AA", "not a base64 character")):
+        body = json.dumps({"parameters": {"config": json.dumps(base), key: value}}).encode()
+        msg = refused(body, raw=True)
+        assert text in msg, (key, msg)
+    body = json.dumps({"parameters": {"file:1/model.safetensors": "AAAA"}}).encode()
+    msg = refused(body, raw=True)
+    assert "need a 'config' parameter" in msg, msg
     # An unknown model, override or not: 404 naming it.
     unnamed = {k: v for k, v in base.items() if k != "name"}
     msg = refused(unnamed, status=404, model="no_such_model")
@@ -459,3 +470,30 @@ def test_resource_preserving_reloads_while_a_request_is_being_parsed(start_serve
     assert res["value"].status == 200, res["value"]
     np.testing.assert_array_equal(InferResult(res["value"]).outputs["OUTPUT0"], data)
     assert slowest < wait_ms / 1000.0 * 0.75, "a reload took %.1fs (of %d)" % (slowest, reloads)
+
+
+def test_a_model_loads_from_the_files_in_the_request(start_server, repo):
+    """Triton's "file:<path>" load parameters: a model no repository holds loads from the files
+    the request carries (with its config), serves, and its directory of them is removed once it
+    is unloaded."""
+    s = start_explicit(start_server, repo, "load_files")
+    c = s.client()
+    name = "from_files_%d" % os.getpid()
+    cfg = {"name": name, "backend": "identity", "max_batch_size": 0,
+           "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+           "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}]}
+    note = b"written by the load request\n"
+    r = load_model(c, name, cfg, parameters={
+        "file:1/notes/readme.txt": base64.b64encode(note).decode()})
+    assert r.status == 200, r
+    dirs = glob.glob(os.path.join(tempfile.gettempdir(), "vramd-model-files", name + ".*"))
+    assert len(dirs) == 1, dirs
+    with open(os.path.join(dirs[0], "1", "notes", "readme.txt"), "rb") as f:
+        assert f.read() == note
+    x = np.array([1.5, -2.0, 3.25], dtype=np.float32)
+    out = c.infer(name, [Input("INPUT0", "FP32", x)]).outputs["OUTPUT0"]
+    np.testing.assert_array_equal(out, x)
+    assert model_lifecycle(c, name)["state"] == "ready"
+    assert c.post("/v2/repository/models/%s/unload" % name, b"").status == 200
+    wait_for(lambda: not os.path.exists(dirs[0]), 10, what="the model's files to be removed")
+    s.assert_no_crash_markers()

@@ -450,12 +450,17 @@ void GrpcRoutes::RepositoryModelLoad(
     std::shared_ptr<const inference::RepositoryModelLoadRequest> request,
     Reply<inference::RepositoryModelLoadResponse> reply) const {
   std::shared_ptr<const config::ModelConfig> config_override;
+  runtime::ModelFileOverrides files;
   for (const auto& [key, p] : request->parameters()) {
     if (key.substr(0, 5) == "file:") {
-      return Fail(reply, Status::Unsupported(fmt::format(
-                             "repository load: parameter '{}': model files in the request are "
-                             "not supported; put them in the model repository",
-                             key)));
+      if (p.parameter_choice_case() != ModelRepositoryParameter::kBytesParam) {
+        return Fail(reply, Status::InvalidArgument(fmt::format(
+                               "repository load: parameter '{}' must be bytes_param holding the "
+                               "file",
+                               key)));
+      }
+      files.emplace_back(key.substr(5), p.bytes_param());
+      continue;
     }
     if (key != "config") continue;
     if (p.parameter_choice_case() != ModelRepositoryParameter::kStringParam) {
@@ -474,8 +479,9 @@ void GrpcRoutes::RepositoryModelLoad(
     return Fail(reply, Status::InvalidArgument(
                            "explicit model load / unload is not allowed if polling is enabled"));
   }
-  control_->Post([this, request, config_override, reply = std::move(reply)] {
-    Status status = mutable_manager_->Load(request->model_name(), config_override);
+  control_->Post([this, request, config_override, files = std::move(files),
+                  reply = std::move(reply)] {
+    Status status = mutable_manager_->Load(request->model_name(), config_override, files);
     reply(ToGrpcStatus(status), inference::RepositoryModelLoadResponse());
   });
 }

@@ -661,12 +661,14 @@ HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
 }
 
 // Body (optional): {"parameters": {...}}. On load, "config" is a config override: a JSON
-// ModelConfig (as GET .../config writes it) used instead of config.pbtxt. Triton's "file:..."
-// parameters (model files sent in the request) are refused. Other parameters are ignored.
+// ModelConfig (as GET .../config writes it) used instead of config.pbtxt, and each
+// "file:<path>" parameter a model file, base64 (Triton's; they need "config"): the model loads
+// from those files (runtime/override_directory.h). Other parameters are ignored.
 HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const std::string& model,
                                              bool load) const {
   const char* what = load ? "load" : "unload";
   std::shared_ptr<const config::ModelConfig> config_override;
+  runtime::ModelFileOverrides files;
   if (request.body && !request.body->empty()) {
     auto parsed = ParseJson(*request.body, fmt::format("repository {} request body", what));
     if (!parsed.ok()) return Error(parsed.status());
@@ -682,10 +684,19 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
       for (const auto& p : params->value.GetObject()) {
         std::string_view key(p.name.GetString(), p.name.GetStringLength());
         if (load && key.substr(0, 5) == "file:") {
-          return Error(Status::Unsupported(fmt::format(
-              "repository load: parameter '{}': model files in the request are not supported; "
-              "put them in the model repository",
-              key)));
+          if (!p.value.IsString()) {
+            return Error(400, fmt::format(
+                                  "repository load: parameter '{}' must be a string holding the "
+                                  "file's bytes as base64",
+                                  key));
+          }
+          auto bytes = DecodeBase64(
+              std::string_view(p.value.GetString(), p.value.GetStringLength()));
+          if (!bytes.ok()) {
+            return Error(bytes.status().WithContext(
+                fmt::format("repository load: parameter '{}'", key)));
+          }
+          files.emplace_back(std::string(key.substr(5)), std::move(bytes).value());
         }
       }
       auto config = params->value.FindMember("config");
@@ -707,7 +718,7 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
   if (mutable_manager_ == nullptr) {
     return Error(400, "explicit model load / unload is not allowed if polling is enabled");
   }
-  Status status = load ? mutable_manager_->Load(model, std::move(config_override))
+  Status status = load ? mutable_manager_->Load(model, std::move(config_override), files)
                        : mutable_manager_->Unload(model);
   if (!status.ok()) return Error(status);
   return Empty(200);
