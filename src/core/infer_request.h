@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -52,6 +54,16 @@ inline constexpr int kAnyGpu = -2;
 
 struct InferResponse;
 
+// Memory a consumer gave for one output (a client's shared-memory region): `data` has exactly
+// the output's size, in host memory or on CUDA device `gpu`.
+struct OutputBuffer {
+  SharedBuffer data;
+  int gpu = kOnHost;
+};
+// InferRequest::output_buffer: the memory for output `name` of `byte_size` bytes, or nothing.
+using OutputBufferSource =
+    std::function<std::optional<OutputBuffer>(std::string_view name, size_t byte_size)>;
+
 // Where a decoupled model's responses go as it sends them (runtime/request_responder.h): each
 // response or error response, in order; the request's InferCallback still runs once, after the
 // last (its final flag).
@@ -87,6 +99,10 @@ struct InferRequest {
   // (whichever GPU the model leaves them on). Only a BLS call sets a GPU; the runtime moves a
   // GPU output to host for a consumer that takes host memory (runtime/tensor_memory.h).
   int output_gpu = kOnHost;
+  // Set by a front end whose client placed outputs in its own memory (shared memory): a backend
+  // that can writes such an output there directly, and the front end then copies nothing (a
+  // joined batch's outputs are made as usual). Null: none.
+  OutputBufferSource output_buffer;
 
   const Tensor* FindInput(std::string_view name) const {
     for (const auto& t : inputs)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -64,7 +65,25 @@ struct OutputSink {
   std::vector<Tensor>* outputs;
   size_t first;  // outputs of this call start here
   memory::Allocator* allocator;
+  const OutputBufferSource* given;  // the request's output_buffer
 };
+
+// Appends output `name` in the memory the request's consumer gave for it on `gpu` (kOnHost:
+// host), when it gave some there: true, with *data set. False leaves the output to be made.
+Result<bool> AppendGiven(OutputSink& sink, const char* entry, const char* name,
+                         VramdDataType datatype, const int64_t* shape, size_t rank,
+                         size_t byte_size, int gpu, void** data) {
+  if (*sink.given == nullptr || name == nullptr) return false;
+  std::optional<OutputBuffer> given = (*sink.given)(name, byte_size);
+  if (!given || given->gpu != gpu || given->data.size() != byte_size) return false;
+  VRAMD_ASSIGN_OR_RETURN(Tensor tensor, abi::NewOutput(*sink.outputs, sink.first, entry, name,
+                                                       datatype, shape, rank, byte_size));
+  tensor.data = std::move(given->data);
+  tensor.gpu = gpu;
+  *data = const_cast<std::byte*>(tensor.data.data());
+  sink.outputs->push_back(std::move(tensor));
+  return true;
+}
 
 template <typename Add>
 VramdCode Guard(const char* entry, size_t byte_size, VramdError* error, Add add) {
@@ -99,6 +118,10 @@ VramdCode AddOutput(void* sink_ptr, const char* name, VramdDataType datatype,
     if (data == nullptr) return Failed(error, Status::InvalidArgument("outputs->add: `data` is NULL"));
     *data = nullptr;
     auto* sink = static_cast<OutputSink*>(sink_ptr);
+    auto given = AppendGiven(*sink, "outputs->add", name, datatype, shape, rank, byte_size,
+                             kOnHost, data);
+    if (!given.ok()) return Failed(error, given.status());
+    if (*given) return VRAMD_OK;
     if (byte_size >= kPooledHostOutputBytes && sink->allocator != nullptr) {
       auto tensor = abi::NewPooledOutput(*sink->allocator, memory::Device::Cpu(),
                                          memory::OwnerScope::Current(), *sink->outputs,
@@ -138,11 +161,15 @@ VramdCode AddOutputOnDevice(void* sink_ptr, const char* name, VramdDataType data
     }
     *data = nullptr;
     auto* sink = static_cast<OutputSink*>(sink_ptr);
+    auto device = abi::ToDevice(VRAMD_DEVICE_GPU, device_id);
+    if (!device.ok()) return Failed(error, device.status());
+    auto given = AppendGiven(*sink, "outputs->add_on_device", name, datatype, shape, rank,
+                             byte_size, device_id, data);
+    if (!given.ok()) return Failed(error, given.status());
+    if (*given) return VRAMD_OK;
     if (sink->allocator == nullptr) {
       return Failed(error, Status::Unavailable("outputs->add_on_device: this server allocates no memory"));
     }
-    auto device = abi::ToDevice(VRAMD_DEVICE_GPU, device_id);
-    if (!device.ok()) return Failed(error, device.status());
     auto tensor = abi::NewPooledOutput(*sink->allocator, *device, memory::OwnerScope::Current(),
                                        *sink->outputs, sink->first, "outputs->add_on_device",
                                        name, datatype, shape, rank, byte_size);
@@ -236,7 +263,7 @@ class AbiInstance final : public BackendInstance {
         vreq.preferred_output_memory = abi::PreferredOutputMemory(kOnHost);
       }
 
-      OutputSink sink{outputs, first, model_->server->allocator()};
+      OutputSink sink{outputs, first, model_->server->allocator(), &request.output_buffer};
       VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput, &AddOutputOnDevice};
       VramdError error{};
       const VramdCode code = model_->api->execute(instance_, &vreq, &vouts, &error);

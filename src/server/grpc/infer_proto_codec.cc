@@ -370,6 +370,8 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
       }
     }
   }
+  // Outputs placed in shared memory, which a backend may write there directly.
+  auto placed = std::make_shared<std::vector<ShmRef>>();
   for (const auto& out : m.outputs()) {
     if (out.name().empty()) return Invalid("a requested output has an empty 'name'");
     RequestedOutput requested;
@@ -382,6 +384,8 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
                                                    out_shm->byte_size, what));
       // Copied into a CUDA region from the GPU the model leaves it on, not through the host.
       if (slice.gpu != kOnHost) request.output_gpu = kAnyGpu;
+      out_shm->tensor = out.name();
+      placed->push_back(std::move(*out_shm));
     }
     for (const auto& [key, p] : out.parameters()) {
       if (key != "classification") continue;
@@ -401,6 +405,7 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
     request.outputs.push_back(std::move(requested));
   }
   request.binary_data_output = true;
+  if (!placed->empty()) request.output_buffer = shared_memory::PlacedOutputBuffers(shm, placed);
   return request;
 }
 

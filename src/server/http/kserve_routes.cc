@@ -472,7 +472,10 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
         placed->clear();  // built at most once, but a gap may delay it: nothing carries over
         const SharedMemoryContext context{shm, placed.get()};
         Result<InferRequest> built = ParseHttpInferRequest(http, config, &context);
-        if (built.ok()) built->cancel = http.cancel;
+        if (built.ok()) {
+          built->cancel = http.cancel;
+          if (!placed->empty()) built->output_buffer = shared_memory::PlacedOutputBuffers(shm, placed);
+        }
         return built;
       },
       std::move(done));

@@ -71,6 +71,19 @@ Status AttachInput(const SharedMemoryRegions& regions, const TensorPlacement& pl
       .status();
 }
 
+OutputBufferSource PlacedOutputBuffers(const SharedMemoryRegions* regions,
+                                       std::shared_ptr<const std::vector<TensorPlacement>> placed) {
+  return [regions, placed = std::move(placed)](std::string_view name,
+                                               size_t byte_size) -> std::optional<OutputBuffer> {
+    const TensorPlacement* p = PlacementOf(placed.get(), name);
+    if (p == nullptr || byte_size > p->byte_size) return std::nullopt;
+    auto slice = regions->Find(p->region, p->offset, byte_size, "output");
+    if (!slice.ok()) return std::nullopt;  // unregistered meanwhile: Write will say so
+    return OutputBuffer{SharedBuffer::View(std::move(slice->holder), slice->data, byte_size),
+                        slice->gpu};
+  };
+}
+
 Result<const std::vector<Tensor>*> OutputsToEncode(const std::vector<Tensor>& outputs,
                                                    const std::vector<TensorPlacement>* placed,
                                                    std::vector<Tensor>* storage) {
@@ -298,6 +311,7 @@ Status SharedMemoryRegions::Write(const TensorPlacement& placement, const Tensor
         "{} has {} bytes, more than the {} of its shared memory", what, bytes, slice.size));
   }
   if (bytes == 0) return Status::Ok();
+  if (output.data.data() == slice.data && output.gpu == slice.gpu) return Status::Ok();
   if (slice.gpu == kOnHost && !output.on_gpu()) {
     std::memcpy(slice.data, output.data.data(), bytes);
     return Status::Ok();

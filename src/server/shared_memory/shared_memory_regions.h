@@ -31,6 +31,7 @@
 
 #include "core/mutex.h"
 #include "core/status.h"
+#include "core/infer_request.h"
 #include "core/tensor.h"
 #include "memory/cuda_ipc.h"
 #include "memory/ledger.h"
@@ -97,7 +98,8 @@ class SharedMemoryRegions {
                      const std::string& what) const EXCLUDES(mu_);
   // Whether `name` is a registered CUDA region (a front end then lets outputs stay on a GPU).
   bool IsCuda(const std::string& name) const EXCLUDES(mu_);
-  // Copies `output` (host or GPU) to its placement; InvalidArgument naming `what` when its
+  // Copies `output` (host or GPU) to its placement (nothing when the backend wrote it there,
+  // PlacedOutputBuffers); InvalidArgument naming `what` when its
   // bytes do not fit the placement's byte_size, or its range is not within the region;
   // Internal (or Unavailable without CUDA) when a copy touching a GPU fails.
   Status Write(const TensorPlacement& placement, const Tensor& output,
@@ -132,6 +134,12 @@ const TensorPlacement* PlacementOf(const std::vector<TensorPlacement>* placed,
 // placement's byte_size is not what the shape needs, or the BYTES elements do not fit it.
 Status AttachInput(const SharedMemoryRegions& regions, const TensorPlacement& placement,
                    Tensor* tensor);
+
+// For InferRequest::output_buffer: each output `placed` names gets its placement's first
+// byte_size bytes in `regions` (when it fits), so a backend can write it there directly; the
+// front end's Write then copies nothing. `regions` must outlive the requests.
+OutputBufferSource PlacedOutputBuffers(const SharedMemoryRegions* regions,
+                                       std::shared_ptr<const std::vector<TensorPlacement>> placed);
 
 // What a front end encodes of `outputs`: `outputs` itself, or, when some output not placed in
 // a region is on a GPU, a copy in `*storage` with those brought to the host (they are encoded

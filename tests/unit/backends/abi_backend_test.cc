@@ -302,9 +302,10 @@ TEST_F(AbiKitTest, ExceptionsInEntryPointsBecomeErrors) {
 }
 
 // A large host output comes from the CPU pool, charged to the request's owner until the
-// response lets it go; a GPU output without a device is an error naming it, not a crash; a
-// backend that takes no GPU inputs is told its consumer takes host memory.
-TEST_F(AbiKitTest, LargeHostOutputsArePooledAndChargedToTheRequest) {
+// response lets it go, unless the consumer gave memory for it, which the backend then writes;
+// a GPU output without a device is an error naming it, not a crash; a backend that takes no
+// GPU inputs is told its consumer takes host memory.
+TEST_F(AbiKitTest, LargeHostOutputsArePooledOrWrittenWhereTheConsumerGaveMemory) {
   auto backend = Make<OutputsModel>("outputs");
   ASSERT_NE(backend, nullptr);
   config_.set_name("outputs");
@@ -329,6 +330,24 @@ TEST_F(AbiKitTest, LargeHostOutputsArePooledAndChargedToTheRequest) {
   EXPECT_EQ(ledger_.Stats(request_owner).value().live_bytes, OutputsModel::kBig);
   outputs.clear();
   EXPECT_EQ(ledger_.Stats(request_owner).value().live_bytes, 0);
+
+  // Memory the consumer gave for the output (a client's shared memory): written there, and
+  // charged to no one of the server's.
+  std::vector<std::byte> given(OutputsModel::kBig);
+  request.output_buffer = [&given](std::string_view name, size_t size) -> std::optional<OutputBuffer> {
+    if (name != "BIG" || size != given.size()) return std::nullopt;
+    return OutputBuffer{SharedBuffer::View(nullptr, given.data(), given.size()), kOnHost};
+  };
+  {
+    memory::OwnerScope scope(request_owner);
+    ASSERT_TRUE((*instance)->Execute(request, &outputs).ok());
+  }
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].data.data(), given.data());
+  EXPECT_EQ(static_cast<int>(given[OutputsModel::kBig - 1]), 7);
+  EXPECT_EQ(ledger_.Stats(request_owner).value().live_bytes, 0);
+  outputs.clear();
+  request.output_buffer = nullptr;
 
   request.id = "gpu";
   {

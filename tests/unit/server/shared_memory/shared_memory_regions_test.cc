@@ -179,5 +179,30 @@ TEST(SharedMemoryRegionsTest, AnOutputIsWrittenIntoItsPlacement) {
   EXPECT_THAT(too_big.message(), HasSubstr("output 'Y' has 4 bytes, more than the 2"));
 }
 
+// A placed output's memory is handed to the backend as its output buffer; written there, the
+// front end's Write has nothing left to copy. An output larger than its placement, or one not
+// placed, gets none.
+TEST(SharedMemoryRegionsTest, APlacedOutputIsGivenItsRegionAndNeedsNoCopy) {
+  Object object(4096);
+  SharedMemoryRegions shm;
+  ASSERT_TRUE(shm.RegisterSystem("out", object.key(), 0, 64).ok());
+  auto placed = std::make_shared<std::vector<TensorPlacement>>(
+      std::vector<TensorPlacement>{{"Y", "out", 8, 16}});
+  OutputBufferSource source = PlacedOutputBuffers(&shm, placed);
+  EXPECT_FALSE(source("Y", 17).has_value());
+  EXPECT_FALSE(source("Z", 4).has_value());
+  std::optional<OutputBuffer> given = source("Y", 4);
+  ASSERT_TRUE(given.has_value());
+  EXPECT_EQ(given->gpu, kOnHost);
+  ASSERT_EQ(given->data.size(), 4u);
+  std::memcpy(given->data.mutable_data(), "\x01\x02\x03\x04", 4);
+  Tensor t{"Y", DataType::kUint8, {4}, given->data};
+  ASSERT_TRUE(shm.Write((*placed)[0], t, "output 'Y'").ok());
+  auto slice = shm.Find("out", 8, 4, "check");
+  ASSERT_TRUE(slice.ok());
+  EXPECT_EQ(slice->data, t.data.data()) << "the backend's output is the region itself";
+  EXPECT_EQ(static_cast<int>(slice->data[3]), 4);
+}
+
 }  // namespace
 }  // namespace vramd::shared_memory
