@@ -16,12 +16,14 @@
 // Exit status: 0; 2 for bad arguments; 3 when every request failed.
 #include "latency_summary.h"
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -48,6 +50,7 @@ struct Options {
   int concurrency = 1;
   double duration_s = 5.0;
   double warmup_s = 1.0;
+  int threads = 0;  // client threads for gRPC; 0: one per request in flight
   bool tcp_echo = false;
 };
 
@@ -75,6 +78,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--concurrency") o.concurrency = std::atoi(value().c_str());
     else if (a == "--duration") o.duration_s = std::atof(value().c_str());
     else if (a == "--warmup") o.warmup_s = std::atof(value().c_str());
+    else if (a == "--threads") o.threads = std::atoi(value().c_str());
     else if (a == "--tcp-echo") o.tcp_echo = true;
     else if (a == "--help") Usage("help");
     else Usage("unknown argument " + a);
@@ -110,15 +114,7 @@ std::vector<double> Loop(Run& run, Once once) {
   return latencies;
 }
 
-void GrpcClient(const Options& o, Run& run, std::vector<double>* out) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  // A channel each: gRPC shares one connection among channels with equal arguments.
-  args.SetInt("vramd.bench.channel", static_cast<int>(reinterpret_cast<uintptr_t>(out) & 0x7fffffff));
-  auto channel = grpc::CreateCustomChannel(o.host + ":" + o.port,
-                                           grpc::InsecureChannelCredentials(), args);
-  auto stub = inference::GRPCInferenceService::NewStub(channel);
+inference::ModelInferRequest MakeRequest(const Options& o) {
   inference::ModelInferRequest request;
   request.set_model_name(o.model);
   auto* input = request.add_inputs();
@@ -129,22 +125,69 @@ void GrpcClient(const Options& o, Run& run, std::vector<double>* out) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000);
   request.add_raw_input_contents(reinterpret_cast<const char*>(values.data()),
                                  values.size() * sizeof(float));
-  const size_t want = values.size() * sizeof(float);
-  *out = Loop(run, [&] {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return request;
+}
+
+std::shared_ptr<grpc::Channel> NewChannel(const Options& o, int index) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // A connection each: gRPC shares one among channels whose arguments are equal.
+  args.SetInt("vramd.bench.channel", index);
+  return grpc::CreateCustomChannel(o.host + ":" + o.port, grpc::InsecureChannelCredentials(), args);
+}
+
+// One client thread of the asynchronous client: `slots` channels, a request in flight on each,
+// all completing on this thread's queue; each answer is checked and the slot's next request sent
+// at once (closed loop per channel). Nothing waits but the queue.
+void AsyncClient(const Options& o, Run& run, int first_slot, int slots, std::vector<double>* out) {
+  const inference::ModelInferRequest request = MakeRequest(o);
+  const size_t want = static_cast<size_t>(o.elements) * sizeof(float);
+  grpc::CompletionQueue cq;
+  struct Slot {
+    std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<inference::ModelInferResponse>> reader;
     inference::ModelInferResponse response;
-    grpc::Status status = stub->ModelInfer(&context, request, &response);
-    if (!status.ok()) {
-      run.Error(status.error_message());
-      return false;
-    }
-    if (response.raw_output_contents_size() != 1 || response.raw_output_contents(0).size() != want) {
+    grpc::Status status;
+    Clock::time_point sent;
+  };
+  std::vector<Slot> table(static_cast<size_t>(slots));
+  auto send = [&](Slot& slot) {
+    slot.context = std::make_unique<grpc::ClientContext>();
+    slot.response.Clear();
+    slot.sent = Clock::now();
+    slot.reader = slot.stub->AsyncModelInfer(slot.context.get(), request, &cq);
+    slot.reader->Finish(&slot.response, &slot.status, &slot);
+  };
+  for (int i = 0; i < slots; ++i) {
+    table[static_cast<size_t>(i)].stub =
+        inference::GRPCInferenceService::NewStub(NewChannel(o, first_slot + i));
+  }
+  for (auto& slot : table) send(slot);
+  int in_flight = slots;
+  void* tag = nullptr;
+  bool ok = false;
+  while (in_flight > 0 && cq.Next(&tag, &ok)) {
+    Slot& slot = *static_cast<Slot*>(tag);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - slot.sent).count();
+    if (!ok || !slot.status.ok()) {
+      run.Error(ok ? slot.status.error_message() : "the call did not complete");
+    } else if (slot.response.raw_output_contents_size() != 1 ||
+               slot.response.raw_output_contents(0).size() != want) {
       run.Error("the answer's raw output has the wrong size");
-      return false;
+    } else if (run.measuring.load()) {
+      out->push_back(ms);
     }
-    return true;
-  });
+    if (run.stop.load()) {
+      --in_flight;
+    } else {
+      send(slot);
+    }
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 bool SendAll(int fd, const char* p, size_t n) {
@@ -234,20 +277,30 @@ void TcpClient(const Options& o, int port, Run& run, std::vector<double>* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the server (grpc_server.cc): each connection read and answered on the thread of its own
+  // queue, and no deadlock-detection graph behind gRPC's mutexes.
+  setenv("GRPC_POLL_STRATEGY", "poll", 0);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const Options o = Parse(argc, argv);
   Run run;
   std::vector<std::vector<double>> latencies(static_cast<size_t>(o.concurrency));
   std::vector<std::thread> clients;
   std::unique_ptr<EchoServer> echo;
   if (o.tcp_echo) echo = std::make_unique<EchoServer>(static_cast<size_t>(o.elements) * sizeof(float));
-  for (int c = 0; c < o.concurrency; ++c) {
-    clients.emplace_back([&, c] {
-      if (o.tcp_echo) {
-        TcpClient(o, echo->port(), run, &latencies[static_cast<size_t>(c)]);
-      } else {
-        GrpcClient(o, run, &latencies[static_cast<size_t>(c)]);
-      }
-    });
+  if (o.tcp_echo) {
+    for (int c = 0; c < o.concurrency; ++c) {
+      clients.emplace_back([&, c] { TcpClient(o, echo->port(), run, &latencies[static_cast<size_t>(c)]); });
+    }
+  } else {
+    // The requests in flight, spread over the client threads as evenly as they go.
+    const int threads = std::min(o.threads > 0 ? o.threads : o.concurrency, o.concurrency);
+    for (int t = 0, first = 0; t < threads; ++t) {
+      const int slots = o.concurrency / threads + (t < o.concurrency % threads ? 1 : 0);
+      clients.emplace_back([&, t, first, slots] {
+        AsyncClient(o, run, first, slots, &latencies[static_cast<size_t>(t)]);
+      });
+      first += slots;
+    }
   }
   if (echo) echo->Accept(o.concurrency);
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));

@@ -507,3 +507,61 @@ def test_shared_memory_can_be_turned_off(start_server):
         assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "shared_memory_region" in e.details()
     finally:
         ch.close()
+
+
+def health_request(service):
+    """grpc.health.v1.HealthCheckRequest{service}, encoded by hand (field 1, a string)."""
+    data = service.encode()
+    assert len(data) < 128
+    return b"\x0a" + bytes([len(data)]) + data if data else b""
+
+
+SERVING, NOT_SERVING, SERVICE_UNKNOWN = b"\x08\x01", b"\x08\x02", b"\x08\x03"
+
+
+def test_health_check_answers_the_server_and_its_readiness(channel):
+    check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                request_serializer=health_request,
+                                response_deserializer=lambda b: b)
+    assert check("", timeout=10) == SERVING
+    assert check("inference.GRPCInferenceService", timeout=10) == SERVING
+    with pytest.raises(grpc.RpcError) as e:
+        check("no.such.Service", timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "no.such.Service" in e.value.details()
+
+
+def test_health_watch_streams_until_cancelled_or_shutdown(start_server):
+    import signal
+    import time
+    s = start_server([str(FIXTURE_REPO)], ["--model-control-mode", "explicit",
+                                           "--load-model", "identity_fp32"],
+                     name="grpc_watch", ready_models=["identity_fp32"])
+    ch = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port())
+    try:
+        watch = ch.unary_stream("/grpc.health.v1.Health/Watch",
+                                request_serializer=health_request,
+                                response_deserializer=lambda b: b)
+        # An unknown service is watched too, as gRPC's own service does.
+        unknown = watch("no.such.Service", timeout=60)
+        assert next(unknown) == SERVICE_UNKNOWN
+        unknown.cancel()
+        # A cancelled watch leaves the server serving.
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        out = stub.ModelInfer(infer_fp32("identity_fp32", [5.0]), timeout=30)
+        assert np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist() == [5.0]
+        # A watch kept open sees NOT_SERVING at shutdown and ends, without holding the
+        # shutdown for gRPC's 30 s drain.
+        stream = watch("", timeout=60)
+        assert next(stream) == SERVING
+        t0 = time.monotonic()
+        s.send_signal(signal.SIGTERM)
+        assert next(stream) == NOT_SERVING
+        with pytest.raises(StopIteration):
+            next(stream)
+        assert stream.code() == grpc.StatusCode.OK
+        code = s.wait(timeout=60)
+        took = time.monotonic() - t0
+        s.assert_clean_exit(code)
+        assert took < 15, "the server took %.1fs to stop with a health watch open" % took
+    finally:
+        ch.close()

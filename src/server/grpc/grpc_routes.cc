@@ -81,6 +81,29 @@ void GrpcRoutes::ServerReady(std::shared_ptr<const inference::ServerReadyRequest
   reply(Ok(), std::move(r));
 }
 
+grpc::health::v1::HealthCheckResponse::ServingStatus GrpcRoutes::HealthOf(
+    const std::string& service) const {
+  using Health = grpc::health::v1::HealthCheckResponse;
+  if (service.empty()) return Health::SERVING;
+  if (service == "inference.GRPCInferenceService") {
+    return !info_.strict_readiness || manager_->AllModelsReady() ? Health::SERVING
+                                                                 : Health::NOT_SERVING;
+  }
+  return Health::SERVICE_UNKNOWN;
+}
+
+void GrpcRoutes::HealthCheck(std::shared_ptr<const grpc::health::v1::HealthCheckRequest> request,
+                             Reply<grpc::health::v1::HealthCheckResponse> reply) const {
+  grpc::health::v1::HealthCheckResponse r;
+  r.set_status(HealthOf(request->service()));
+  if (r.status() == grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN) {
+    return reply(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                              fmt::format("health: unknown service '{}'", request->service())),
+                 {});
+  }
+  reply(grpc::Status::OK, std::move(r));
+}
+
 void GrpcRoutes::ModelReady(std::shared_ptr<const inference::ModelReadyRequest> request,
                             Reply<inference::ModelReadyResponse> reply) const {
   auto version = ParseModelVersion(request->version());

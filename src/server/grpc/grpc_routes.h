@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "runtime/model_manager.h"
 #include "server/grpc/grpc_service.pb.h"
+#include "server/grpc/health.pb.h"
 #include "server/http/control_dispatcher.h"
 #include "server/shared_memory/shared_memory_regions.h"
 
@@ -54,6 +55,13 @@ class GrpcRoutes {
                   Reply<inference::ServerLiveResponse> reply) const;
   void ServerReady(std::shared_ptr<const inference::ServerReadyRequest> request,
                    Reply<inference::ServerReadyResponse> reply) const;
+  // grpc.health.v1.Health: "" (the server) is SERVING while it runs, as Triton's;
+  // "inference.GRPCInferenceService" is SERVING when ServerReady would say ready, else
+  // NOT_SERVING; any other name is unknown (Check: NOT_FOUND naming it; Watch:
+  // SERVICE_UNKNOWN).
+  grpc::health::v1::HealthCheckResponse::ServingStatus HealthOf(const std::string& service) const;
+  void HealthCheck(std::shared_ptr<const grpc::health::v1::HealthCheckRequest> request,
+                   Reply<grpc::health::v1::HealthCheckResponse> reply) const;
   void ModelReady(std::shared_ptr<const inference::ModelReadyRequest> request,
                   Reply<inference::ModelReadyResponse> reply) const;
   void ServerMetadata(std::shared_ptr<const inference::ServerMetadataRequest> request,

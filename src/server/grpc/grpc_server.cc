@@ -1,9 +1,11 @@
 #include "server/grpc/grpc_server.h"
 
+#include <absl/synchronization/mutex.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <condition_variable>
@@ -16,11 +18,24 @@
 
 #include "core/mutex.h"
 #include "server/grpc/grpc_service.grpc.pb.h"
+#include "server/grpc/health.grpc.pb.h"
 
 namespace vramd::grpc_server {
 namespace {
 
 using Service = inference::GRPCInferenceService::AsyncService;
+using HealthService = grpc::health::v1::Health::AsyncService;
+
+// gRPC's default polling engine on Linux (epoll1) has whichever queue thread is polling read
+// every connection, then hand the call to the thread of the queue it was matched on and back
+// for the answer: a futex wake-up or two per call, which on a virtual machine costs more than
+// the call. The poll engine gives each connection to one queue's pollset at accept (round
+// robin) and the server matches that connection's calls to that queue first, so one thread
+// reads, runs and answers each call, as the HTTP server's threads do (docs/benchmarks.md:
+// 1.75x the requests at c=1, a fifth less CPU per call). Set before gRPC initializes, which reads it once: at static
+// initialization, before any thread could read the environment. An operator's own
+// GRPC_POLL_STRATEGY is kept.
+const bool kPollEngineChosen = [] { return setenv("GRPC_POLL_STRATEGY", "poll", 0) == 0; }();
 
 constexpr int kInferListeners = 16;
 
@@ -32,6 +47,14 @@ class Call {
   virtual bool Proceed(bool ok) = 0;
 };
 
+// A streaming call, owned by the server's registry from its first wait for a call until it is
+// done with gRPC. Stop runs once, when the server starts shutting down.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual void Stop() {}
+};
+
 }  // namespace
 
 class GrpcServer::Impl {
@@ -39,12 +62,15 @@ class GrpcServer::Impl {
   Impl(const Options& options, const GrpcRoutes* routes) : options_(options), routes_(routes) {}
 
   Status Start() {
-    grpc::EnableDefaultHealthCheckService(true);
+    // Debian's abseil records every lock of gRPC's mutexes in a deadlock-detection graph, a
+    // twentieth of the server's time per call; gRPC's own builds have it off.
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
     grpc::ServerBuilder builder;
     int selected_port = 0;
     const std::string address = fmt::format("{}:{}", options_.address, options_.port);
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
     builder.RegisterService(&service_);
+    builder.RegisterService(&health_);
     builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
     builder.SetMaxSendMessageSize(options_.max_message_bytes);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
@@ -85,6 +111,15 @@ class GrpcServer::Impl {
 
   void Shutdown() EXCLUDES(mu_) {
     if (server_ == nullptr) return;
+    // Health watches would otherwise hold the shutdown for its whole drain timeout.
+    std::vector<std::shared_ptr<Stream>> open;
+    {
+      MutexLock lock(mu_);
+      stopping_ = true;
+      for (auto& [key, stream] : streams_) open.push_back(stream);
+    }
+    for (auto& stream : open) stream->Stop();
+    open.clear();
     server_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
     {
       // No call is matched from here on; what the runtime still owes comes (exactly once).
@@ -101,6 +136,7 @@ class GrpcServer::Impl {
   }
 
   Service* service() { return &service_; }
+  HealthService* health() { return &health_; }
   const GrpcRoutes* routes() const { return routes_; }
 
   // Runs `enqueue` (a RequestX of the service) unless the queues are closing: a call that got
@@ -111,18 +147,23 @@ class GrpcServer::Impl {
     if (accepting_) enqueue();
   }
 
-  // Streams live here from their first wait for a call until their Finish completes
-  // (StreamCall); `enqueue` asks for the call, as IfAccepting's does.
-  template <typename Stream, typename Enqueue>
-  void ListenStream(std::unique_ptr<Stream> stream, Enqueue enqueue) EXCLUDES(mu_) {
+  // Streams live here from their first wait for a call until they are done with gRPC;
+  // `enqueue` asks for the call, as IfAccepting's does.
+  template <typename StreamT, typename Enqueue>
+  void ListenStream(std::unique_ptr<StreamT> stream, Enqueue enqueue) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (!accepting_) return;
-    Stream* raw = stream.get();
-    streams_.emplace(raw, std::shared_ptr<void>(std::move(stream)));
+    StreamT* raw = stream.get();
+    streams_.emplace(raw, std::shared_ptr<Stream>(std::move(stream)));
     enqueue(raw);
   }
+  // Whether Shutdown has begun (streams accepted from then on stop at once).
+  bool stopping() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return stopping_;
+  }
   void RemoveStream(const void* stream) EXCLUDES(mu_) {
-    std::shared_ptr<void> gone;  // destroyed after the lock is let go
+    std::shared_ptr<Stream> gone;  // destroyed after the lock is let go
     MutexLock lock(mu_);
     auto it = streams_.find(stream);
     if (it == streams_.end()) return;
@@ -158,6 +199,7 @@ class GrpcServer::Impl {
   const Options options_;
   const GrpcRoutes* const routes_;
   Service service_;
+  HealthService health_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -165,19 +207,33 @@ class GrpcServer::Impl {
   std::condition_variable owed_cv_;
   int64_t owed_ GUARDED_BY(mu_) = 0;  // calls handed to a handler, not yet answered
   bool accepting_ GUARDED_BY(mu_) = false;
-  std::map<const void*, std::shared_ptr<void>> streams_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<const void*, std::shared_ptr<Stream>> streams_ GUARDED_BY(mu_);
   std::vector<std::thread> threads_;  // joined by Shutdown
 };
 
 namespace {
 
+// The service an RPC belongs to, as the server holds it.
+template <typename AsyncService>
+AsyncService* ServiceOf(GrpcServer::Impl* server);
+template <>
+Service* ServiceOf<Service>(GrpcServer::Impl* server) {
+  return server->service();
+}
+template <>
+HealthService* ServiceOf<HealthService>(GrpcServer::Impl* server) {
+  return server->health();
+}
+
 // One unary RPC: waits for a request, asks for the next, runs the handler, sends its answer.
-template <typename Request, typename Response>
+template <typename AsyncService, typename Request, typename Response>
 class UnaryCall final : public Call {
  public:
-  using Enqueue = void (Service::*)(grpc::ServerContext*, Request*,
-                                    grpc::ServerAsyncResponseWriter<Response>*,
-                                    grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*);
+  using Enqueue = void (AsyncService::*)(grpc::ServerContext*, Request*,
+                                         grpc::ServerAsyncResponseWriter<Response>*,
+                                         grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
+                                         void*);
   using Handler = void (GrpcRoutes::*)(std::shared_ptr<const Request>, Reply<Response>) const;
 
   UnaryCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
@@ -189,7 +245,8 @@ class UnaryCall final : public Call {
     server->IfAccepting([&] {
       auto call = std::make_unique<UnaryCall>(server, cq, enqueue, handler);
       UnaryCall* tag = call.release();  // the queue's until it hands the tag back
-      (server->service()->*enqueue)(&tag->context_, tag->request_.get(), &tag->writer_, cq, cq, tag);
+      (ServiceOf<AsyncService>(server)->*enqueue)(&tag->context_, tag->request_.get(),
+                                                  &tag->writer_, cq, cq, tag);
     });
   }
 
@@ -229,7 +286,7 @@ class UnaryCall final : public Call {
 template <typename Request, typename Response>
 class UnimplementedCall final : public Call {
  public:
-  using Enqueue = typename UnaryCall<Request, Response>::Enqueue;
+  using Enqueue = typename UnaryCall<Service, Request, Response>::Enqueue;
 
   UnimplementedCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
                     const char* message)
@@ -270,7 +327,7 @@ class UnimplementedCall final : public Call {
 // are produced, one write at a time; once the client has sent its last request and every
 // request has had its last response, the stream ends with OK. A stream is kept in the server's
 // registry until its Finish completes, and each of its operations has a tag of its own.
-class StreamCall {
+class StreamCall final : public Stream {
  public:
   using Response = inference::ModelStreamInferResponse;
 
@@ -391,16 +448,125 @@ class StreamCall {
   bool broken_ GUARDED_BY(mu_) = false;
 };
 
-template <typename Request, typename Response>
+// One grpc.health.v1.Health/Watch: the service's status when the call starts, then NOT_SERVING
+// when the server shuts down, which ends the stream (status changes in between are not pushed:
+// Check answers them). The watch is the registry's until its last operation and gRPC's notice
+// that the call is over have both come.
+class WatchCall final : public Stream {
+ public:
+  using Response = grpc::health::v1::HealthCheckResponse;
+
+  WatchCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) : server_(server), cq_(cq) {}
+
+  static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) {
+    server->ListenStream(std::make_unique<WatchCall>(server, cq), [&](WatchCall* call) {
+      call->context_.AsyncNotifyWhenDone(&call->done_);  // before the call starts, as gRPC asks
+      server->health()->RequestWatch(&call->context_, &call->request_, &call->writer_, cq, cq,
+                                     &call->accepted_);
+    });
+  }
+
+  void Stop() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    stop_ = true;
+    Advance();
+  }
+
+ private:
+  class Op final : public Call {
+   public:
+    Op(WatchCall* call, void (WatchCall::*on)(bool)) : call_(call), on_(on) {}
+    bool Proceed(bool ok) override {
+      (call_->*on_)(ok);
+      return true;
+    }
+
+   private:
+    WatchCall* const call_;
+    void (WatchCall::*const on_)(bool);
+  };
+
+  void OnAccepted(bool ok) EXCLUDES(mu_) {
+    if (!ok) return server_->RemoveStream(this);  // never started: no notice will come
+    Listen(server_, cq_);
+    MutexLock lock(mu_);
+    started_ = true;
+    if (server_->stopping()) stop_ = true;
+    response_.set_status(server_->routes()->HealthOf(request_.service()));
+    if (!stop_) {
+      writing_ = true;
+      writer_.Write(response_, &write_);
+    }
+    Advance();
+  }
+  void OnWritten(bool ok) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    writing_ = false;
+    if (!ok) gone_ = true;
+    Advance();
+  }
+  void OnDone(bool) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      gone_ = true;
+      noticed_ = true;
+      Advance();
+      if (!finished_) return;
+    }
+    server_->RemoveStream(this);
+  }
+  void OnFinished(bool) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      finished_ = true;
+      if (!noticed_) return;
+    }
+    server_->RemoveStream(this);
+  }
+
+  // Ends the stream once no write is in flight and there is a reason to: the client went, or
+  // the server stops (the last word then being NOT_SERVING).
+  void Advance() REQUIRES(mu_) {
+    if (!started_ || writing_ || finishing_ || !(stop_ || gone_)) return;
+    finishing_ = true;
+    if (gone_) {
+      writer_.Finish(grpc::Status::OK, &finish_);
+    } else {
+      response_.set_status(Response::NOT_SERVING);
+      writer_.WriteAndFinish(response_, grpc::WriteOptions(), grpc::Status::OK, &finish_);
+    }
+  }
+
+  GrpcServer::Impl* const server_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext context_;
+  grpc::health::v1::HealthCheckRequest request_;
+  grpc::ServerAsyncWriter<Response> writer_{&context_};
+  Op accepted_{this, &WatchCall::OnAccepted};
+  Op write_{this, &WatchCall::OnWritten};
+  Op done_{this, &WatchCall::OnDone};
+  Op finish_{this, &WatchCall::OnFinished};
+  Mutex mu_;
+  Response response_ GUARDED_BY(mu_);
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool gone_ GUARDED_BY(mu_) = false;  // the client cancelled, or a write failed
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool finishing_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;
+  bool noticed_ GUARDED_BY(mu_) = false;  // AsyncNotifyWhenDone's tag came
+};
+
+template <typename Request, typename Response, typename AsyncService = Service>
 void Serve(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
-           typename UnaryCall<Request, Response>::Enqueue enqueue,
-           typename UnaryCall<Request, Response>::Handler handler) {
-  UnaryCall<Request, Response>::Listen(server, cq, enqueue, handler);
+           typename UnaryCall<AsyncService, Request, Response>::Enqueue enqueue,
+           typename UnaryCall<AsyncService, Request, Response>::Handler handler) {
+  UnaryCall<AsyncService, Request, Response>::Listen(server, cq, enqueue, handler);
 }
 
 template <typename Request, typename Response>
 void Refuse(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
-            typename UnaryCall<Request, Response>::Enqueue enqueue, const char* message) {
+            typename UnimplementedCall<Request, Response>::Enqueue enqueue, const char* message) {
   UnimplementedCall<Request, Response>::Listen(server, cq, enqueue, message);
 }
 
@@ -452,6 +618,9 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
   Serve<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
       this, cq, &Service::RequestCudaSharedMemoryUnregister,
       &GrpcRoutes::CudaSharedMemoryUnregister);
+  Serve<grpc::health::v1::HealthCheckRequest, grpc::health::v1::HealthCheckResponse,
+        HealthService>(this, cq, &HealthService::RequestCheck, &GrpcRoutes::HealthCheck);
+  WatchCall::Listen(this, cq);
   Refuse<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
                                                     "TraceSetting: vramd does not trace requests");
 }
