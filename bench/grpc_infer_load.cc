@@ -3,20 +3,29 @@
 //
 //   grpc_infer_load --model M [--host 127.0.0.1] [--port 8001] [--input INPUT0]
 //                   [--elements N] [--concurrency C] [--duration S] [--warmup S]
-//   grpc_infer_load --tcp-echo --elements N [--concurrency C] [--duration S] [--warmup S]
+//                   [--library-client [--threads T]]
+//   grpc_infer_load --tcp-echo [--echo-copy] --elements N [--concurrency C] [--duration S]
 //
-// gRPC: C threads, each with a channel of its own (as infer_load has a connection each), sends
-// ModelInfer with one FP32 input of N elements in raw_input_contents and waits for the answer
-// before sending the next; the answer's raw output must have N * 4 bytes.
+// gRPC: C threads, each with a connection of its own (as infer_load has), each sending
+// ModelInfer with one FP32 input of N elements in raw_input_contents and waiting for the
+// answer before sending the next; the answer's raw output must have N * 4 bytes. The request
+// is serialized once and sent as it is, as infer_load sends one prebuilt body, and the client
+// speaks HTTP/2 itself (grpc_h2_client.h), so that it costs about what infer_load costs and
+// the servers are what differ.
+// --library-client: through gRPC's own C++ client instead (asynchronous, a GenericStub per
+// channel, the answer's slices looked at in place), C channels over T threads (default C),
+// each thread's channels completing on one queue: what a client built on gRPC's library pays.
 // --tcp-echo: no server of vramd's: C loopback TCP connections to an echo server in this
 // process, each sending N * 4 bytes and reading them back, the floor any protocol carrying the
-// same tensor in and out pays on this machine.
+// same tensor in and out pays on this machine. --echo-copy: the echo server also copies each
+// block once before sending it back, as the identity model copies its input to its output.
 // The first --warmup seconds are not measured. Prints one JSON line:
 //   {"concurrency":C,"requests":n,"errors":e,"rps":..,"p50_ms":..,..,"duration_s":..}
 // Exit status: 0; 2 for bad arguments; 3 when every request failed.
 #include "latency_summary.h"
 
 #include <absl/synchronization/mutex.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -35,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "grpc_h2_client.h"
 #include "server/grpc/grpc_service.grpc.pb.h"
 
 namespace {
@@ -50,8 +60,10 @@ struct Options {
   int concurrency = 1;
   double duration_s = 5.0;
   double warmup_s = 1.0;
-  int threads = 0;  // client threads for gRPC; 0: one per request in flight
+  bool library_client = false;
+  int threads = 0;  // --library-client's threads; 0: one per request in flight
   bool tcp_echo = false;
+  bool echo_copy = false;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -79,7 +91,9 @@ Options Parse(int argc, char** argv) {
     else if (a == "--duration") o.duration_s = std::atof(value().c_str());
     else if (a == "--warmup") o.warmup_s = std::atof(value().c_str());
     else if (a == "--threads") o.threads = std::atoi(value().c_str());
+    else if (a == "--library-client") o.library_client = true;
     else if (a == "--tcp-echo") o.tcp_echo = true;
+    else if (a == "--echo-copy") o.echo_copy = true;
     else if (a == "--help") Usage("help");
     else Usage("unknown argument " + a);
   }
@@ -137,18 +151,99 @@ std::shared_ptr<grpc::Channel> NewChannel(const Options& o, int index) {
   return grpc::CreateCustomChannel(o.host + ":" + o.port, grpc::InsecureChannelCredentials(), args);
 }
 
-// One client thread of the asynchronous client: `slots` channels, a request in flight on each,
-// all completing on this thread's queue; each answer is checked and the slot's next request sent
-// at once (closed loop per channel). Nothing waits but the queue.
+// A reader of a message's protobuf wire format across the slices gRPC received it in, which
+// are looked at in place (the client copies no tensor bytes, as the TCP echo copies none).
+class WireCursor {
+ public:
+  explicit WireCursor(const std::vector<std::string_view>& slices) : slices_(slices) {}
+  bool done() {
+    while (slice_ < slices_.size() && offset_ == slices_[slice_].size()) Next();
+    return slice_ == slices_.size();
+  }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (done()) return false;
+      const auto b = static_cast<uint8_t>(slices_[slice_][offset_++]);
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  bool Skip(uint64_t n) {
+    while (n > 0) {
+      if (done()) return false;
+      const uint64_t k = std::min<uint64_t>(n, slices_[slice_].size() - offset_);
+      offset_ += k;
+      n -= k;
+    }
+    return true;
+  }
+
+ private:
+  void Next() {
+    ++slice_;
+    offset_ = 0;
+  }
+  const std::vector<std::string_view>& slices_;
+  size_t slice_ = 0;
+  size_t offset_ = 0;
+};
+
+// The sizes of the raw_output_contents entries (field 6) of the ModelInferResponse in
+// `pieces`; false if the message is not well formed.
+bool RawOutputSizes(const std::vector<std::string_view>& pieces, std::vector<uint64_t>* sizes) {
+  WireCursor in(pieces);
+  sizes->clear();
+  while (!in.done()) {
+    uint64_t key = 0, n = 0;
+    if (!in.Varint(&key)) return false;
+    switch (key & 7) {
+      case 0:
+        if (!in.Varint(&n)) return false;
+        break;
+      case 1:
+        if (!in.Skip(8)) return false;
+        break;
+      case 2:
+        if (!in.Varint(&n) || !in.Skip(n)) return false;
+        if ((key >> 3) == 6) sizes->push_back(n);
+        break;
+      case 5:
+        if (!in.Skip(4)) return false;
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string_view> Views(const std::vector<grpc::Slice>& slices) {
+  std::vector<std::string_view> views;
+  for (const grpc::Slice& s : slices) {
+    views.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return views;
+}
+
+// One client thread: `slots` channels, a request in flight on each, all completing on this
+// thread's queue; each answer is checked and the slot's next request sent at once (closed loop
+// per channel). Each request is the same ModelInferRequest, serialized once and sent from
+// there, as infer_load sends one prebuilt body; each answer is checked for its raw output's
+// size without parsing the rest.
 void AsyncClient(const Options& o, Run& run, int first_slot, int slots, std::vector<double>* out) {
-  const inference::ModelInferRequest request = MakeRequest(o);
-  const size_t want = static_cast<size_t>(o.elements) * sizeof(float);
+  const std::string serialized = MakeRequest(o).SerializeAsString();
+  const grpc::Slice body(serialized.data(), serialized.size(), grpc::Slice::STATIC_SLICE);
+  const grpc::ByteBuffer request(&body, 1);
+  const uint64_t want = static_cast<uint64_t>(o.elements) * sizeof(float);
+  const std::string method = "/inference.GRPCInferenceService/ModelInfer";
   grpc::CompletionQueue cq;
   struct Slot {
-    std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
+    std::unique_ptr<grpc::GenericStub> stub;
     std::unique_ptr<grpc::ClientContext> context;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<inference::ModelInferResponse>> reader;
-    inference::ModelInferResponse response;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
+    grpc::ByteBuffer response;
     grpc::Status status;
     Clock::time_point sent;
   };
@@ -157,24 +252,27 @@ void AsyncClient(const Options& o, Run& run, int first_slot, int slots, std::vec
     slot.context = std::make_unique<grpc::ClientContext>();
     slot.response.Clear();
     slot.sent = Clock::now();
-    slot.reader = slot.stub->AsyncModelInfer(slot.context.get(), request, &cq);
+    slot.reader = slot.stub->PrepareUnaryCall(slot.context.get(), method, request, &cq);
+    slot.reader->StartCall();
     slot.reader->Finish(&slot.response, &slot.status, &slot);
   };
   for (int i = 0; i < slots; ++i) {
     table[static_cast<size_t>(i)].stub =
-        inference::GRPCInferenceService::NewStub(NewChannel(o, first_slot + i));
+        std::make_unique<grpc::GenericStub>(NewChannel(o, first_slot + i));
   }
   for (auto& slot : table) send(slot);
   int in_flight = slots;
   void* tag = nullptr;
   bool ok = false;
+  std::vector<uint64_t> sizes;
+  std::vector<grpc::Slice> slices;
   while (in_flight > 0 && cq.Next(&tag, &ok)) {
     Slot& slot = *static_cast<Slot*>(tag);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - slot.sent).count();
     if (!ok || !slot.status.ok()) {
       run.Error(ok ? slot.status.error_message() : "the call did not complete");
-    } else if (slot.response.raw_output_contents_size() != 1 ||
-               slot.response.raw_output_contents(0).size() != want) {
+    } else if (!slot.response.Dump(&slices).ok() || !RawOutputSizes(Views(slices), &sizes) ||
+               sizes.size() != 1 || sizes[0] != want) {
       run.Error("the answer's raw output has the wrong size");
     } else if (run.measuring.load()) {
       out->push_back(ms);
@@ -188,6 +286,31 @@ void AsyncClient(const Options& o, Run& run, int first_slot, int slots, std::vec
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+}
+
+// One client thread of the default client: one HTTP/2 connection of its own (H2UnaryClient),
+// closed loop, as infer_load's threads each have a connection; a failed call reconnects.
+void H2Client(const Options& o, Run& run, std::vector<double>* out) {
+  const std::string request = MakeRequest(o).SerializeAsString();
+  const uint64_t want = static_cast<uint64_t>(o.elements) * sizeof(float);
+  const int port = std::atoi(o.port.c_str());
+  vramd::bench::H2UnaryClient client;
+  bool connected = client.Connect(o.host, port);
+  std::vector<uint64_t> sizes;
+  *out = Loop(run, [&] {
+    std::string_view answer;
+    if (!connected) connected = client.Connect(o.host, port);
+    if (!connected || !client.Call("/inference.GRPCInferenceService/ModelInfer", request, &answer)) {
+      run.Error(client.error());
+      connected = false;
+      return false;
+    }
+    if (!RawOutputSizes({answer}, &sizes) || sizes.size() != 1 || sizes[0] != want) {
+      run.Error("the answer's raw output has the wrong size");
+      return false;
+    }
+    return true;
+  });
 }
 
 bool SendAll(int fd, const char* p, size_t n) {
@@ -209,10 +332,11 @@ bool RecvAll(int fd, char* p, size_t n) {
   return true;
 }
 
-// A loopback echo server: a thread per connection, each echoing blocks of `size` bytes.
+// A loopback echo server: a thread per connection, each echoing blocks of `size` bytes
+// (copied once first with `copy`).
 class EchoServer {
  public:
-  explicit EchoServer(size_t size) : size_(size) {
+  EchoServer(size_t size, bool copy) : size_(size), copy_(copy) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -235,9 +359,11 @@ class EchoServer {
     for (int i = 0; i < n; ++i) {
       const int fd = ::accept(listen_fd_, nullptr, nullptr);
       if (fd < 0) Usage("accept failed");
-      threads_.emplace_back([fd, size = size_] {
-        std::vector<char> buf(size);
-        while (RecvAll(fd, buf.data(), size) && SendAll(fd, buf.data(), size)) {
+      threads_.emplace_back([fd, size = size_, copy = copy_] {
+        std::vector<char> buf(size), out(copy ? size : 0);
+        while (RecvAll(fd, buf.data(), size)) {
+          if (copy) std::memcpy(out.data(), buf.data(), size);
+          if (!SendAll(fd, copy ? out.data() : buf.data(), size)) break;
         }
         ::close(fd);
       });
@@ -246,6 +372,7 @@ class EchoServer {
 
  private:
   size_t size_;
+  bool copy_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::vector<std::thread> threads_;
@@ -286,10 +413,14 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> latencies(static_cast<size_t>(o.concurrency));
   std::vector<std::thread> clients;
   std::unique_ptr<EchoServer> echo;
-  if (o.tcp_echo) echo = std::make_unique<EchoServer>(static_cast<size_t>(o.elements) * sizeof(float));
+  if (o.tcp_echo) echo = std::make_unique<EchoServer>(static_cast<size_t>(o.elements) * sizeof(float), o.echo_copy);
   if (o.tcp_echo) {
     for (int c = 0; c < o.concurrency; ++c) {
       clients.emplace_back([&, c] { TcpClient(o, echo->port(), run, &latencies[static_cast<size_t>(c)]); });
+    }
+  } else if (!o.library_client) {
+    for (int c = 0; c < o.concurrency; ++c) {
+      clients.emplace_back([&, c] { H2Client(o, run, &latencies[static_cast<size_t>(c)]); });
     }
   } else {
     // The requests in flight, spread over the client threads as evenly as they go.

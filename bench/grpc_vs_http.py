@@ -9,10 +9,15 @@ run, and a raw TCP baseline for large tensors.
 One vramd serves an identity FP32 model (the built-in identity backend, 2 KIND_CPU instances,
 no batching). Then, each series at each concurrency, closed loop, measured after a warm-up:
   1. 16-element tensors: HTTP (infer_load, binary tensor data) and gRPC (grpc_infer_load,
-     raw_input_contents). Target: gRPC req/s >= HTTP's.
+     raw_input_contents), each client a thread and a connection per request in flight, each
+     sending one prebuilt request (grpc_infer_load speaks HTTP/2 itself, as infer_load speaks
+     HTTP/1.1). Target: gRPC req/s >= HTTP's. Printed beside, not judged: gRPC through gRPC's
+     own C++ client library (--library-client), what a client built on it gets.
   2. 4 MiB tensors (1,048,576 FP32): gRPC, and a raw loopback TCP echo of the same 4 MiB each
      way (grpc_infer_load --tcp-echo: the floor any protocol pays to move those bytes in and
-     out). Target: gRPC >= 90% of the TCP echo's req/s. HTTP's figure is printed beside.
+     out). Target: gRPC >= 90% of the TCP echo's req/s. Printed beside: HTTP, and an echo that
+     also copies each block once as the identity model does (--echo-copy), the floor for this
+     model.
 Prints FIGURE lines, PASS/FAIL verdicts with the ratios, and one JSON document (--out).
 """
 
@@ -88,15 +93,21 @@ def main():
             grpc_port = int(re.findall(r"gRPC listening on \S+:(\d+)", f.read())[-1])
         timeout = a.duration + a.warmup + 120
         small_body, small_hlen = http_body(work, 16)
-        small = {"concurrency": [], "http_rps": [], "grpc_rps": [], "ratio": []}
+        small = {"concurrency": [], "http_rps": [], "grpc_rps": [], "ratio": [],
+                 "grpc_library_rps": []}
         for c in [int(x) for x in a.concurrency.split(",")]:
             h = infer_load(a.infer_load, server.port, "identity_grpc", small_body, small_hlen, c,
                            a.duration, a.warmup)
             g = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
                               "--elements", "16", "--concurrency", str(c)], timeout)
+            lib = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
+                                "--elements", "16", "--concurrency", str(c), "--library-client"],
+                            timeout)
             ratio = g["rps"] / h["rps"] if h["rps"] else 0.0
             log(f"16 elements c={c}: HTTP {h['rps']:.0f} req/s, gRPC {g['rps']:.0f} req/s "
-                f"(errors {h.get('errors', 0)} / {g['errors']})")
+                f"(errors {h.get('errors', 0)} / {g['errors']}); gRPC through the gRPC library's "
+                f"client {lib['rps']:.0f} req/s ({lib['rps'] / h['rps'] if h['rps'] else 0:.3f} of HTTP)")
+            small["grpc_library_rps"].append(lib["rps"])
             small["concurrency"].append(c)
             small["http_rps"].append(h["rps"])
             small["grpc_rps"].append(g["rps"])
@@ -107,7 +118,8 @@ def main():
         result["small"] = small
 
         large_body, large_hlen = http_body(work, LARGE)
-        large = {"concurrency": [], "http_rps": [], "grpc_rps": [], "tcp_rps": [], "ratio_tcp": []}
+        large = {"concurrency": [], "http_rps": [], "grpc_rps": [], "tcp_rps": [], "ratio_tcp": [],
+                 "tcp_copy_rps": [], "ratio_tcp_copy": []}
         for c in [int(x) for x in a.large_concurrency.split(",")]:
             h = infer_load(a.infer_load, server.port, "identity_grpc", large_body, large_hlen, c,
                            a.duration, a.warmup)
@@ -115,8 +127,14 @@ def main():
                               "--elements", str(LARGE), "--concurrency", str(c)], timeout)
             t = grpc_load(a, ["--tcp-echo", "--elements", str(LARGE), "--concurrency", str(c)],
                           timeout)
+            tc = grpc_load(a, ["--tcp-echo", "--echo-copy", "--elements", str(LARGE),
+                               "--concurrency", str(c)], timeout)
             ratio = g["rps"] / t["rps"] if t["rps"] else 0.0
-            log(f"4 MiB c={c}: HTTP {h['rps']:.1f}, gRPC {g['rps']:.1f}, TCP echo {t['rps']:.1f} req/s")
+            ratio_copy = g["rps"] / tc["rps"] if tc["rps"] else 0.0
+            log(f"4 MiB c={c}: HTTP {h['rps']:.1f}, gRPC {g['rps']:.1f}, TCP echo {t['rps']:.1f}, "
+                f"TCP echo with the model's copy {tc['rps']:.1f} req/s (gRPC {ratio_copy:.3f} of it)")
+            large["tcp_copy_rps"].append(tc["rps"])
+            large["ratio_tcp_copy"].append(ratio_copy)
             large["concurrency"].append(c)
             large["http_rps"].append(h["rps"])
             large["grpc_rps"].append(g["rps"])

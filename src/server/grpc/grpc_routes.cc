@@ -182,7 +182,7 @@ void GrpcRoutes::ModelConfig(std::shared_ptr<const inference::ModelConfigRequest
 }
 
 void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> message,
-                            Reply<inference::ModelInferResponse> reply) const {
+                            Reply<EncodedInferResponse> reply) const {
   auto version = ParseModelVersion(message->model_version());
   if (!version.ok()) return Fail(reply, version.status());
   auto request = std::make_shared<InferRequest>();
@@ -193,9 +193,13 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
                                     Result<runtime::InferOutcome> outcome) {
     request->inputs = {};  // views into the message: the runtime is done with them
     if (!outcome.ok()) return Fail(reply, outcome.status());
-    inference::ModelInferResponse r;
-    Status encoded = EncodeInferResponse(outcome->response, *request, &r, message.get(), shm);
+    // The outcome lives on with the answer, which may send its outputs from where they are.
+    auto held = std::make_shared<runtime::InferOutcome>(std::move(*outcome));
+    EncodedInferResponse r;
+    Status encoded =
+        EncodeInferResponse(held->response, *request, &r.message, message.get(), shm, &r.raw);
     if (!encoded.ok()) return Fail(reply, encoded);
+    r.keep = std::move(held);
     reply(Ok(), std::move(r));
   };
   const std::string model = message->model_name();

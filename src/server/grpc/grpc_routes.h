@@ -21,6 +21,7 @@
 #include "runtime/model_manager.h"
 #include "server/grpc/grpc_service.pb.h"
 #include "server/grpc/health.pb.h"
+#include "server/grpc/infer_proto_codec.h"
 #include "server/http/control_dispatcher.h"
 #include "server/shared_memory/shared_memory_regions.h"
 
@@ -70,8 +71,9 @@ class GrpcRoutes {
                      Reply<inference::ModelMetadataResponse> reply) const;
   void ModelConfig(std::shared_ptr<const inference::ModelConfigRequest> request,
                    Reply<inference::ModelConfigResponse> reply) const;
+  // The answer's raw outputs are the outcome's own buffers (EncodedInferResponse).
   void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
-                  Reply<inference::ModelInferResponse> reply) const;
+                  Reply<EncodedInferResponse> reply) const;
   void ModelStatistics(std::shared_ptr<const inference::ModelStatisticsRequest> request,
                        Reply<inference::ModelStatisticsResponse> reply) const;
   // Triton's settings: log_verbose_level may change (vramd logs debug lines at 1 and over);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -23,7 +24,9 @@
 namespace vramd::grpc_server {
 namespace {
 
-using Service = inference::GRPCInferenceService::AsyncService;
+// ModelInfer is served raw (InferCall): its answer is serialized by SerializeInferResponse.
+using Service = inference::GRPCInferenceService::WithRawMethod_ModelInfer<
+    inference::GRPCInferenceService::AsyncService>;
 using HealthService = grpc::health::v1::Health::AsyncService;
 
 // gRPC's default polling engine on Linux (epoll1) has whichever queue thread is polling read
@@ -97,7 +100,7 @@ class GrpcServer::Impl {
     }
     port_ = selected_port;
     {
-      MutexLock lock(mu_);
+      WriterLock lock(accepting_mu_);
       accepting_ = true;
     }
     for (auto& cq : cqs_) ListenAll(cq.get());
@@ -126,7 +129,10 @@ class GrpcServer::Impl {
       MutexLock lock(mu_);
       // Every stream ends too: the server's shutdown cancelled those still open, so their
       // operations complete and each finishes.
-      lock.Wait(owed_cv_, [this]() REQUIRES(mu_) { return owed_ == 0 && streams_.empty(); });
+      lock.Wait(owed_cv_, [this]() REQUIRES(mu_) { return owed_.load() == 0 && streams_.empty(); });
+    }
+    {
+      WriterLock lock(accepting_mu_);
       accepting_ = false;
     }
     for (auto& cq : cqs_) cq->Shutdown();
@@ -142,15 +148,17 @@ class GrpcServer::Impl {
   // Runs `enqueue` (a RequestX of the service) unless the queues are closing: a call that got
   // its request asks for the next one, which must not reach a queue being shut down.
   template <typename Enqueue>
-  void IfAccepting(Enqueue enqueue) EXCLUDES(mu_) {
-    MutexLock lock(mu_);
+  void IfAccepting(Enqueue enqueue) EXCLUDES(accepting_mu_) {
+    ReaderLock lock(accepting_mu_);
     if (accepting_) enqueue();
   }
 
   // Streams live here from their first wait for a call until they are done with gRPC;
   // `enqueue` asks for the call, as IfAccepting's does.
   template <typename StreamT, typename Enqueue>
-  void ListenStream(std::unique_ptr<StreamT> stream, Enqueue enqueue) EXCLUDES(mu_) {
+  void ListenStream(std::unique_ptr<StreamT> stream, Enqueue enqueue)
+      EXCLUDES(mu_, accepting_mu_) {
+    ReaderLock accepting(accepting_mu_);
     MutexLock lock(mu_);
     if (!accepting_) return;
     StreamT* raw = stream.get();
@@ -172,13 +180,17 @@ class GrpcServer::Impl {
     if (streams_.empty()) owed_cv_.notify_all();
   }
 
-  void Owe() EXCLUDES(mu_) {
-    MutexLock lock(mu_);
-    ++owed_;
-  }
+  // Every call's handler runs between the two: the counter is an atomic so that calls on
+  // different queue threads never meet on a lock; only the last answer takes mu_, so that
+  // Shutdown, which waits under it, cannot go on (and free this) before Paid is done.
+  void Owe() { owed_.fetch_add(1); }
   void Paid() EXCLUDES(mu_) {
+    int64_t owed = owed_.load();
+    while (owed > 1) {
+      if (owed_.compare_exchange_weak(owed, owed - 1)) return;
+    }
     MutexLock lock(mu_);
-    if (--owed_ == 0) owed_cv_.notify_all();
+    if (owed_.fetch_sub(1) == 1) owed_cv_.notify_all();
   }
 
  private:
@@ -205,8 +217,9 @@ class GrpcServer::Impl {
   int port_ = 0;
   Mutex mu_;
   std::condition_variable owed_cv_;
-  int64_t owed_ GUARDED_BY(mu_) = 0;  // calls handed to a handler, not yet answered
-  bool accepting_ GUARDED_BY(mu_) = false;
+  std::atomic<int64_t> owed_{0};  // calls handed to a handler, not yet answered
+  SharedMutex accepting_mu_ ACQUIRED_BEFORE(mu_);
+  bool accepting_ GUARDED_BY(accepting_mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   std::map<const void*, std::shared_ptr<Stream>> streams_ GUARDED_BY(mu_);
   std::vector<std::thread> threads_;  // joined by Shutdown
@@ -280,6 +293,65 @@ class UnaryCall final : public Call {
   Response response_;
   grpc::ServerAsyncResponseWriter<Response> writer_{&context_};
   bool answered_ = false;  // read on the queue's thread after the Finish it precedes
+};
+
+// One ModelInfer: as a UnaryCall, but the request is parsed here (a malformed message is
+// INVALID_ARGUMENT, naming the RPC) and the answer written by SerializeInferResponse, so that
+// large outputs go to the socket from the model's buffers.
+class InferCall final : public Call {
+ public:
+  InferCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) : server_(server), cq_(cq) {}
+
+  static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) {
+    server->IfAccepting([&] {
+      auto call = std::make_unique<InferCall>(server, cq);
+      InferCall* tag = call.release();  // the queue's until it hands the tag back
+      server->service()->RequestModelInfer(&tag->context_, &tag->request_, &tag->writer_, cq, cq,
+                                           tag);
+    });
+  }
+
+  bool Proceed(bool ok) override {
+    if (answered_ || !ok) return false;
+    Listen(server_, cq_);
+    server_->Owe();
+    auto message = std::make_shared<inference::ModelInferRequest>();
+    if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&request_,
+                                                                            message.get())
+             .ok()) {
+      Answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "ModelInfer: the request is not a ModelInferRequest message"),
+             {});
+      return true;
+    }
+    server_->routes()->ModelInfer(std::move(message),
+                                  [this](grpc::Status status, EncodedInferResponse response) {
+                                    Answer(std::move(status), std::move(response));
+                                  });
+    return true;
+  }
+
+ private:
+  void Answer(grpc::Status status, EncodedInferResponse response) {
+    // As UnaryCall's reply: nothing of this call is touched once Finish is queued.
+    GrpcServer::Impl* server = server_;
+    answered_ = true;
+    if (status.ok()) {
+      response_ = SerializeInferResponse(std::move(response));
+      writer_.Finish(response_, status, this);
+    } else {
+      writer_.FinishWithError(status, this);
+    }
+    server->Paid();
+  }
+
+  GrpcServer::Impl* const server_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext context_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> writer_{&context_};
+  bool answered_ = false;
 };
 
 // An RPC vramd does not serve: UNIMPLEMENTED, with a message that names it.
@@ -588,10 +660,7 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
                                                  &GrpcRoutes::ModelConfig);
   // Several calls wait for ModelInfer on each queue, so that a burst of requests is matched at
   // once rather than one per turn of the queue's thread.
-  for (int i = 0; i < kInferListeners; ++i) {
-    Serve<ModelInferRequest, ModelInferResponse>(this, cq, &Service::RequestModelInfer,
-                                                 &GrpcRoutes::ModelInfer);
-  }
+  for (int i = 0; i < kInferListeners; ++i) InferCall::Listen(this, cq);
   Serve<RepositoryIndexRequest, RepositoryIndexResponse>(this, cq, &Service::RequestRepositoryIndex,
                                                          &GrpcRoutes::RepositoryIndex);
   Serve<RepositoryModelLoadRequest, RepositoryModelLoadResponse>(

@@ -1,12 +1,15 @@
 // GrpcServer: serves inference.GRPCInferenceService (grpc_service.proto) with GrpcRoutes, and
-// grpc.health.v1.Health, on gRPC's asynchronous completion-queue API: a few threads of its own,
-// each draining one completion queue, and no thread per call. A call's answer may come from any
-// thread (an instance thread for ModelInfer); the call object lives until gRPC has sent it.
+// grpc.health.v1.Health (health.proto), on gRPC's asynchronous completion-queue API: a thread
+// per queue and no thread per call. gRPC's poll engine gives each connection to one queue, so
+// one thread reads, runs (on the scheduler's fast path) and answers each of its calls. A
+// call's answer may come from any thread (an instance thread for ModelInfer); the call object
+// lives until gRPC has sent it. ModelInfer is served raw: its large outputs go to the socket
+// from the model's buffers (infer_proto_codec.h). The health service is ours, not gRPC's
+// default one, whose callback threads would poll the inference connections too.
+// TraceSetting answers UNIMPLEMENTED naming itself.
 //
-// RPCs vramd does not serve yet (ModelStreamInfer, ModelStatistics, the shared-memory RPCs,
-// TraceSetting, LogSettings) answer UNIMPLEMENTED naming themselves.
-//
-// Shutdown: stops taking calls, waits up to `drain_timeout` for the calls in flight to be sent
+// Shutdown: ends health watches (NOT_SERVING), stops taking calls, waits up to `drain_timeout`
+// for the calls in flight to be sent
 // (then cancels them), waits for every call the runtime still owes an answer (it answers each
 // exactly once), then drains the queues and joins the threads.
 //

@@ -412,8 +412,10 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
 Status EncodeInferResponse(const InferResponse& response, const InferRequest& request,
                            inference::ModelInferResponse* out,
                            const inference::ModelInferRequest* message,
-                           const shared_memory::SharedMemoryRegions* shm) {
+                           const shared_memory::SharedMemoryRegions* shm,
+                           std::vector<SharedBuffer>* raw) {
   out->Clear();
+  if (raw != nullptr) raw->clear();
   out->set_model_name(response.model_name);
   out->set_model_version(std::to_string(response.model_version));
   out->set_id(request.id);
@@ -453,8 +455,12 @@ Status EncodeInferResponse(const InferResponse& response, const InferRequest& re
     for (int64_t d : t.shape) o->add_shape(d);
     const ShmRef* ref = shared_memory::PlacementOf(&placed, t.name);
     if (ref == nullptr) {
-      const std::string_view bytes = t.data.view();
-      out->add_raw_output_contents()->assign(bytes.data(), bytes.size());
+      if (raw != nullptr) {
+        raw->push_back(t.data);
+      } else {
+        const std::string_view bytes = t.data.view();
+        out->add_raw_output_contents()->assign(bytes.data(), bytes.size());
+      }
       continue;
     }
     // Written into the client's region; the response says where, and carries no bytes of it
@@ -464,9 +470,66 @@ Status EncodeInferResponse(const InferResponse& response, const InferRequest& re
     parameters["shared_memory_region"].set_string_param(ref->region);
     parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(t.data.size()));
     if (ref->offset != 0) parameters["shared_memory_offset"].set_int64_param(static_cast<int64_t>(ref->offset));
-    out->add_raw_output_contents();
+    if (raw != nullptr) {
+      raw->emplace_back();
+    } else {
+      out->add_raw_output_contents();
+    }
   }
   return Status::Ok();
+}
+
+namespace {
+
+constexpr uint8_t kRawOutputTag = (6 << 3) | 2;  // raw_output_contents, length-delimited
+
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// What the in-place slices hold: released once gRPC has let go of the last of them, the
+// outputs before the outcome that keeps their owner (EncodedInferResponse's order).
+struct HeldOutputs {
+  std::shared_ptr<const void> keep;
+  std::vector<SharedBuffer> raw;
+};
+
+void ReleaseHeld(void* held) {
+  std::unique_ptr<std::shared_ptr<HeldOutputs>> gone(static_cast<std::shared_ptr<HeldOutputs>*>(held));
+}
+
+}  // namespace
+
+grpc::ByteBuffer SerializeInferResponse(EncodedInferResponse response) {
+  std::string head;
+  response.message.SerializeToString(&head);
+  std::vector<grpc::Slice> slices;
+  auto held = std::make_shared<HeldOutputs>();
+  bool in_place = false;
+  for (const SharedBuffer& entry : response.raw) {
+    head.push_back(static_cast<char>(kRawOutputTag));
+    AppendVarint(entry.size(), &head);
+    if (entry.size() < kRawInPlaceBytes) {
+      head.append(entry.view());
+      continue;
+    }
+    slices.emplace_back(head);
+    head.clear();
+    in_place = true;
+    auto ref = std::make_unique<std::shared_ptr<HeldOutputs>>(held);
+    slices.emplace_back(const_cast<std::byte*>(entry.data()), entry.size(), &ReleaseHeld,
+                        ref.release());
+  }
+  if (!head.empty() || slices.empty()) slices.emplace_back(head);
+  if (in_place) {
+    held->keep = std::move(response.keep);
+    held->raw = std::move(response.raw);
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 }  // namespace vramd::grpc_server
