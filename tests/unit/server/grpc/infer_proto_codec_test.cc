@@ -163,5 +163,72 @@ TEST(InferProtoCodecTest, ResponsesGoOutRawWithTheirParameters) {
   EXPECT_EQ(std::memcmp(out.raw_output_contents(0).data(), values, sizeof values), 0);
 }
 
+// A serialized answer read back by protobuf, as a client reads it.
+inference::ModelInferResponse Parse(grpc::ByteBuffer* buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer->Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  inference::ModelInferResponse parsed;
+  EXPECT_TRUE(parsed.ParseFromString(bytes));
+  return parsed;
+}
+
+TEST(InferProtoCodecTest, SerializedAnswersHoldLargeOutputsInPlaceUntilSent) {
+  // Three raw entries: small (copied), empty (an output placed in shared memory), and large
+  // (sent from its own buffer): parsed back, every field and byte is where a serializer would
+  // put it, and the large one is the model's memory, held (with `keep`) by the buffer alone.
+  InferResponse response;
+  response.model_name = "m";
+  response.model_version = 2;
+  for (auto [name, elements] : {std::pair<const char*, size_t>{"SMALL", 3}, {"PLACED", 0},
+                                {"LARGE", kRawInPlaceBytes / sizeof(float) + 5}}) {
+    Tensor t;
+    t.name = name;
+    t.datatype = DataType::kFp32;
+    t.shape = {static_cast<int64_t>(elements)};
+    t.data = SharedBuffer::Allocate(elements * sizeof(float));
+    auto* f = reinterpret_cast<float*>(t.data.mutable_data());
+    for (size_t i = 0; i < elements; ++i) f[i] = static_cast<float>(i) * 0.25f + (name[0] == 'S');
+    response.outputs.push_back(std::move(t));
+  }
+  InferRequest request;
+  request.id = "rid";
+  EncodedInferResponse encoded;
+  ASSERT_TRUE(EncodeInferResponse(response, request, &encoded.message, nullptr, nullptr,
+                                  &encoded.raw).ok());
+  EXPECT_EQ(encoded.message.raw_output_contents_size(), 0);
+  ASSERT_EQ(encoded.raw.size(), 3u);
+  encoded.raw[1] = SharedBuffer();  // as EncodeInferResponse leaves a placed output's entry
+  const std::byte* large = encoded.raw[2].data();
+  EXPECT_EQ(large, response.outputs[2].data.data());  // the output's own buffer, not a copy
+  auto keep = std::make_shared<int>(7);
+  std::weak_ptr<int> kept = keep;
+  encoded.keep = std::move(keep);
+  {
+    grpc::ByteBuffer buffer = SerializeInferResponse(std::move(encoded));
+    EXPECT_FALSE(kept.expired()) << "released before gRPC let go of the large output";
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(buffer.Dump(&slices).ok());
+    bool in_place = false;
+    for (const grpc::Slice& s : slices) {
+      in_place |= reinterpret_cast<const std::byte*>(s.begin()) == large;
+    }
+    EXPECT_TRUE(in_place) << "the large output was copied";
+    inference::ModelInferResponse parsed = Parse(&buffer);
+    EXPECT_EQ(parsed.model_name(), "m");
+    EXPECT_EQ(parsed.model_version(), "2");
+    EXPECT_EQ(parsed.id(), "rid");
+    ASSERT_EQ(parsed.outputs_size(), 3);
+    ASSERT_EQ(parsed.raw_output_contents_size(), 3);
+    for (int i : {0, 2}) {
+      const SharedBuffer& want = response.outputs[static_cast<size_t>(i)].data;
+      EXPECT_EQ(parsed.raw_output_contents(i), std::string(want.view())) << "entry " << i;
+    }
+    EXPECT_EQ(parsed.raw_output_contents(1), "");
+  }
+  EXPECT_TRUE(kept.expired()) << "the outcome outlived the buffer that held it";
+}
+
 }  // namespace
 }  // namespace vramd::grpc_server
