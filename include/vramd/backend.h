@@ -161,6 +161,13 @@ struct VramdInferCall;
 typedef struct VramdMemory VramdMemory;
 
 /* What vramd offers a backend. Valid from model_create until model_destroy returns. */
+/* One file of a model loaded with its files (VramdServerApi::load_model_files). */
+typedef struct VramdModelFile {
+  const char* path; /* relative to the model's directory, NUL-terminated */
+  const void* data;
+  size_t size;
+} VramdModelFile;
+
 typedef struct VramdServerApi {
   size_t struct_size;
   uint32_t abi_version;
@@ -302,6 +309,16 @@ typedef struct VramdServerApi {
   void (*infer_cancel)(void* server, void* token);
   /* Releases a cancel token, exactly once, before or after the call's final result. */
   void (*infer_cancel_release)(void* server, void* token);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdServerApi,
+   * load_model_files). load_model with the model's files (Triton's "file:<path>" load
+   * parameters, pb_utils.load_model(files=)): the model loads from a directory of exactly
+   * these files, whether or not the repository holds it, and `config_json` is required.
+   * Each path is relative to the model's directory ("1/model.py"; no "file:" prefix, no
+   * absolute path, no "." or ".." component). The bytes are copied before it returns. */
+  VramdCode (*load_model_files)(void* server, const char* model, const char* config_json,
+                                const VramdModelFile* files, size_t file_count,
+                                VramdError* error);
 } VramdServerApi;
 
 typedef struct VramdModelInfo {

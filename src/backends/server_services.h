@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/infer_request.h"
@@ -62,7 +63,11 @@ class ServerServices {
 
   // Explicit model control (Unsupported naming the mode otherwise). Blocking until the load or
   // unload has finished. `config_json`: an override of the model's config, "" for none.
-  virtual Status LoadModel(std::string_view model, std::string_view config_json) = 0;
+  // `files` (each a path relative to the model's directory and its bytes; they need
+  // `config_json`): the model loads from exactly those files (ModelManager::Load).
+  using ModelFiles = std::vector<std::pair<std::string, std::string>>;
+  virtual Status LoadModel(std::string_view model, std::string_view config_json,
+                           const ModelFiles& files = {}) = 0;
   virtual Status UnloadModel(std::string_view model, bool unload_dependents) = 0;
   // Whether `model` has version `version` ready (0: any).
   virtual bool IsModelReady(std::string_view model, int64_t version) const = 0;

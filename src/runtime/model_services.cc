@@ -98,7 +98,8 @@ Status ModelServices::CheckExplicitMode() const {
       ModeName(mode)));
 }
 
-Status ModelServices::LoadModel(std::string_view model, std::string_view config_json) {
+Status ModelServices::LoadModel(std::string_view model, std::string_view config_json,
+                                const ModelFiles& files) {
   VRAMD_RETURN_IF_ERROR(CheckExplicitMode());
   std::shared_ptr<const config::ModelConfig> config_override;
   if (!config_json.empty()) {
@@ -109,7 +110,7 @@ Status ModelServices::LoadModel(std::string_view model, std::string_view config_
     }
     config_override = std::make_shared<const config::ModelConfig>(std::move(parsed).value());
   }
-  return manager_->Load(model, std::move(config_override));
+  return manager_->Load(model, std::move(config_override), files);
 }
 
 Status ModelServices::UnloadModel(std::string_view model, bool /*unload_dependents*/) {

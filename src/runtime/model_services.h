@@ -51,7 +51,8 @@ class ModelServices final : public backends::ServerServices {
   void InferAsync(std::shared_ptr<InferRequest> request, bool decoupled,
                   ResultCallback on_result) override;
 
-  Status LoadModel(std::string_view model, std::string_view config_json) override;
+  Status LoadModel(std::string_view model, std::string_view config_json,
+                   const ModelFiles& files = {}) override;
   Status UnloadModel(std::string_view model, bool unload_dependents) override;
   bool IsModelReady(std::string_view model, int64_t version) const override;
 

@@ -664,6 +664,19 @@ def test_model_control_from_a_model(py_server, client):
     assert steps["load_missing"]["raised"], steps
     assert "no_such_model_ctl" in steps["load_missing"]["message"], steps
     assert steps["ready_missing"] == {"value": False}, steps
+    # load_model(files=): the model loads from the files it was given, which no repository
+    # holds, and serves; what Triton refuses is refused, naming the fault.
+    assert steps["load_files"] == {"value": None}, steps
+    assert steps["files_ready"] is True, steps
+    assert "need a 'config' parameter" in steps["files_without_config"]["message"], steps
+    assert "must start with 'file:'" in steps["files_bad_key"]["message"], steps
+    assert "must be bytes" in steps["files_not_bytes"]["message"], steps
+    assert "../outside.py" in steps["files_escape"]["message"], steps
+    result = client.infer("py_from_files", [Input("IN", "INT32", int32(7))])
+    assert result.outputs["OUT"].tolist() == [21]
+    r = client.post("/v2/repository/models/py_from_files/unload", b"",
+                    {"Content-Type": "application/json"})
+    assert r.status == 200, r.body
     # The model it loaded again serves.
     assert client.get("/v2/models/py_ctl_target/ready").status == 200
     result = client.infer("py_ctl_target", [Input("IN", "INT32", int32(5))])

@@ -361,6 +361,31 @@ VramdCode LoadModel(void* server, const char* model, const char* config_json, Vr
   });
 }
 
+VramdCode LoadModelFiles(void* server, const char* model, const char* config_json,
+                         const VramdModelFile* files, size_t file_count, VramdError* error) {
+  return Guarded("load_model_files", error, [&]() -> VramdCode {
+    ServerServices* services = ServicesOf(server);
+    if (services == nullptr) return NoServices(error, "model control (load_model_files)");
+    if (model == nullptr) {
+      return Refuse(error, VRAMD_INVALID_ARGUMENT, "load_model_files: `model` is NULL");
+    }
+    if (files == nullptr && file_count > 0) {
+      return Refuse(error, VRAMD_INVALID_ARGUMENT, "load_model_files: `files` is NULL");
+    }
+    ServerServices::ModelFiles copied;
+    for (size_t i = 0; i < file_count; ++i) {
+      const VramdModelFile& f = files[i];
+      if (f.path == nullptr || (f.data == nullptr && f.size > 0)) {
+        return Refuse(error, VRAMD_INVALID_ARGUMENT,
+                      fmt::format("load_model_files: file {} has a NULL path or data", i));
+      }
+      copied.emplace_back(f.path, std::string(static_cast<const char*>(f.data), f.size));
+    }
+    return Relay(error, services->LoadModel(model, config_json != nullptr ? config_json : "",
+                                            copied));
+  });
+}
+
 VramdCode UnloadModel(void* server, const char* model, int32_t unload_dependents,
                       VramdError* error) {
   return Guarded("unload_model", error, [&]() -> VramdCode {
@@ -504,6 +529,7 @@ void FillServicesTable(VramdServerApi* table) {
   table->metric_value = &MetricValue;
   table->infer_cancel = &InferCancel;
   table->infer_cancel_release = &InferCancelRelease;
+  table->load_model_files = &LoadModelFiles;
 }
 
 }  // namespace vramd::backends::abi

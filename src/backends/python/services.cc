@@ -3,6 +3,9 @@
 // VramdServerApi on behalf of the model Python code runs for (context.h).
 #include <pybind11/stl.h>
 
+#include <cstddef>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "context.h"
@@ -132,16 +135,43 @@ class MetricFamily {
   void* handle_ = nullptr;
 };
 
+// `files` as Triton's: a dict of "file:<path>" (relative to the model's directory) to bytes,
+// which needs `config`; the model then loads from exactly those files.
 void LoadModel(const std::string& name, const std::string& config, py::object files) {
-  if (!files.is_none() && py::len(files) > 0) {
-    throw ModelException("load_model: 'files' is not supported by vramd");
+  std::vector<std::pair<std::string, std::string>> copied;
+  if (!files.is_none()) {
+    if (!py::isinstance<py::dict>(files)) {
+      throw ModelException("load_model: 'files' must be a dict of 'file:<path>' to bytes");
+    }
+    for (auto [key, value] : files.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(key)) {
+        throw ModelException("load_model: every key of 'files' must be a str 'file:<path>'");
+      }
+      const std::string k = key.cast<std::string>();
+      if (k.rfind("file:", 0) != 0) {
+        throw ModelException("load_model: the key '" + k + "' of 'files' must start with 'file:'");
+      }
+      if (!py::isinstance<py::bytes>(value)) {
+        throw ModelException("load_model: the file '" + k + "' must be bytes");
+      }
+      copied.emplace_back(k.substr(5), value.cast<std::string>());
+    }
   }
   auto model = ServerModel("load_model");
+  const VramdServerApi* server = model->server;
+  if (!copied.empty() && server->struct_size <= offsetof(VramdServerApi, load_model_files)) {
+    throw ModelException("load_model: this server loads no model files");
+  }
+  std::vector<VramdModelFile> table;
+  for (const auto& [path, bytes] : copied) table.push_back({path.c_str(), bytes.data(), bytes.size()});
   VramdError error{};
   VramdCode rc;
   {
     py::gil_scoped_release release;
-    rc = model->server->load_model(model->server->server, name.c_str(), config.c_str(), &error);
+    rc = table.empty()
+             ? server->load_model(server->server, name.c_str(), config.c_str(), &error)
+             : server->load_model_files(server->server, name.c_str(), config.c_str(),
+                                        table.data(), table.size(), &error);
   }
   if (rc != VRAMD_OK) throw ModelException(error.message);
 }

@@ -602,6 +602,7 @@ class Host {
     table_.metric_value = &MetricValue;
     table_.infer_cancel = &InferCancel;
     table_.infer_cancel_release = &InferCancelRelease;
+    table_.load_model_files = &LoadModelFiles;
   }
 
   // A call to vramd whose reply is a status and then `rest` (read by the caller).
@@ -1058,10 +1059,29 @@ class Host {
   }
 
   static VramdCode LoadModel(void* s, const char* model, const char* config_json, VramdError* error) {
+    return LoadModelFiles(s, model, config_json, nullptr, 0, error);
+  }
+
+  // kLoadModel carries the model, its config override and its files (none for load_model).
+  static VramdCode LoadModelFiles(void* s, const char* model, const char* config_json,
+                                  const VramdModelFile* files, size_t file_count,
+                                  VramdError* error) {
     return Guarded("load_model", error, [&] {
+      if (files == nullptr && file_count > 0) {
+        return Fail(error, Status::InvalidArgument("load_model_files: `files` is NULL"));
+      }
       WireWriter w;
       w.Str(model != nullptr ? model : "");
       w.Str(config_json != nullptr ? config_json : "");
+      w.U64(file_count);
+      for (size_t i = 0; i < file_count; ++i) {
+        if (files[i].path == nullptr || (files[i].data == nullptr && files[i].size > 0)) {
+          return Fail(error, Status::InvalidArgument(fmt::format(
+                                 "load_model_files: file {} has a NULL path or data", i)));
+        }
+        w.Str(files[i].path);
+        w.Str(std::string_view(static_cast<const char*>(files[i].data), files[i].size));
+      }
       auto reply = Of(s)->CallChecked(MessageType::kLoadModel, w);
       return reply.ok() ? VRAMD_OK : Fail(error, reply.status());
     });

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -439,8 +440,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
           VramdCode code;
           if (f.type == MessageType::kLoadModel) {
             const std::string config(q.Str("config_json"));
-            code = q.Finish().ok() ? server()->load_model(server()->server, model.c_str(), config.c_str(), &error)
-                                   : CallCode(&error, q.status());
+            const uint64_t count = q.U64("file_count");
+            std::vector<std::pair<std::string, std::string>> files;
+            for (uint64_t i = 0; i < count && q.status().ok(); ++i) {
+              std::string path(q.Str("file_path"));
+              files.emplace_back(std::move(path), std::string(q.Str("file_bytes")));
+            }
+            std::vector<VramdModelFile> table;
+            for (const auto& [path, bytes] : files) table.push_back({path.c_str(), bytes.data(), bytes.size()});
+            if (!q.Finish().ok()) {
+              code = CallCode(&error, q.status());
+            } else if (files.empty()) {
+              code = server()->load_model(server()->server, model.c_str(), config.c_str(), &error);
+            } else if (server()->struct_size <= offsetof(VramdServerApi, load_model_files)) {
+              code = CallCode(&error, Status::Unsupported("this server loads no model files"));
+            } else {
+              code = server()->load_model_files(server()->server, model.c_str(), config.c_str(),
+                                                table.data(), table.size(), &error);
+            }
           } else {
             const int32_t dependents = q.I32("unload_dependents");
             code = q.Finish().ok() ? server()->unload_model(server()->server, model.c_str(), dependents, &error)

@@ -37,8 +37,10 @@ class FakeServices : public ServerServices {
     seen_decoupled = decoupled;
     for (auto& [response, final] : answers) on_result(response, final);
   }
-  Status LoadModel(std::string_view model, std::string_view config_json) override {
+  Status LoadModel(std::string_view model, std::string_view config_json,
+                   const ModelFiles& files = {}) override {
     loads.push_back(std::string(model) + "|" + std::string(config_json));
+    for (const auto& [path, bytes] : files) loads.back() += "|" + path + "=" + bytes;
     return load_status;
   }
   Status UnloadModel(std::string_view model, bool unload_dependents) override {
@@ -398,6 +400,29 @@ TEST_F(AbiServicesTest, ModelControlRelaysTheServicesAnswers) {
   EXPECT_EQ(api().is_model_ready(server(), "ready", 3), 1);
   EXPECT_EQ(api().is_model_ready(server(), "ready", 4), 0);
   EXPECT_EQ(api().is_model_ready(server(), nullptr, 0), 0);
+}
+
+TEST_F(AbiServicesTest, ModelFilesReachTheServicesCopied) {
+  ASSERT_GT(api().struct_size, offsetof(VramdServerApi, load_model_files));
+  VramdError error{};
+  std::string weights("w\0x", 3);  // bytes, a NUL among them
+  std::string source = "print()";
+  std::vector<VramdModelFile> files = {{"1/model.py", source.data(), source.size()},
+                                       {"1/w.bin", weights.data(), weights.size()},
+                                       {"1/empty", nullptr, 0}};
+  EXPECT_EQ(api().load_model_files(server(), "f", "{}", files.data(), files.size(), &error),
+            VRAMD_OK);
+  source.assign("changed");  // the services had their own copy
+  ASSERT_EQ(services_.loads.size(), 1u);
+  EXPECT_EQ(services_.loads[0], std::string("f|{}|1/model.py=print()|1/w.bin=w\0x|1/empty=", 44));
+  EXPECT_EQ(api().load_model_files(server(), "f", "{}", nullptr, 1, &error),
+            VRAMD_INVALID_ARGUMENT);
+  EXPECT_THAT(error.message, HasSubstr("`files` is NULL"));
+  VramdModelFile no_path{nullptr, "x", 1};
+  EXPECT_EQ(api().load_model_files(server(), "f", "{}", &no_path, 1, &error),
+            VRAMD_INVALID_ARGUMENT);
+  EXPECT_THAT(error.message, HasSubstr("file 0 has a NULL path or data"));
+  EXPECT_EQ(services_.loads.size(), 1u) << "refused calls reach no services";
 }
 
 TEST_F(AbiServicesTest, MetricsThroughTheTable) {

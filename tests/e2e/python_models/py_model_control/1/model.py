@@ -21,6 +21,23 @@ def wait_ready(target, want, timeout=15.0):
     return True
 
 
+# A model loaded from files this model passes to load_model (no repository holds it).
+def config_for(name):
+    return json.dumps({
+        "name": name, "backend": "python", "max_batch_size": 0,
+        "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}],
+        "output": [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]}]})
+FROM_FILES_MODEL = b"""
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 3)])
+            for r in requests]
+"""
+
+
 class TritonPythonModel:
     def execute(self, requests):
         responses = []
@@ -37,6 +54,17 @@ class TritonPythonModel:
                 ["ready_after_load", wait_ready(target, True)],
                 ["load_missing", attempt(pb_utils.load_model, "no_such_model_ctl")],
                 ["ready_missing", attempt(pb_utils.is_model_ready, "no_such_model_ctl")],
+                ["load_files", attempt(pb_utils.load_model, "py_from_files", config_for("py_from_files"),
+                                       {"file:1/model.py": FROM_FILES_MODEL})],
+                ["files_ready", wait_ready("py_from_files", True)],
+                ["files_without_config", attempt(pb_utils.load_model, "py_no_config", "",
+                                                 {"file:1/model.py": FROM_FILES_MODEL})],
+                ["files_bad_key", attempt(pb_utils.load_model, "py_bad_key", config_for("py_bad_key"),
+                                          {"1/model.py": FROM_FILES_MODEL})],
+                ["files_not_bytes", attempt(pb_utils.load_model, "py_not_bytes",
+                                            config_for("py_not_bytes"), {"file:1/model.py": "text"})],
+                ["files_escape", attempt(pb_utils.load_model, "py_escape", config_for("py_escape"),
+                                         {"file:../outside.py": FROM_FILES_MODEL})],
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("STEPS", np.array([json.dumps(steps).encode()],
