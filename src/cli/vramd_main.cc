@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <malloc.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include "backends/backend.h"
 #include "backends/backend_config.h"
 #include "cli/stop_signals.h"
+#include "cli/triton_flags.h"
 #include "core/crash_report.h"
 #include "core/log_format.h"
 #include "memory/allocator.h"
@@ -57,6 +60,7 @@ struct ServeOptions {
   int grpc_threads = 0;
   vramd::grpc_server::GrpcServer::Options grpc;  // keepalive settings
   int log_verbose = 0;
+  vramd::cli::TritonFlags triton;  // tritonserver's flags (cli/triton_flags.h)
   bool exit_on_error = false;
   bool strict_readiness = true;
   bool disable_auto_complete_config = false;
@@ -102,12 +106,38 @@ void TuneMalloc() {
 }
 
 int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
-  // Logs go to stderr, keeping stdout free for anything a wrapper wants to print.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("vramd"));
+  // Logs go to stderr (or --log-file), keeping stdout free for anything a wrapper wants to print.
+  const vramd::cli::TritonFlags& triton = options.triton;
+  if (triton.log_file.empty()) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("vramd"));
+  } else {
+    try {
+      spdlog::set_default_logger(spdlog::basic_logger_mt("vramd", triton.log_file));
+    } catch (const spdlog::spdlog_ex& e) {
+      std::fprintf(stderr, "vramd: --log-file %s: %s\n", triton.log_file.c_str(), e.what());
+      return 1;
+    }
+  }
   // Messages quote client input (model names from URLs, bodies): the formatter escapes their
   // control characters so that no request can start a log line (core/log_format.h).
-  spdlog::set_formatter(vramd::MakeEscapingFormatter("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v"));
-  spdlog::set_level(options.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info);
+  if (triton.log_format == "ISO8601") {
+    spdlog::set_formatter(vramd::MakeEscapingFormatter("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ %v", true));
+  } else {
+    spdlog::set_formatter(vramd::MakeEscapingFormatter("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v"));
+  }
+  // Triton's levels switch on and off one by one; vramd's are a threshold, so turning one off
+  // turns off those below it too (--log-info=false keeps warnings and errors).
+  spdlog::level::level_enum level = options.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info;
+  if (!triton.log_info) level = spdlog::level::warn;
+  if (!triton.log_warning) level = spdlog::level::err;
+  if (!triton.log_error) level = spdlog::level::off;
+  spdlog::set_level(level);
+  std::vector<std::string> flag_warnings;
+  if (vramd::Status checked = vramd::cli::CheckTritonFlags(triton, &flag_warnings); !checked.ok()) {
+    spdlog::error("{}", checked.message());
+    return 1;
+  }
+  for (const std::string& w : flag_warnings) spdlog::warn("{}", w);
   // cuBLAS keeps a default workspace pool per handle (64 MiB on Hopper) outside the ledger.
   // vramd's handles always run in a workspace taken from the ledger, so the pool is disabled
   // unless the user set it.
@@ -194,8 +224,9 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Client shared-memory regions: registered over either protocol, read and written by the
   // requests of either.
   vramd::shared_memory::SharedMemoryRegions shared_memory_regions(&ledger);
+  const std::string server_name = triton.id.empty() ? "vramd" : triton.id;
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
-                                   {"vramd", VRAMD_VERSION, options.strict_readiness,
+                                   {server_name, VRAMD_VERSION, options.strict_readiness,
                                     options.http_shared_memory ? &shared_memory_regions : nullptr});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
@@ -254,7 +285,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   if (options.allow_grpc) {
     grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
         manager->get(),
-        vramd::grpc_server::GrpcRoutes::ServerInfo{"vramd", VRAMD_VERSION, options.strict_readiness},
+        vramd::grpc_server::GrpcRoutes::ServerInfo{server_name, VRAMD_VERSION,
+                                                   options.strict_readiness},
         options.grpc_shared_memory ? &shared_memory_regions : nullptr);
     vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
     grpc_options.address = options.grpc_address;
@@ -271,24 +303,29 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     spdlog::info("gRPC listening on {}:{}", options.grpc_address, grpc_server->port());
   }
 
-
-  auto server = vramd::http::HttpServer::Start(
-      http_options, [&routes](vramd::http::HttpRequest request, vramd::http::Responder respond) {
-        routes.Handle(std::move(request), std::move(respond));
-      });
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().message());
-    if (grpc_server) grpc_server->Shutdown();
-    if (metrics_server) metrics_server->Shutdown();
-    return 1;
+  std::unique_ptr<vramd::http::HttpServer> http_server;
+  if (triton.allow_http) {
+    auto started = vramd::http::HttpServer::Start(
+        http_options, [&routes](vramd::http::HttpRequest request, vramd::http::Responder respond) {
+          routes.Handle(std::move(request), std::move(respond));
+        });
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().message());
+      if (grpc_server) grpc_server->Shutdown();
+      if (metrics_server) metrics_server->Shutdown();
+      return 1;
+    }
+    http_server = std::move(started).value();
+    spdlog::info("HTTP listening on {}:{}", options.http_address, http_server->port());
+  } else {
+    spdlog::info("HTTP off (--allow-http=false)");
   }
-  spdlog::info("HTTP listening on {}:{}", options.http_address, (*server)->port());
 
   int sig = stop_signals.Wait();
   spdlog::info("received {}: finishing in-flight requests, then exiting",
                sig == SIGINT ? "SIGINT" : "SIGTERM");
   if (grpc_server) grpc_server->Shutdown();
-  (*server)->Shutdown();
+  if (http_server) http_server->Shutdown();
   if (metrics_server) metrics_server->Shutdown();
   spdlog::info("vramd stopped");
   return 0;
@@ -302,6 +339,7 @@ int main(int argc, char** argv) {
   vramd::cli::StopSignals stop_signals;
   CLI::App app{"vramd: an inference server for Triton model repositories that accounts for "
                "every byte of GPU memory"};
+  // tritonserver has no subcommand: without one, the arguments are serve's.
   app.require_subcommand(1);
 
   ServeOptions options;
@@ -454,8 +492,13 @@ int main(int argc, char** argv) {
                     "(docs/remote-backends.md) and logs any other setting as ignored");
   serve->add_option("--load-model", options.load_models,
                     "Explicit mode: a model to load at start-up; repeat for several, '*' for all");
+  vramd::cli::AddTritonFlags(serve, &options.triton);
 
-  CLI11_PARSE(app, argc, argv);
+  std::vector<std::string> args = vramd::cli::WithServeSubcommand(argc, argv);
+  std::vector<char*> arg_pointers;
+  for (std::string& a : args) arg_pointers.push_back(a.data());
+  CLI11_PARSE(app, static_cast<int>(arg_pointers.size()), arg_pointers.data());
+  if (options.triton.strict_model_config) options.disable_auto_complete_config = true;
   if (serve->parsed()) return Serve(options, stop_signals);
   return 0;
 }

@@ -85,8 +85,9 @@ std::unique_ptr<spdlog::formatter> EscapingFormatter::clone() const {
   return std::make_unique<EscapingFormatter>(inner_->clone());
 }
 
-std::unique_ptr<spdlog::formatter> MakeEscapingFormatter(const std::string& pattern) {
-  return std::make_unique<EscapingFormatter>(std::make_unique<spdlog::pattern_formatter>(pattern));
+std::unique_ptr<spdlog::formatter> MakeEscapingFormatter(const std::string& pattern, bool utc) {
+  return std::make_unique<EscapingFormatter>(std::make_unique<spdlog::pattern_formatter>(
+      pattern, utc ? spdlog::pattern_time_type::utc : spdlog::pattern_time_type::local));
 }
 
 }  // namespace vramd

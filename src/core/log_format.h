@@ -45,6 +45,8 @@ class EscapingFormatter final : public spdlog::formatter {
 
 // EscapingFormatter over a spdlog::pattern_formatter for `pattern`; give it to
 // spdlog::set_formatter (or a logger's) in place of set_pattern.
-std::unique_ptr<spdlog::formatter> MakeEscapingFormatter(const std::string& pattern);
+// `utc`: the pattern's time fields in UTC (else local time).
+std::unique_ptr<spdlog::formatter> MakeEscapingFormatter(const std::string& pattern,
+                                                         bool utc = false);
 
 }  // namespace vramd

@@ -179,13 +179,15 @@ def test_auto_complete_raising_fails_the_load_with_its_error(client):
            "'dims' property." in life["reason"], life
 
 
+# Triton's --strict-model-config=true means the same (src/cli/triton_flags.h).
+@pytest.mark.parametrize("flag", ["--disable-auto-complete-config", "--strict-model-config=true"])
 def test_disable_auto_complete_config_takes_config_pbtxt_as_written(start_server,
-                                                                    tmp_path_factory):
+                                                                    tmp_path_factory, flag):
     repo = copy_repo(tmp_path_factory, "no-autocomplete-repo")
     s = start_server([repo], ["--backend-directory", str(BACKEND_DIR),
                               "--model-control-mode", "explicit",
                               "--load-model", "ac_wrong_type", "--load-model", "ac_complete",
-                              "--disable-auto-complete-config"],
+                              flag],
                      name="no-autocomplete", ready_models=["ac_wrong_type"])
     c = s.client()
     try:

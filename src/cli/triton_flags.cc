@@ -1,0 +1,138 @@
+#include "cli/triton_flags.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace vramd::cli {
+namespace {
+
+// Accepted, and without effect in vramd: why, as the warning says it.
+struct Ignored {
+  const char* flag;
+  const char* why;
+};
+constexpr Ignored kIgnored[] = {
+    {"--pinned-memory-pool-byte-size",
+     "vramd's pinned host pool grows as needed and is accounted in the ledger (docs/memory.md)"},
+    {"--cuda-memory-pool-byte-size",
+     "vramd's device pools grow as needed and are accounted in the ledger (docs/memory.md)"},
+    {"--model-load-gpu-limit", "vramd admits a load by its predicted footprint instead"},
+    {"--rate-limit", "vramd has no rate limiter"},
+    {"--rate-limit-resource", "vramd has no rate limiter"},
+    {"--response-cache-byte-size", "vramd has no response cache"},
+    {"--cache-config", "vramd has no response cache"},
+    {"--buffer-manager-thread-count", "vramd has no buffer manager threads"},
+    {"--min-supported-compute-capability", "vramd uses every visible GPU its CUDA runtime supports"},
+    {"--model-load-retry-count", "vramd does not retry a failed load"},
+    {"--allow-gpu-metrics", "vramd's GPU figures are always in its memory metrics"},
+    {"--allow-cpu-metrics", "vramd exports no CPU metrics"},
+    {"--metrics-interval-ms", "vramd's metrics are read when scraped"},
+    {"--metrics-config", "vramd's metric set is fixed (docs/metrics.md)"},
+    {"--host-policy", "vramd has no host policies"},
+    {"--model-namespacing", "vramd's model names are one namespace"},
+    {"--trace-config", "vramd does not trace requests"},
+    {"--trace-file", "vramd does not trace requests"},
+    {"--trace-level", "vramd does not trace requests"},
+    {"--trace-rate", "vramd does not trace requests"},
+    {"--trace-count", "vramd does not trace requests"},
+    {"--trace-log-frequency", "vramd does not trace requests"},
+    {"--allow-sagemaker", "vramd serves no SageMaker endpoint"},
+    {"--allow-vertex-ai", "vramd serves no Vertex AI endpoint"},
+    {"--reuse-http-port", "vramd does not share its ports"},
+    {"--reuse-grpc-port", "vramd does not share its ports"},
+    {"--grpc-infer-allocation-pool-size", "vramd's gRPC front end keeps no response pool"},
+    {"--grpc-max-response-pool-size", "vramd's gRPC front end keeps no response pool"},
+    {"--http-header-forward-pattern", "vramd forwards no headers to models"},
+    {"--grpc-header-forward-pattern", "vramd forwards no headers to models"},
+};
+
+// Refused when they ask for the feature: serving without it would expose what they protect.
+struct Refused {
+  const char* flag;
+  const char* what;
+  bool is_switch;  // a boolean: only a true value asks for the feature
+};
+constexpr Refused kRefused[] = {
+    {"--grpc-use-ssl", "TLS on gRPC", true},
+    {"--grpc-use-ssl-mutual", "mutual TLS on gRPC", true},
+    {"--grpc-server-cert", "TLS on gRPC", false},
+    {"--grpc-server-key", "TLS on gRPC", false},
+    {"--grpc-root-cert", "TLS on gRPC", false},
+    {"--http-restricted-api", "restricted HTTP APIs", false},
+    {"--grpc-restricted-protocol", "restricted gRPC protocols", false},
+};
+
+bool IsTrue(std::string value) {
+  std::transform(value.begin(), value.end(), value.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return value == "1" || value == "true" || value == "yes" || value == "on";
+}
+
+}  // namespace
+
+void AddTritonFlags(CLI::App* serve, TritonFlags* flags) {
+  serve->add_option("--allow-http", flags->allow_http,
+                    "Serve HTTP (Triton's flag; false: only gRPC and metrics)")
+      ->capture_default_str();
+  serve->add_option("--strict-model-config", flags->strict_model_config,
+                    "true: take config.pbtxt as written, as --disable-auto-complete-config")
+      ->capture_default_str();
+  serve->add_option("--log-file", flags->log_file,
+                    "Write the log to this file (appended) instead of standard error");
+  serve->add_option("--log-format", flags->log_format,
+                    "default, or ISO8601 (timestamps as 2026-12-05T01:02:03.456Z, UTC)")
+      ->check(CLI::IsMember({"default", "ISO8601"}))
+      ->capture_default_str();
+  serve->add_option("--log-info", flags->log_info, "Log information messages")
+      ->capture_default_str();
+  serve->add_option("--log-warning", flags->log_warning, "Log warnings")->capture_default_str();
+  serve->add_option("--log-error", flags->log_error, "Log errors")->capture_default_str();
+  serve->add_option("--id", flags->id, "The server's name in metadata (default vramd)");
+  for (const Ignored& i : kIgnored) {
+    serve->add_option(i.flag, flags->ignored[i.flag],
+                      fmt::format("Triton's flag, accepted and ignored: {}", i.why))
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->group("Triton flags vramd ignores");
+  }
+  for (const Refused& r : kRefused) {
+    serve->add_option(r.flag, flags->refused[r.flag],
+                      fmt::format("Triton's flag: vramd has no {} and refuses to start when "
+                                  "it is asked for",
+                                  r.what))
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->group("Triton flags vramd refuses");
+  }
+}
+
+Status CheckTritonFlags(const TritonFlags& flags, std::vector<std::string>* warnings) {
+  for (const Refused& r : kRefused) {
+    auto it = flags.refused.find(r.flag);
+    if (it == flags.refused.end()) continue;
+    for (const std::string& value : it->second) {
+      if (r.is_switch && !IsTrue(value)) continue;
+      return Status::InvalidArgument(fmt::format(
+          "{}={}: vramd has no {}; refusing to start rather than serve without it", r.flag,
+          value, r.what));
+    }
+  }
+  for (const Ignored& i : kIgnored) {
+    auto it = flags.ignored.find(i.flag);
+    if (it == flags.ignored.end() || it->second.empty()) continue;
+    warnings->push_back(fmt::format("{} ignored: {}", i.flag, i.why));
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> WithServeSubcommand(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  const bool named =
+      args.size() > 1 && (args[1] == "serve" || args[1] == "--help" || args[1] == "-h");
+  if (!named) args.insert(args.begin() + (args.empty() ? 0 : 1), "serve");
+  return args;
+}
+
+}  // namespace vramd::cli

@@ -1,0 +1,44 @@
+// tritonserver's command line on vramd (issue 16): `vramd --model-repository DIR` without the
+// `serve` word, and the flags Triton deployments commonly pass, each either with its meaning
+// (vramd has the feature), accepted with one warning naming it (a tuning knob or a feature
+// vramd does not have, whose absence changes no answer), or refused (a security feature whose
+// absence would serve what the flag meant to protect: TLS, restricted APIs). A flag neither
+// vramd nor this list knows is still an error. docs/command-line.md lists them.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+
+namespace vramd::cli {
+
+struct TritonFlags {
+  bool allow_http = true;            // --allow-http=false: no HTTP server
+  bool strict_model_config = false;  // true: as --disable-auto-complete-config
+  std::string log_file;              // "": standard error
+  std::string log_format = "default";  // or ISO8601
+  bool log_info = true;
+  bool log_warning = true;
+  bool log_error = true;
+  std::string id;  // the server's name in metadata ("" keeps "vramd")
+  // Flag name -> the values given, for the accepted-with-a-warning and refused kinds.
+  std::map<std::string, std::vector<std::string>> ignored;
+  std::map<std::string, std::vector<std::string>> refused;
+};
+
+// Adds Triton's flags to `serve`, storing into `flags` (which must outlive the parse).
+void AddTritonFlags(CLI::App* serve, TritonFlags* flags);
+
+// After the parse: one warning for each ignored flag given (into `warnings`); an
+// InvalidArgument naming the first refused flag given with a value that asks for the feature.
+Status CheckTritonFlags(const TritonFlags& flags, std::vector<std::string>* warnings);
+
+// argv with "serve" put first when no subcommand is named (tritonserver has none), unless the
+// first argument asks for help.
+std::vector<std::string> WithServeSubcommand(int argc, char** argv);
+
+}  // namespace vramd::cli

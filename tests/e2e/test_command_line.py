@@ -1,0 +1,149 @@
+"""tritonserver's command line on vramd (src/cli/triton_flags.h): no `serve` word needed, the
+flags Triton deployments pass accepted with their meaning, with one warning each, or refused
+when they ask for a security feature vramd lacks; an unknown flag is still an error.
+"""
+
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+
+from e2e_helpers import FIXTURE_REPO, VRAMD_BIN, VramdProcess
+
+MODEL = "identity_fp32"
+BASE = ["--model-control-mode", "explicit", "--load-model", MODEL]
+
+
+class TritonStyle(VramdProcess):
+    """A server started as tritonserver is: the same arguments, without `serve`."""
+
+    def argv(self):
+        argv = super().argv()
+        assert argv[1] == "serve"
+        return [argv[0]] + argv[2:]
+
+
+def start(tmp_path, args, name):
+    s = TritonStyle([FIXTURE_REPO], tmp_path / name, BASE + args, name=name, ready_models=[MODEL])
+    try:
+        s.start()
+    except BaseException:
+        s.kill()
+        raise
+    return s
+
+
+def stop(s):
+    code = s.stop()
+    s.assert_clean_exit(code)
+
+
+IGNORED = ["--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
+           "--cuda-memory-pool-byte-size=1:67108864", "--rate-limit=off",
+           "--response-cache-byte-size=0", "--allow-gpu-metrics=false",
+           "--metrics-interval-ms=2000", "--trace-level=OFF", "--model-load-retry-count=0"]
+
+
+def test_tritonserver_flags_without_the_serve_word(tmp_path):
+    s = start(tmp_path, IGNORED + ["--id=triton-compat", "--strict-model-config=false",
+                                   "--log-format=ISO8601", "--allow-http=true",
+                                   "--grpc-use-ssl=false", "--allow-grpc=true"], "triton_style")
+    try:
+        c = s.client()
+        meta = c.get("/v2")
+        assert meta.status == 200 and meta.json()["name"] == "triton-compat"
+        log = s.log()
+        # One warning per flag given, naming it and why it changes nothing (the repeated one too).
+        for flag in sorted({a.split("=")[0] for a in IGNORED}):
+            lines = [l for l in log.splitlines() if (flag + " ignored:") in l]
+            assert len(lines) == 1, (flag, lines)
+            assert " warning " in lines[0]
+        # ISO 8601 timestamps, UTC.
+        first = log.splitlines()[0]
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", first), first
+    finally:
+        stop(s)
+
+
+def free_port():
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def test_log_file_and_levels(tmp_path):
+    # The log goes to the file, and --log-info=false keeps warnings only: the port is given,
+    # since no "listening" line is logged to read it from.
+    log_file = tmp_path / "vramd.log"
+    port = free_port()
+    s = TritonStyle([FIXTURE_REPO], tmp_path / "log_file", BASE + [
+        "--log-file", str(log_file), "--log-info=false", "--trace-file=/tmp/t.json"],
+        name="log_file", port=port, ready_models=[MODEL])
+    s.launch()
+    try:
+        s.port = port
+        s.wait_ready()
+        assert s.client().get("/v2/models/%s/ready" % MODEL).status == 200
+    finally:
+        code = s.stop()
+    assert code == 0
+    text = log_file.read_text()
+    assert "--trace-file ignored" in text and " warning " in text, text[:2000]
+    assert " info " not in text, text[:2000]
+    assert s.stderr_text() == "", s.stderr_text()[:2000]
+
+
+def run_until_exit(args, timeout=30):
+    return subprocess.run([str(VRAMD_BIN)] + args, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("flag, text", [
+    ("--grpc-use-ssl=true", "--grpc-use-ssl=true: vramd has no TLS on gRPC"),
+    ("--grpc-server-cert=/etc/cert.pem", "--grpc-server-cert=/etc/cert.pem: vramd has no TLS"),
+    ("--http-restricted-api=model-repository:admin-key=secret",
+     "vramd has no restricted HTTP APIs"),
+])
+def test_security_flags_are_refused_not_ignored(flag, text):
+    p = run_until_exit(["--model-repository", str(FIXTURE_REPO), "--http-port", "0",
+                        "--grpc-port", "0", "--metrics-port", "0", flag])
+    assert p.returncode != 0
+    assert text in p.stderr, p.stderr[-2000:]
+    assert "listening" not in p.stderr
+
+
+def test_an_unknown_flag_is_still_an_error():
+    p = run_until_exit(["--model-repository", str(FIXTURE_REPO), "--no-such-flag=1"])
+    assert p.returncode != 0
+    assert "--no-such-flag" in p.stdout + p.stderr
+
+
+def test_allow_http_false_serves_grpc_only(tmp_path):
+    s = TritonStyle([FIXTURE_REPO], tmp_path / "no_http", BASE + ["--allow-http=false"],
+                    name="no_http")
+    s.launch()
+    try:
+        port = s.grpc_port()
+        deadline = time.monotonic() + 30
+        while "HTTP off (--allow-http=false)" not in s.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "HTTP off (--allow-http=false)" in s.log()
+        assert "HTTP listening" not in s.log()
+        grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
+        ch = grpc.insecure_channel("127.0.0.1:%d" % port)
+        try:
+            # grpc.health.v1 Check of the inference service: SERVING once the model is ready.
+            check = ch.unary_unary("/grpc.health.v1.Health/Check",
+                                   request_serializer=lambda s_: b"\x0a\x1einference.GRPCInferenceService",
+                                   response_deserializer=lambda b: b)
+            deadline = time.monotonic() + 30
+            while check(None, timeout=10) != b"\x08\x01" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert check(None, timeout=10) == b"\x08\x01"
+        finally:
+            ch.close()
+    finally:
+        code = s.stop()
+        s.assert_clean_exit(code)
