@@ -113,6 +113,9 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   } else {
     try {
       spdlog::set_default_logger(spdlog::basic_logger_mt("vramd", triton.log_file));
+      // Each line reaches the file as it is written, as on standard error: a log read while
+      // the server runs (or after it is killed) is whole.
+      spdlog::default_logger()->flush_on(spdlog::level::trace);
     } catch (const spdlog::spdlog_ex& e) {
       std::fprintf(stderr, "vramd: --log-file %s: %s\n", triton.log_file.c_str(), e.what());
       return 1;
@@ -125,13 +128,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   } else {
     spdlog::set_formatter(vramd::MakeEscapingFormatter("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v"));
   }
-  // Triton's levels switch on and off one by one; vramd's are a threshold, so turning one off
-  // turns off those below it too (--log-info=false keeps warnings and errors).
-  spdlog::level::level_enum level = options.log_verbose > 0 ? spdlog::level::debug : spdlog::level::info;
-  if (!triton.log_info) level = spdlog::level::warn;
-  if (!triton.log_warning) level = spdlog::level::err;
-  if (!triton.log_error) level = spdlog::level::off;
-  spdlog::set_level(level);
+  spdlog::set_level(vramd::LogLevelFor(options.log_verbose > 0, triton.log_info,
+                                       triton.log_warning, triton.log_error));
   std::vector<std::string> flag_warnings;
   if (vramd::Status checked = vramd::cli::CheckTritonFlags(triton, &flag_warnings); !checked.ok()) {
     spdlog::error("{}", checked.message());
@@ -225,9 +223,13 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // requests of either.
   vramd::shared_memory::SharedMemoryRegions shared_memory_regions(&ledger);
   const std::string server_name = triton.id.empty() ? "vramd" : triton.id;
+  vramd::logging::LogSettings log_settings(
+      {triton.log_file, triton.log_format, triton.log_info, triton.log_warning, triton.log_error,
+       static_cast<uint32_t>(std::max(options.log_verbose, 0))});
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
                                    {server_name, VRAMD_VERSION, options.strict_readiness,
-                                    options.http_shared_memory ? &shared_memory_regions : nullptr});
+                                    options.http_shared_memory ? &shared_memory_regions : nullptr,
+                                    &log_settings});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -286,7 +288,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
         manager->get(),
         vramd::grpc_server::GrpcRoutes::ServerInfo{server_name, VRAMD_VERSION,
-                                                   options.strict_readiness},
+                                                   options.strict_readiness, &log_settings},
         options.grpc_shared_memory ? &shared_memory_regions : nullptr);
     vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
     grpc_options.address = options.grpc_address;

@@ -85,6 +85,13 @@ std::unique_ptr<spdlog::formatter> EscapingFormatter::clone() const {
   return std::make_unique<EscapingFormatter>(inner_->clone());
 }
 
+spdlog::level::level_enum LogLevelFor(bool verbose, bool info, bool warning, bool error) {
+  if (!error) return spdlog::level::off;
+  if (!warning) return spdlog::level::err;
+  if (!info) return spdlog::level::warn;
+  return verbose ? spdlog::level::debug : spdlog::level::info;
+}
+
 std::unique_ptr<spdlog::formatter> MakeEscapingFormatter(const std::string& pattern, bool utc) {
   return std::make_unique<EscapingFormatter>(std::make_unique<spdlog::pattern_formatter>(
       pattern, utc ? spdlog::pattern_time_type::utc : spdlog::pattern_time_type::local));

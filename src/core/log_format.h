@@ -43,9 +43,13 @@ class EscapingFormatter final : public spdlog::formatter {
   std::unique_ptr<spdlog::formatter> inner_;
 };
 
+// The level threshold for Triton's log switches: verbose -> debug; else info, or above it
+// where the switches turn levels off (a threshold: turning one off turns off those below).
+spdlog::level::level_enum LogLevelFor(bool verbose, bool info, bool warning, bool error);
+
 // EscapingFormatter over a spdlog::pattern_formatter for `pattern`; give it to
-// spdlog::set_formatter (or a logger's) in place of set_pattern.
-// `utc`: the pattern's time fields in UTC (else local time).
+// spdlog::set_formatter (or a logger's) in place of set_pattern. `utc`: the pattern's time
+// fields in UTC (else local time).
 std::unique_ptr<spdlog::formatter> MakeEscapingFormatter(const std::string& pattern,
                                                          bool utc = false);
 

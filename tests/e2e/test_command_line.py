@@ -3,6 +3,7 @@ flags Triton deployments pass accepted with their meaning, with one warning each
 when they ask for a security feature vramd lacks; an unknown flag is still an error.
 """
 
+import json
 import re
 import socket
 import subprocess
@@ -147,3 +148,35 @@ def test_allow_http_false_serves_grpc_only(tmp_path):
     finally:
         code = s.stop()
         s.assert_clean_exit(code)
+
+
+def test_the_logging_extension_over_http(tmp_path):
+    # GET/POST /v2/logging (Triton's logging extension): the settings as the command line made
+    # them; the verbose level changes; a setting fixed at start-up is refused naming its flag,
+    # and a refused request changes nothing.
+    s = start(tmp_path, ["--log-format=ISO8601"], "logging_ext")
+    try:
+        c = s.client()
+        got = c.get("/v2/logging")
+        assert got.status == 200
+        assert got.json() == {"log_file": "", "log_info": True, "log_warning": True,
+                              "log_error": True, "log_verbose_level": 0, "log_format": "ISO8601"}
+        set_verbose = c.post("/v2/logging", json.dumps({"log_verbose_level": 1}).encode())
+        assert set_verbose.status == 200 and set_verbose.json()["log_verbose_level"] == 1
+        # Same values are accepted; another format, file or level switch is not.
+        same = c.post("/v2/logging", json.dumps({"log_format": "ISO8601", "log_info": True}).encode())
+        assert same.status == 200, same.body
+        mixed = c.post("/v2/logging", json.dumps({"log_verbose_level": 0,
+                                                  "log_file": "/tmp/x.log"}).encode())
+        assert mixed.status == 501 and b"--log-file" in mixed.body, mixed.body
+        assert c.get("/v2/logging").json()["log_verbose_level"] == 1, "a refused request applied"
+        for body, text in [({"log_info": False}, b"--log-info"),
+                           ({"no_such_setting": 1}, b"unknown log setting 'no_such_setting'"),
+                           ({"log_verbose_level": -1}, b"log_verbose_level"),
+                           ({"log_info": "yes"}, b"'log_info' must be a boolean"),
+                           ([1, 2], b"must be a JSON object")]:
+            r = c.post("/v2/logging", json.dumps(body).encode())
+            assert r.status in (400, 501) and text in r.body, (body, r.status, r.body)
+        assert c.request("PUT", "/v2/logging", b"{}").status == 405
+    finally:
+        stop(s)

@@ -582,3 +582,39 @@ def test_health_watch_streams_until_cancelled_or_shutdown(start_server):
         assert took < 15, "the server took %.1fs to stop with a health watch open" % took
     finally:
         ch.close()
+
+
+def test_log_settings_report_the_command_lines_log(start_server, tmp_path):
+    # LogSettings reports what --log-* set at start-up, accepts those values again, and refuses
+    # to change them, naming the flag.
+    log_file = tmp_path / "grpc-log.txt"
+    s = start_server([str(FIXTURE_REPO)], ["--model-control-mode", "explicit",
+                                           "--log-format=ISO8601", "--log-file", str(log_file)],
+                     name="grpc_log", launch_only=True)
+    port = None
+    import time
+    deadline = time.monotonic() + 60
+    while port is None and time.monotonic() < deadline:
+        text = log_file.read_text() if log_file.exists() else ""
+        for line in text.splitlines():
+            if "gRPC listening on" in line:
+                port = int(line.rsplit(":", 1)[1])
+        time.sleep(0.05)
+    assert port, "no gRPC port in %s" % log_file
+    ch = grpc.insecure_channel("127.0.0.1:%d" % port)
+    try:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        got = stub.LogSettings(pb.LogSettingsRequest(), timeout=30).settings
+        assert got["log_format"].string_param == "ISO8601"
+        assert got["log_file"].string_param == str(log_file)
+        assert got["log_info"].bool_param
+        same = pb.LogSettingsRequest()
+        same.settings["log_format"].string_param = "ISO8601"
+        same.settings["log_info"].bool_param = True
+        assert stub.LogSettings(same, timeout=30).settings["log_format"].string_param == "ISO8601"
+        other = pb.LogSettingsRequest()
+        other.settings["log_file"].string_param = ""
+        e = rpc_error(stub.LogSettings, other)
+        assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "--log-file" in e.details()
+    finally:
+        ch.close()

@@ -262,40 +262,31 @@ void GrpcRoutes::ModelStatistics(std::shared_ptr<const inference::ModelStatistic
 void GrpcRoutes::LogSettings(std::shared_ptr<const inference::LogSettingsRequest> request,
                              Reply<inference::LogSettingsResponse> reply) const {
   using Value = inference::LogSettingsRequest::SettingValue;
+  if (info_.log_settings == nullptr) {
+    return Fail(reply, Status::Unsupported("LogSettings: this server has no logging extension"));
+  }
+  std::vector<std::pair<std::string, logging::LogSettings::Value>> changes;
   for (const auto& [key, value] : request->settings()) {
-    auto refuse = [&, key = key](std::string_view why) {
-      Fail(reply, Status::Unsupported(fmt::format("log setting '{}': {}", key, why)));
-    };
-    if (key == "log_verbose_level") {
-      if (value.parameter_choice_case() != Value::kUint32Param) {
-        return Fail(reply, Status::InvalidArgument(
-                               "log setting 'log_verbose_level' must be a uint32_param"));
-      }
-      spdlog::set_level(value.uint32_param() > 0 ? spdlog::level::debug : spdlog::level::info);
-    } else if (key == "log_info" || key == "log_warning" || key == "log_error") {
-      if (value.parameter_choice_case() != Value::kBoolParam || !value.bool_param()) {
-        return refuse("vramd always logs this level");
-      }
-    } else if (key == "log_format") {
-      if (value.parameter_choice_case() != Value::kStringParam || value.string_param() != "default") {
-        return refuse("vramd writes one format, \"default\"");
-      }
-    } else if (key == "log_file") {
-      if (value.parameter_choice_case() != Value::kStringParam || !value.string_param().empty()) {
-        return refuse("vramd logs to standard error");
-      }
-    } else {
-      return Fail(reply, Status::InvalidArgument(fmt::format("unknown log setting '{}'", key)));
+    switch (value.parameter_choice_case()) {
+      case Value::kBoolParam: changes.emplace_back(key, value.bool_param()); break;
+      case Value::kUint32Param: changes.emplace_back(key, value.uint32_param()); break;
+      case Value::kStringParam: changes.emplace_back(key, value.string_param()); break;
+      case Value::PARAMETER_CHOICE_NOT_SET:
+        return Fail(reply, Status::InvalidArgument(fmt::format("log setting '{}' has no value", key)));
     }
   }
+  if (Status updated = info_.log_settings->Update(changes); !updated.ok()) {
+    return Fail(reply, updated);
+  }
+  const logging::LogState now = info_.log_settings->Current();
   inference::LogSettingsResponse r;
   auto& settings = *r.mutable_settings();
-  settings["log_file"].set_string_param("");
-  settings["log_info"].set_bool_param(true);
-  settings["log_warning"].set_bool_param(true);
-  settings["log_error"].set_bool_param(true);
-  settings["log_verbose_level"].set_uint32_param(spdlog::get_level() <= spdlog::level::debug ? 1 : 0);
-  settings["log_format"].set_string_param("default");
+  settings["log_file"].set_string_param(now.file);
+  settings["log_info"].set_bool_param(now.info);
+  settings["log_warning"].set_bool_param(now.warning);
+  settings["log_error"].set_bool_param(now.error);
+  settings["log_verbose_level"].set_uint32_param(now.verbose_level);
+  settings["log_format"].set_string_param(now.format);
   reply(Ok(), std::move(r));
 }
 

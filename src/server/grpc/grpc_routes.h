@@ -22,6 +22,7 @@
 #include "server/grpc/grpc_service.pb.h"
 #include "server/grpc/health.pb.h"
 #include "server/grpc/infer_proto_codec.h"
+#include "server/logging/log_settings.h"
 #include "server/http/control_dispatcher.h"
 #include "server/shared_memory/shared_memory_regions.h"
 
@@ -41,6 +42,9 @@ class GrpcRoutes {
     std::string name = "vramd";
     std::string version;
     bool strict_readiness = true;  // as KServeRoutes::ServerInfo
+    // The logging extension's settings, shared with HTTP; outlives the routes. Null: the
+    // LogSettings RPC is UNIMPLEMENTED.
+    logging::LogSettings* log_settings = nullptr;
   };
 
   // `manager` must outlive this object and every request it starts. A const manager serves
@@ -76,9 +80,8 @@ class GrpcRoutes {
                   Reply<EncodedInferResponse> reply) const;
   void ModelStatistics(std::shared_ptr<const inference::ModelStatisticsRequest> request,
                        Reply<inference::ModelStatisticsResponse> reply) const;
-  // Triton's settings: log_verbose_level may change (vramd logs debug lines at 1 and over);
-  // log_info, log_warning and log_error are always on, log_format "default", log_file ""
-  // (standard error): asking for other values is UNIMPLEMENTED, naming the setting.
+  // Triton's logging extension (server/logging/log_settings.h): a change of a setting fixed
+  // at start-up is UNIMPLEMENTED, naming its flag.
   void LogSettings(std::shared_ptr<const inference::LogSettingsRequest> request,
                    Reply<inference::LogSettingsResponse> reply) const;
   // One request of a ModelStreamInfer stream. `send` gets each response (or error, as

@@ -268,6 +268,9 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
   if (parts[1] == "cudasharedmemory") {
     return SharedMemory(request, parts, shared_memory::RegionKind::kCuda);
   }
+  if (parts[1] == "logging" && parts.size() == 2) {
+    return get || post ? Logging(request) : method_not_allowed();
+  }
   if (parts[1] == "memory" && parts.size() == 2) {
     return get ? MemoryReportResponse(*memory_report_) : method_not_allowed();
   }
@@ -623,6 +626,51 @@ HttpResponse KServeRoutes::SharedMemory(const HttpRequest& request,
     return s.ok() ? Empty(200) : Error(s);
   }
   return Error(404, fmt::format("no endpoint at '{}'", request.target));
+}
+
+HttpResponse KServeRoutes::Logging(const HttpRequest& request) const {
+  if (info_.log_settings == nullptr) return Error(404, "this server has no logging extension");
+  if (request.method == "POST") {
+    auto parsed = ParseJson(request.body ? *request.body : std::string(), "logging request body");
+    if (!parsed.ok()) return Error(parsed.status());
+    const rapidjson::Document& doc = *parsed;
+    if (!doc.IsObject()) return Error(400, "logging request body must be a JSON object");
+    std::vector<std::pair<std::string, logging::LogSettings::Value>> changes;
+    for (const auto& m : doc.GetObject()) {
+      std::string name(m.name.GetString(), m.name.GetStringLength());
+      if (m.value.IsBool()) {
+        changes.emplace_back(std::move(name), m.value.GetBool());
+      } else if (m.value.IsUint()) {
+        changes.emplace_back(std::move(name), static_cast<uint32_t>(m.value.GetUint()));
+      } else if (m.value.IsString()) {
+        changes.emplace_back(std::move(name),
+                             std::string(m.value.GetString(), m.value.GetStringLength()));
+      } else {
+        return Error(400, fmt::format("log setting '{}' must be a boolean, a non-negative "
+                                      "integer or a string",
+                                      name));
+      }
+    }
+    if (Status updated = info_.log_settings->Update(changes); !updated.ok()) return Error(updated);
+  }
+  const logging::LogState now = info_.log_settings->Current();
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  w.Key("log_file");
+  WriteJsonString(w, now.file);
+  w.Key("log_info");
+  w.Bool(now.info);
+  w.Key("log_warning");
+  w.Bool(now.warning);
+  w.Key("log_error");
+  w.Bool(now.error);
+  w.Key("log_verbose_level");
+  w.Uint(now.verbose_level);
+  w.Key("log_format");
+  WriteJsonString(w, now.format);
+  w.EndObject();
+  return Json(200, sb.GetString());
 }
 
 HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {

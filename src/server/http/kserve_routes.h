@@ -37,6 +37,7 @@
 #include "runtime/model_manager.h"
 #include "server/http/control_dispatcher.h"
 #include "server/http/http_server.h"
+#include "server/logging/log_settings.h"
 #include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::http {
@@ -52,6 +53,9 @@ class KServeRoutes {
     // Triton's system and CUDA shared memory extensions: the regions (shared with the gRPC
     // front end, outliving the routes); null turns both off over HTTP.
     shared_memory::SharedMemoryRegions* shared_memory = nullptr;
+    // Triton's logging extension (GET/POST /v2/logging): the settings, shared with the gRPC
+    // front end and outliving the routes; null answers 404.
+    logging::LogSettings* log_settings = nullptr;
   };
 
   // `manager` and `memory_report` must outlive this object. A const manager serves everything
@@ -79,6 +83,9 @@ class KServeRoutes {
   void Generate(HttpRequest request, const std::string& model, int64_t version, bool streaming,
                 Responder respond) const;
   HttpResponse RepositoryIndex(const HttpRequest& request) const;
+  // GET: the settings; POST with a JSON object of settings: changes them (all or none, as
+  // LogSettings::Update), then the settings.
+  HttpResponse Logging(const HttpRequest& request) const;
   // /v2/systemsharedmemory/... or /v2/cudasharedmemory/..., by `kind`.
   HttpResponse SharedMemory(const HttpRequest& request, const std::vector<std::string_view>& parts,
                             shared_memory::RegionKind kind) const;
