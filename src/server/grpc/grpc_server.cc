@@ -50,6 +50,22 @@ class Call {
   virtual bool Proceed(bool ok) = 0;
 };
 
+// A completion-queue tag that is a member of a streaming call (never freed by the queue): each
+// event runs the call's handler for that kind of operation.
+template <typename Owner>
+class MemberOp final : public Call {
+ public:
+  MemberOp(Owner* call, void (Owner::*on)(bool)) : call_(call), on_(on) {}
+  bool Proceed(bool ok) override {
+    (call_->*on_)(ok);
+    return true;
+  }
+
+ private:
+  Owner* const call_;
+  void (Owner::*const on_)(bool);
+};
+
 // A streaming call, owned by the server's registry from its first wait for a call until it is
 // done with gRPC. Stop runs once, when the server starts shutting down.
 class Stream {
@@ -413,19 +429,7 @@ class StreamCall final : public Stream {
   }
 
  private:
-  // A tag for one kind of operation of this stream; never freed by the queue (it is a member).
-  class Op final : public Call {
-   public:
-    Op(StreamCall* call, void (StreamCall::*on)(bool)) : call_(call), on_(on) {}
-    bool Proceed(bool ok) override {
-      (call_->*on_)(ok);
-      return true;
-    }
-
-   private:
-    StreamCall* const call_;
-    void (StreamCall::*const on_)(bool);
-  };
+  using Op = MemberOp<StreamCall>;
 
   void OnAccepted(bool ok) {
     if (!ok) return server_->RemoveStream(this);  // the server is shutting down
@@ -545,18 +549,7 @@ class WatchCall final : public Stream {
   }
 
  private:
-  class Op final : public Call {
-   public:
-    Op(WatchCall* call, void (WatchCall::*on)(bool)) : call_(call), on_(on) {}
-    bool Proceed(bool ok) override {
-      (call_->*on_)(ok);
-      return true;
-    }
-
-   private:
-    WatchCall* const call_;
-    void (WatchCall::*const on_)(bool);
-  };
+  using Op = MemberOp<WatchCall>;
 
   void OnAccepted(bool ok) EXCLUDES(mu_) {
     if (!ok) return server_->RemoveStream(this);  // never started: no notice will come

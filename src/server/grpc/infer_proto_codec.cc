@@ -508,8 +508,8 @@ grpc::ByteBuffer SerializeInferResponse(EncodedInferResponse response) {
   std::string head;
   response.message.SerializeToString(&head);
   std::vector<grpc::Slice> slices;
-  auto held = std::make_shared<HeldOutputs>();
-  bool in_place = false;
+  // Made with the first entry sent in place: most answers (small outputs) need none.
+  std::shared_ptr<HeldOutputs> held;
   for (const SharedBuffer& entry : response.raw) {
     head.push_back(static_cast<char>(kRawOutputTag));
     AppendVarint(entry.size(), &head);
@@ -519,13 +519,13 @@ grpc::ByteBuffer SerializeInferResponse(EncodedInferResponse response) {
     }
     slices.emplace_back(head);
     head.clear();
-    in_place = true;
+    if (held == nullptr) held = std::make_shared<HeldOutputs>();
     auto ref = std::make_unique<std::shared_ptr<HeldOutputs>>(held);
     slices.emplace_back(const_cast<std::byte*>(entry.data()), entry.size(), &ReleaseHeld,
                         ref.release());
   }
   if (!head.empty() || slices.empty()) slices.emplace_back(head);
-  if (in_place) {
+  if (held != nullptr) {
     held->keep = std::move(response.keep);
     held->raw = std::move(response.raw);
   }
