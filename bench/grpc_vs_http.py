@@ -29,6 +29,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "torch"))
@@ -67,6 +68,31 @@ def grpc_load(a, args, timeout):
     return res
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(server_pid, run):
+    """Runs run() (one load generator run) and adds to its result how many cores the server and
+    the load generator kept busy on average: where the server has cores to spare and still
+    answers fewer requests, it waits on something rather than computes."""
+    s0, c0, t0 = cpu_seconds(server_pid), os.times(), time.monotonic()
+    res = run()
+    s1, c1, t1 = cpu_seconds(server_pid), os.times(), time.monotonic()
+    wall = max(t1 - t0, 1e-9)
+    res["server_cores"] = (s1 - s0) / wall
+    res["client_cores"] = ((c1.children_user - c0.children_user) +
+                           (c1.children_system - c0.children_system)) / wall
+    return res
+
+
+def cores(r):
+    return "server %.1f / client %.1f cores" % (r["server_cores"], r["client_cores"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vramd", required=True)
@@ -77,6 +103,8 @@ def main():
     ap.add_argument("--concurrency", default="1,16")
     ap.add_argument("--large-concurrency", default="1,4")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="one more argument for vramd (repeat), e.g. --grpc-infer-thread-count=8")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="vramd-grpc-bench-")
     repo = os.path.join(work, "repo")
@@ -84,7 +112,7 @@ def main():
     with open(os.path.join(repo, "identity_grpc", "config.pbtxt"), "w") as f:
         f.write(CONFIG)
     log_path = os.path.join(work, "server.log")
-    server = Vramd(a.vramd, [repo], log_path, args=["--exit-on-error"])
+    server = Vramd(a.vramd, [repo], log_path, args=["--exit-on-error"] + a.server_arg)
     result = {"machine_cores": os.cpu_count()}
     ok = True
     try:
@@ -95,18 +123,23 @@ def main():
         small_body, small_hlen = http_body(work, 16)
         small = {"concurrency": [], "http_rps": [], "grpc_rps": [], "ratio": [],
                  "grpc_library_rps": []}
-        for c in [int(x) for x in a.concurrency.split(",")]:
-            h = infer_load(a.infer_load, server.port, "identity_grpc", small_body, small_hlen, c,
-                           a.duration, a.warmup)
-            g = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
-                              "--elements", "16", "--concurrency", str(c)], timeout)
+        for c in [int(x) for x in a.concurrency.split(",") if x]:
+            h = with_cpu(server.pid, lambda: infer_load(
+                a.infer_load, server.port, "identity_grpc", small_body, small_hlen, c, a.duration,
+                a.warmup))
+            g = with_cpu(server.pid, lambda: grpc_load(
+                a, ["--model", "identity_grpc", "--port", str(grpc_port), "--elements", "16",
+                    "--concurrency", str(c)], timeout))
             lib = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
                                 "--elements", "16", "--concurrency", str(c), "--library-client"],
                             timeout)
             ratio = g["rps"] / h["rps"] if h["rps"] else 0.0
             log(f"16 elements c={c}: HTTP {h['rps']:.0f} req/s, gRPC {g['rps']:.0f} req/s "
                 f"(errors {h.get('errors', 0)} / {g['errors']}); gRPC through the gRPC library's "
-                f"client {lib['rps']:.0f} req/s ({lib['rps'] / h['rps'] if h['rps'] else 0:.3f} of HTTP)")
+                f"client {lib['rps']:.0f} req/s ({lib['rps'] / h['rps'] if h['rps'] else 0:.3f} of HTTP); "
+                f"busy: HTTP {cores(h)}, gRPC {cores(g)}")
+            small.setdefault("http_server_cores", []).append(h["server_cores"])
+            small.setdefault("grpc_server_cores", []).append(g["server_cores"])
             small["grpc_library_rps"].append(lib["rps"])
             small["concurrency"].append(c)
             small["http_rps"].append(h["rps"])
@@ -120,11 +153,12 @@ def main():
         large_body, large_hlen = http_body(work, LARGE)
         large = {"concurrency": [], "http_rps": [], "grpc_rps": [], "tcp_rps": [], "ratio_tcp": [],
                  "tcp_copy_rps": [], "ratio_tcp_copy": []}
-        for c in [int(x) for x in a.large_concurrency.split(",")]:
+        for c in [int(x) for x in a.large_concurrency.split(",") if x]:
             h = infer_load(a.infer_load, server.port, "identity_grpc", large_body, large_hlen, c,
                            a.duration, a.warmup)
-            g = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
-                              "--elements", str(LARGE), "--concurrency", str(c)], timeout)
+            g = with_cpu(server.pid, lambda: grpc_load(
+                a, ["--model", "identity_grpc", "--port", str(grpc_port), "--elements", str(LARGE),
+                    "--concurrency", str(c)], timeout))
             t = grpc_load(a, ["--tcp-echo", "--elements", str(LARGE), "--concurrency", str(c)],
                           timeout)
             tc = grpc_load(a, ["--tcp-echo", "--echo-copy", "--elements", str(LARGE),
@@ -132,7 +166,8 @@ def main():
             ratio = g["rps"] / t["rps"] if t["rps"] else 0.0
             ratio_copy = g["rps"] / tc["rps"] if tc["rps"] else 0.0
             log(f"4 MiB c={c}: HTTP {h['rps']:.1f}, gRPC {g['rps']:.1f}, TCP echo {t['rps']:.1f}, "
-                f"TCP echo with the model's copy {tc['rps']:.1f} req/s (gRPC {ratio_copy:.3f} of it)")
+                f"TCP echo with the model's copy {tc['rps']:.1f} req/s (gRPC {ratio_copy:.3f} of it); "
+                f"busy: gRPC {cores(g)}")
             large["tcp_copy_rps"].append(tc["rps"])
             large["ratio_tcp_copy"].append(ratio_copy)
             large["concurrency"].append(c)

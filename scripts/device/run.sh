@@ -350,6 +350,22 @@ if has_step grpc; then
   rm -rf "$grpc_tmp"
 fi
 
+# 9b. grpc_diag (not in the default STEPS): the 16-element series alone under variants of the
+#    server, to find what holds gRPC below HTTP at high concurrency. GRPC_DIAG_VARIANTS is a list
+#    of name:setting, the setting either ENV=VALUE for the server's environment or a vramd flag
+#    (e.g. "t32:--grpc-infer-thread-count=32"); each prints its ratio and the cores the server
+#    and the client kept busy.
+if has_step grpc_diag; then
+  for v in ${GRPC_DIAG_VARIANTS:-default: epoll1:GRPC_POLL_STRATEGY=epoll1 t32:--grpc-infer-thread-count=32}; do
+    name=${v%%:*}; setting=${v#*:}; env_set=(); flag=()
+    case "$setting" in "") ;; --*) flag=(--server-arg="$setting");; *) env_set=("$setting");; esac
+    echo "# grpc_diag $name: ${setting:-as shipped}" | tee -a "$summary"
+    env "${env_set[@]}" timeout 200 python3 bench/grpc_vs_http.py --vramd "$BIN"/vramd --infer-load "$BIN"/infer_load \
+      --grpc-load "$BIN"/grpc_infer_load --large-concurrency "" "${flag[@]}" ${GRPC_DIAG_ARGS:---duration 3 --concurrency 1,16} \
+      2>&1 | grep -E '^(16 elements|FIGURE)' | tee -a "$summary"
+  done
+fi
+
 # 10. cudashm (not in the default STEPS; issue 15): tests/device/cuda_shm_check.py: a client's
 #    CUDA buffers registered by IPC handle carry an mlp's input and output with no host copy
 #    (vramd_copy_bytes_total), shown in /v2/memory as client owners until unregistered.

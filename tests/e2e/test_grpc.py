@@ -39,6 +39,18 @@ def server(start_server, tmp_path_factory):
     args = ["--model-control-mode", "explicit"]
     models = list(MODELS)
     repos = [str(FIXTURE_REPO)]
+    # Executions longer than the scheduler's inline budget (1 ms) never run on the calling
+    # thread: this model's answers come from its instance threads.
+    slow = tmp_path_factory.mktemp("grpc-slow-repo")
+    (slow / "identity_slow" / "1").mkdir(parents=True)
+    (slow / "identity_slow" / "config.pbtxt").write_text(
+        'name: "identity_slow" backend: "identity" max_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'instance_group [ { kind: KIND_CPU count: 2 } ]\n'
+        'parameters { key: "execute_delay_us" value: { string_value: "3000" } }\n')
+    repos.append(str(slow))
+    models.append("identity_slow")
     if HAVE_PYTHON:
         repo = tmp_path_factory.mktemp("grpc-python-repo")
         copy_model(PYTHON_MODELS / "py_decoupled", repo, "py_decoupled")
@@ -504,6 +516,22 @@ def test_many_concurrent_calls(stub):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         got = list(pool.map(one, range(400)))
     assert got == [[float(i), float(i + 1)] for i in range(400)]
+
+
+def test_answers_from_instance_threads_arrive_whole(stub):
+    # Each answer is produced on an instance thread and sent by the call's queue thread; small
+    # answers and ones large enough to be sent in place (16 KiB and more) alike.
+    import concurrent.futures
+    def one(i):
+        n = 2 + (i % 3) * 6000
+        values = np.arange(i, i + n, dtype=np.float32)
+        out = stub.ModelInfer(infer_fp32("identity_slow", values), timeout=30)
+        return np.array_equal(np.frombuffer(out.raw_output_contents[0], dtype=np.float32), values)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(one, range(48)))
+    assert all(got)
+    e = rpc_error(stub.ModelInfer, infer_fp32("identity_slow", [[1.0, 2.0]]))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "INPUT0" in e.details()
 
 
 def test_shared_memory_can_be_turned_off(start_server):

@@ -2,6 +2,7 @@
 
 #include <absl/synchronization/mutex.h>
 #include <fmt/format.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -41,6 +42,10 @@ using HealthService = grpc::health::v1::Health::AsyncService;
 const bool kPollEngineChosen = [] { return setenv("GRPC_POLL_STRATEGY", "poll", 0) == 0; }();
 
 constexpr int kInferListeners = 16;
+
+// Set on the server's queue threads: an answer produced there is sent at once; one produced
+// elsewhere (an instance thread) is handed to its call's queue thread first (InferCall).
+thread_local bool tls_on_queue_thread = false;
 
 // A completion-queue tag: one call's state machine. Proceed runs on a queue thread for each
 // event of the call and says whether the call still waits on gRPC (kept) or is done (freed).
@@ -213,6 +218,7 @@ class GrpcServer::Impl {
   void ListenAll(grpc::ServerCompletionQueue* cq);
 
   static void Drain(grpc::ServerCompletionQueue* cq) {
+    tls_on_queue_thread = true;
     void* tag = nullptr;
     bool ok = false;
     while (cq->Next(&tag, &ok)) {
@@ -328,35 +334,64 @@ class InferCall final : public Call {
   }
 
   bool Proceed(bool ok) override {
-    if (answered_ || !ok) return false;
-    Listen(server_, cq_);
-    server_->Owe();
+    switch (state_) {
+      case State::kListening:
+        if (!ok) return false;
+        Listen(server_, cq_);
+        server_->Owe();
+        Run();
+        return true;
+      case State::kHandedOver:
+        // The alarm fires with ok false only when cancelled, which nothing does; the answer is
+        // owed either way.
+        Answer();
+        return true;
+      case State::kFinishing:
+        return false;
+    }
+    return false;
+  }
+
+ private:
+  enum class State { kListening, kHandedOver, kFinishing };
+
+  void Run() {
     auto message = std::make_shared<inference::ModelInferRequest>();
     if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&request_,
                                                                             message.get())
              .ok()) {
-      Answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "ModelInfer: the request is not a ModelInferRequest message"),
-             {});
-      return true;
+      status_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             "ModelInfer: the request is not a ModelInferRequest message");
+      return Answer();
     }
     server_->routes()->ModelInfer(std::move(message),
                                   [this](grpc::Status status, EncodedInferResponse response) {
-                                    Answer(std::move(status), std::move(response));
+                                    status_ = std::move(status);
+                                    response_parts_ = std::move(response);
+                                    if (tls_on_queue_thread) return Answer();
+                                    HandOver();
                                   });
-    return true;
   }
 
- private:
-  void Answer(grpc::Status status, EncodedInferResponse response) {
+  // An instance thread produced the answer (the request waited in the queue for an instance).
+  // Serializing it and starting gRPC's send there would keep that thread from its next request
+  // for as long (on the H200 machine two instance threads so held capped 16 clients at half
+  // of HTTP's req/s), so the alarm, due at once, wakes this call's queue thread to do it: the
+  // instance thread pays one wake-up, as the HTTP server's hand-off to its I/O thread does.
+  void HandOver() {
+    state_ = State::kHandedOver;
+    alarm_.Set(cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), this);
+  }
+
+  void Answer() {
     // As UnaryCall's reply: nothing of this call is touched once Finish is queued.
     GrpcServer::Impl* server = server_;
-    answered_ = true;
-    if (status.ok()) {
-      response_ = SerializeInferResponse(std::move(response));
-      writer_.Finish(response_, status, this);
+    state_ = State::kFinishing;
+    if (status_.ok()) {
+      response_ = SerializeInferResponse(std::move(response_parts_));
+      writer_.Finish(response_, status_, this);
     } else {
-      writer_.FinishWithError(status, this);
+      writer_.FinishWithError(status_, this);
     }
     server->Paid();
   }
@@ -367,7 +402,10 @@ class InferCall final : public Call {
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> writer_{&context_};
-  bool answered_ = false;
+  State state_ = State::kListening;
+  grpc::Status status_;
+  EncodedInferResponse response_parts_;
+  grpc::Alarm alarm_;
 };
 
 // An RPC vramd does not serve: UNIMPLEMENTED, with a message that names it.
