@@ -14,6 +14,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "config/model_config_parser.h"
 #include "config/reflection_util.h"
 #include "core/json_parse.h"
 #include "core/json_write.h"
@@ -197,7 +198,10 @@ Status CheckJsonObject(const rapidjson::Value& object, const pb::Descriptor* d,
   for (auto it = object.MemberBegin(); it != object.MemberEnd(); ++it) {
     std::string key(it->name.GetString(), it->name.GetStringLength());
     const pb::FieldDescriptor* f = FindJsonField(d, key);
-    if (f == nullptr) continue;  // unknown fields are ignored
+    if (f == nullptr && prefix.empty() && !UnservedFieldReason(key).empty()) {
+      return Status::InvalidArgument(fmt::format("{}: {}", key, UnservedFieldReason(key)));
+    }
+    if (f == nullptr) continue;  // other unknown fields are ignored
     const rapidjson::Value& value = it->value;
     std::string path = prefix + f->name();
     if (f->is_map() && value.IsObject()) {

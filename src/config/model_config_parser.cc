@@ -94,6 +94,17 @@ Status CheckTensors(const std::string& model, std::string_view kind,
 
 }  // namespace
 
+std::string_view UnservedFieldReason(std::string_view field) {
+  if (field == "sequence_batching" || field == "sequenceBatching") {
+    return "vramd does not serve sequence batching yet (control inputs, correlation IDs, "
+           "implicit state), and a stateful model loaded without it would answer wrongly";
+  }
+  if (field == "ensemble_scheduling" || field == "ensembleScheduling") {
+    return "vramd does not serve ensembles yet";
+  }
+  return {};
+}
+
 Result<ParsedModelConfig> ParseModelConfigText(std::string_view text, std::string_view file_name) {
   if (text.size() > static_cast<size_t>(INT_MAX)) {
     return Status::InvalidArgument(fmt::format("{}: config is too large ({} bytes)", file_name,

@@ -119,3 +119,47 @@ def test_vramctl_load_and_unload(start_server, repo):
     out = vramctl(s, "load", "no_such_model")
     assert out.returncode == 1
     assert "no_such_model" in out.stderr
+
+
+SEQUENCE_CONFIG = '''name: "seq"
+backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+}
+'''
+
+
+def test_sequence_batching_is_refused_not_ignored(start_server, tmp_path):
+    # A stateful model loaded without its sequence features would answer wrongly: until vramd
+    # serves them, its config fails to load and says why (issue 16, item 2).
+    repo = tmp_path / "repo"
+    (repo / "seq" / "1").mkdir(parents=True)
+    (repo / "seq" / "config.pbtxt").write_text(SEQUENCE_CONFIG)
+    shutil.copytree(FIXTURE_REPO / "identity_int32", repo / "identity_int32")
+    s = start_server([repo], ["--model-control-mode", "explicit"], name="seq_refused",
+                     ready_models=[])
+    c = s.client()
+    r = c.post("/v2/repository/models/seq/load")
+    assert r.status == 400, r
+    msg = r.error_message()
+    assert "sequence_batching (line 6)" in msg and "does not serve sequence batching" in msg, msg
+    assert msg.count("failed to load") <= 1, msg
+    assert index(c)["seq"]["state"] == "UNAVAILABLE"
+    # Through a config override the same, whichever spelling of the field.
+    for key in ("sequence_batching", "sequenceBatching", "ensemble_scheduling"):
+        override = {"backend": "identity", key: {}}
+        body = json.dumps({"parameters": {"config": json.dumps(override)}}).encode()
+        r = c.post("/v2/repository/models/identity_int32/load", body)
+        assert r.status == 400, r
+        assert key in r.error_message() and "does not serve" in r.error_message(), r.error_message()
+    # Other fields vramd does not act on are still skipped with a warning.
+    body = json.dumps({"parameters": {"config": json.dumps(
+        {"backend": "identity", "optimization": {"cuda": {"graphs": True}},
+         "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [-1]}],
+         "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [-1]}]})}}).encode()
+    r = c.post("/v2/repository/models/identity_int32/load", body)
+    assert r.status == 200, r

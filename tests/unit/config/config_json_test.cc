@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
@@ -188,6 +189,20 @@ TEST(ConfigJsonTest, IgnoresUnknownFieldsAndAcceptsCamelCaseNames) {
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->max_batch_size(), 3);
   EXPECT_EQ(config->instance_group(0).kind(), ModelInstanceGroup::KIND_GPU);
+}
+
+TEST(ConfigJsonTest, RefusesFeaturesThatChangeAnswers) {
+  // Sequence batching and ensembles are not skipped as other unknown fields are: a model loaded
+  // without them would answer wrongly.
+  for (const char* key : {"sequence_batching", "sequenceBatching", "ensemble_scheduling"}) {
+    Result<ModelConfig> config =
+        ModelConfigFromJson(fmt::format(R"({{"name":"m","{}":{{}}}})", key));
+    ASSERT_FALSE(config.ok()) << key;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(config.status().message(), HasSubstr(key));
+    EXPECT_THAT(config.status().message(), HasSubstr("does not serve"));
+  }
+  EXPECT_TRUE(UnservedFieldReason("optimization").empty());
 }
 
 TEST(ConfigJsonTest, UnknownFieldsLeaveNothingBehind) {
