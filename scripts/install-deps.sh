@@ -12,6 +12,8 @@ packages=(
   protobuf-compiler libprotobuf-dev libboost-dev rapidjson-dev
   # the gRPC front end, and the Python client its tests use
   libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-protobuf
+  # HTTP request and response compression
+  zlib1g-dev
   libspdlog-dev libfmt-dev libcli11-dev libopenblas-dev
   # the pytorch backend (CPU LibTorch) and the TorchScript models its tests make at test time
   libtorch-dev python3-torch

@@ -92,6 +92,7 @@ void Connection::CloseIfIdle(std::function<void()> done) {
 
 void Connection::WaitForRequest() {
   phase_ = Phase::kWaiting;
+  response_coding_ = ContentCoding::kIdentity;
   phase_since_ = Clock::now();
   header_started_.reset();
   if (server_->stopping()) return CloseGracefully();
@@ -300,12 +301,29 @@ void Connection::Dispatch() {
   keep_alive_ = req.keep_alive();
   version_ = req.version();
 
+  auto accept = req.find(bhttp::field::accept_encoding);
+  response_coding_ =
+      accept == req.end() ? ContentCoding::kIdentity : ChooseResponseCoding(
+                                    std::string_view(accept->value().data(), accept->value().size()));
+  auto decoded = DecodeRequestBody(req);
+  if (!decoded.ok()) {
+    // The whole body was read, so the connection can take the next request.
+    answered_ = true;
+    HttpResponse r;
+    r.status = decoded.status().code() == StatusCode::kUnsupported ? 415
+               : decoded.status().code() == StatusCode::kResourceExhausted ? 413
+               : decoded.status().code() == StatusCode::kUnavailable      ? 503
+                                                                            : 400;
+    r.body = EncodeError(decoded.status().message());
+    return Write(std::move(r));
+  }
+
   HttpRequest request;
   request.method = std::string(req.method_string());
   request.target = std::string(req.target());
   auto ihcl = req.find("Inference-Header-Content-Length");
   if (ihcl != req.end()) request.inference_header_length = std::string(ihcl->value());
-  request.body = std::make_shared<const std::string>(std::move(req.body()));
+  request.body = std::move(*decoded);
   if (cancel_ == nullptr) cancel_ = std::make_shared<CancelFlag>();
   request.cancel = cancel_;
 
@@ -342,6 +360,34 @@ void Connection::Dispatch() {
   // Answered later (an instance thread, a parked request, a stream): learn meanwhile whether
   // the client leaves.
   if (!answered_) WatchForClose();
+}
+
+Result<std::shared_ptr<const std::string>> Connection::DecodeRequestBody(Request& req) {
+  auto field = req.find(bhttp::field::content_encoding);
+  if (field == req.end()) return std::make_shared<const std::string>(std::move(req.body()));
+  VRAMD_ASSIGN_OR_RETURN(const ContentCoding coding, ParseContentEncoding(std::string_view(
+                                                        field->value().data(), field->value().size())));
+  if (coding == ContentCoding::kIdentity) {
+    return std::make_shared<const std::string>(std::move(req.body()));
+  }
+  // The limit is the decoded size's, as if the body had come uncoded; the decoded bytes are
+  // charged to the body budget beside the coded ones until the request ends.
+  const size_t max_body = server_->options().max_body_bytes;
+  auto decoded = DecodeBody(coding, req.body(), max_body);
+  if (!decoded.ok()) {
+    if (decoded.status().code() != StatusCode::kResourceExhausted) return decoded.status();
+    return Status::ResourceExhausted(
+        fmt::format("{} (--http-max-input-size)", decoded.status().message()));
+  }
+  if (!ChargeBody(charged_ + decoded->size())) {
+    return Status::Unavailable(fmt::format(
+        "the server is holding {} bytes of request bodies and this one's {} decoded bytes "
+        "would pass the limit of {} (--http-body-memory-mib); try again later",
+        server_->body_budget().used(), decoded->size(), server_->body_budget().limit()));
+  }
+  req.body().clear();
+  req.body().shrink_to_fit();
+  return std::make_shared<const std::string>(std::move(*decoded));
 }
 
 void Connection::Answer(uint64_t request, HttpResponse response) {
@@ -427,6 +473,14 @@ void Connection::Write(HttpResponse r) {
   auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
       static_cast<bhttp::status>(r.status), version_);
   res->set(bhttp::field::content_type, r.content_type);
+  if (response_coding_ != ContentCoding::kIdentity && !r.body.empty()) {
+    if (auto coded = EncodeBody(response_coding_, r.body)) {
+      r.body = std::move(*coded);
+      res->set(bhttp::field::content_encoding, std::string(CodingName(response_coding_)));
+    }
+  }
+  // Whether the client asked for a coding decides the answer's form.
+  res->set(bhttp::field::vary, "Accept-Encoding");
   if (r.inference_header_length) {
     res->set("Inference-Header-Content-Length", std::to_string(*r.inference_header_length));
   }

@@ -32,6 +32,8 @@
 #include <optional>
 #include <string>
 
+#include "core/status.h"
+#include "server/http/content_coding.h"
 #include "server/http/http_server_impl.h"
 
 namespace vramd::http {
@@ -60,6 +62,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class AfterWatch { kNone, kNextRequest, kClose };
   using Clock = std::chrono::steady_clock;
   using Parser = boost::beast::http::request_parser<boost::beast::http::string_body>;
+  using Request = boost::beast::http::request<boost::beast::http::string_body>;
 
   void WaitForRequest();
   // Counts the connection's request as in flight (from its first byte, or its header).
@@ -75,6 +78,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnBodyRead(boost::beast::error_code ec);
   void OnReadError(boost::beast::error_code ec);
   bool ChargeBody(size_t total);
+  // The body as the handler sees it: decoded when the request has a Content-Encoding
+  // (content_coding.h), with the status to answer otherwise (Unsupported 415, InvalidArgument
+  // 400, ResourceExhausted 413, Unavailable 503 for the body budget).
+  Result<std::shared_ptr<const std::string>> DecodeRequestBody(Request& req);
   void Dispatch();
   void Answer(uint64_t request, HttpResponse response);
   // Answers `status` and closes after the answer is written.
@@ -115,6 +122,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t request_ = 0;     // sequence of the request being handled, for its Responder
   bool answered_ = false;  // the whole answer (its last part) has been handed to the writer
   bool keep_alive_ = true;
+  // How this request's answer is coded (Accept-Encoding); streamed answers are sent uncoded.
+  ContentCoding response_coding_ = ContentCoding::kIdentity;
   unsigned version_ = 11;
   // Set when the client leaves with a request in flight; made with the first request.
   std::shared_ptr<CancelFlag> cancel_;
