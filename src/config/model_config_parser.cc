@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -69,7 +70,7 @@ Status CheckReshape(const std::string& where, const pb::RepeatedField<int64_t>& 
 
 template <typename Tensor>
 Status CheckTensors(const std::string& model, std::string_view kind,
-                    const pb::RepeatedPtrField<Tensor>& tensors) {
+                    const pb::RepeatedPtrField<Tensor>& tensors, int max_batch_size) {
   std::set<std::string> seen;
   for (int i = 0; i < tensors.size(); ++i) {
     const Tensor& tensor = tensors[i];
@@ -86,7 +87,100 @@ Status CheckTensors(const std::string& model, std::string_view kind,
     }
     VRAMD_RETURN_IF_ERROR(CheckDims(where, "dims", tensor.dims()));
     if (tensor.has_reshape()) {
+      // Triton's rule: the batch dimension is what keeps an empty reshape from being a scalar.
+      if (tensor.reshape().shape().empty() && max_batch_size == 0) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: an empty reshape makes a scalar, which only a batching model may take "
+            "(max_batch_size is 0)",
+            where));
+      }
       VRAMD_RETURN_IF_ERROR(CheckReshape(where, tensor.dims(), tensor.reshape()));
+    }
+    if (tensor.is_shape_tensor()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: is_shape_tensor is for TensorRT models, which vramd does not serve", where));
+    }
+    if constexpr (std::is_same_v<Tensor, ModelInput>) {
+      if (tensor.format() != ModelInput::FORMAT_NONE && tensor.dims_size() != 3) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: format {} needs 3 dims (an image without the batch dimension), not {}", where,
+            ModelInput::Format_Name(tensor.format()), tensor.dims_size()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckInstanceGroup(const std::string& model, int index, const ModelInstanceGroup& group) {
+  const std::string where = group.name().empty()
+                                ? fmt::format("{}: instance_group[{}]", model, index)
+                                : fmt::format("{}: instance_group '{}'", model, group.name());
+  if (group.count() < 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}: count is {}; must be 0 (meaning 1) or positive", where, group.count()));
+  }
+  if (!group.gpus().empty() && (group.kind() == ModelInstanceGroup::KIND_CPU ||
+                                group.kind() == ModelInstanceGroup::KIND_MODEL)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: kind {} runs on no GPU, yet gpus lists [{}]; drop gpus or make the kind KIND_GPU",
+        where, ModelInstanceGroup::Kind_Name(group.kind()), fmt::join(group.gpus(), ", ")));
+  }
+  for (int gpu : group.gpus()) {
+    if (gpu < 0) {
+      return Status::InvalidArgument(
+          fmt::format("{}: gpus lists {}; a GPU is named by its index, 0 or more", where, gpu));
+    }
+  }
+  return Status::Ok();
+}
+
+// Triton's checks of dynamic_batching (its model_config_utils.cc, ValidateModelConfig).
+Status CheckDynamicBatching(const std::string& model, const ModelConfig& config) {
+  const ModelDynamicBatching& batching = config.dynamic_batching();
+  for (int size : batching.preferred_batch_size()) {
+    if (size <= 0 || size > config.max_batch_size()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: dynamic_batching.preferred_batch_size {} must be positive and at most "
+          "max_batch_size ({})",
+          model, size, config.max_batch_size()));
+    }
+  }
+  const uint64_t levels = batching.priority_levels();
+  if (levels != 0) {
+    if (batching.default_priority_level() == 0 || batching.default_priority_level() > levels) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: dynamic_batching.default_priority_level is {}; with priority_levels {} it must be "
+          "in [1, {}]",
+          model, batching.default_priority_level(), levels, levels));
+    }
+    for (const auto& [level, policy] : batching.priority_queue_policy()) {
+      if (level == 0 || level > levels) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: dynamic_batching.priority_queue_policy has level {}; with priority_levels {} "
+            "the levels are 1 to {}",
+            model, level, levels, levels));
+      }
+    }
+  }
+  if (batching.preserve_ordering()) {
+    if (levels > 1) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: dynamic_batching.preserve_ordering allows one priority level, not {}", model,
+          levels));
+    }
+    auto delays = [](const ModelQueuePolicy& policy) {
+      return policy.default_timeout_microseconds() != 0 &&
+             policy.timeout_action() == ModelQueuePolicy::DELAY;
+    };
+    bool any_delay = delays(batching.default_queue_policy());
+    for (const auto& [level, policy] : batching.priority_queue_policy()) {
+      any_delay = any_delay || delays(policy);
+    }
+    if (any_delay) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: dynamic_batching.preserve_ordering cannot keep the order with a queue policy "
+          "whose timeout_action is DELAY",
+          model));
     }
   }
   return Status::Ok();
@@ -161,25 +255,14 @@ Status ValidateAndNormalize(ModelConfig* config, std::string_view model_dir_name
     return Status::InvalidArgument(fmt::format("{}: max_batch_size is {}; must be 0 or positive",
                                                model, config->max_batch_size()));
   }
-  VRAMD_RETURN_IF_ERROR(CheckTensors(model, "input", config->input()));
-  VRAMD_RETURN_IF_ERROR(CheckTensors(model, "output", config->output()));
+  VRAMD_RETURN_IF_ERROR(CheckTensors(model, "input", config->input(), config->max_batch_size()));
+  VRAMD_RETURN_IF_ERROR(
+      CheckTensors(model, "output", config->output(), config->max_batch_size()));
   for (int i = 0; i < config->instance_group_size(); ++i) {
-    const ModelInstanceGroup& group = config->instance_group(i);
-    if (group.count() < 0) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: instance_group[{}] count is {}; must be 0 (meaning 1) or positive", model, i,
-          group.count()));
-    }
+    VRAMD_RETURN_IF_ERROR(CheckInstanceGroup(model, i, config->instance_group(i)));
   }
   if (config->has_dynamic_batching()) {
-    for (int size : config->dynamic_batching().preferred_batch_size()) {
-      if (size <= 0 || size > config->max_batch_size()) {
-        return Status::InvalidArgument(fmt::format(
-            "{}: dynamic_batching.preferred_batch_size {} must be positive and at most "
-            "max_batch_size ({})",
-            model, size, config->max_batch_size()));
-      }
-    }
+    VRAMD_RETURN_IF_ERROR(CheckDynamicBatching(model, *config));
   }
   Status values = CheckFieldValues(*config);
   if (!values.ok()) return values.WithContext(model);

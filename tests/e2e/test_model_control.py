@@ -156,6 +156,13 @@ def test_sequence_batching_is_refused_not_ignored(start_server, tmp_path):
         r = c.post("/v2/repository/models/identity_int32/load", body)
         assert r.status == 400, r
         assert key in r.error_message() and "does not serve" in r.error_message(), r.error_message()
+    # An override that is not JSON, or not a ModelConfig, fails in the same form as a load.
+    for text, why in (("{not json", "not valid JSON"), ('{"max_batch_size": "x"}', "max_batch_size")):
+        body = json.dumps({"parameters": {"config": text}}).encode()
+        r = c.post("/v2/repository/models/identity_int32/load", body)
+        assert r.status == 400, r
+        assert r.error_message().startswith("failed to load 'identity_int32': parameter 'config': ")
+        assert why in r.error_message() and r.error_message().count("failed to load") == 1
     # Other fields vramd does not act on are still skipped with a warning.
     body = json.dumps({"parameters": {"config": json.dumps(
         {"backend": "identity", "optimization": {"cuda": {"graphs": True}},

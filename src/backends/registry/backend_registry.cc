@@ -128,6 +128,20 @@ Status RegisterBackend(Backend* backend) {
 Result<Backend*> FindBackend(const config::ModelConfig& config) {
   std::string wanted = config.backend();
   std::string origin;
+  // Both named: a platform Triton serves with one of these backends must name that one (as
+  // Triton checks the pair); the backend is what vramd then loads.
+  if (!wanted.empty() && !config.platform().empty()) {
+    for (const auto& [platform, backend] : kPlatforms) {
+      if (platform == config.platform() && backend != wanted &&
+          std::any_of(kPlatforms.begin(), kPlatforms.end(),
+                      [&](const auto& p) { return p.second == wanted; })) {
+        return Status::InvalidArgument(fmt::format(
+            "model '{}': platform '{}' is served by backend '{}', not by backend '{}' as the "
+            "config also says; set one of them",
+            config.name(), config.platform(), backend, wanted));
+      }
+    }
+  }
   if (wanted.empty()) {
     if (config.platform().empty()) {
       return Status::InvalidArgument(

@@ -473,23 +473,25 @@ void GrpcRoutes::RepositoryModelLoad(
     if (key.substr(0, 5) == "file:") {
       if (p.parameter_choice_case() != ModelRepositoryParameter::kBytesParam) {
         return Fail(reply, Status::InvalidArgument(fmt::format(
-                               "repository load: parameter '{}' must be bytes_param holding the "
-                               "file",
-                               key)));
+                               "failed to load '{}': parameter '{}' must be bytes_param "
+                               "holding the file",
+                               request->model_name(), key)));
       }
       files.emplace_back(key.substr(5), p.bytes_param());
       continue;
     }
     if (key != "config") continue;
     if (p.parameter_choice_case() != ModelRepositoryParameter::kStringParam) {
-      return Fail(reply, Status::InvalidArgument(
-                             "repository load: parameter 'config' must be a string holding the "
-                             "model configuration as JSON"));
+      return Fail(reply, Status::InvalidArgument(fmt::format(
+                             "failed to load '{}': parameter 'config' must be a string holding "
+                             "the model configuration as JSON",
+                             request->model_name())));
     }
     auto parsed = config::ModelConfigFromJson(p.string_param());
     if (!parsed.ok()) {
       return Fail(reply, Status::InvalidArgument(fmt::format(
-                             "repository load: parameter 'config': {}", parsed.status().message())));
+                             "failed to load '{}': parameter 'config': {}", request->model_name(),
+                             parsed.status().message())));
     }
     config_override = std::make_shared<const config::ModelConfig>(std::move(parsed).value());
   }

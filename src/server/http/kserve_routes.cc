@@ -737,15 +737,15 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
         if (load && key.substr(0, 5) == "file:") {
           if (!p.value.IsString()) {
             return Error(400, fmt::format(
-                                  "repository load: parameter '{}' must be a string holding the "
-                                  "file's bytes as base64",
-                                  key));
+                                  "failed to load '{}': parameter '{}' must be a string holding "
+                                  "the file's bytes as base64",
+                                  model, key));
           }
           auto bytes = DecodeBase64(
               std::string_view(p.value.GetString(), p.value.GetStringLength()));
           if (!bytes.ok()) {
             return Error(bytes.status().WithContext(
-                fmt::format("repository load: parameter '{}'", key)));
+                fmt::format("failed to load '{}': parameter '{}'", model, key)));
           }
           files.emplace_back(std::string(key.substr(5)), std::move(bytes).value());
         }
@@ -753,14 +753,15 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
       auto config = params->value.FindMember("config");
       if (load && config != params->value.MemberEnd()) {
         if (!config->value.IsString()) {
-          return Error(400, "repository load: parameter 'config' must be a string holding the "
-                            "model configuration as JSON");
+          return Error(400, fmt::format("failed to load '{}': parameter 'config' must be a "
+                                        "string holding the model configuration as JSON",
+                                        model));
         }
         auto parsed = config::ModelConfigFromJson(
             std::string_view(config->value.GetString(), config->value.GetStringLength()));
         if (!parsed.ok()) {
           return Error(Status::InvalidArgument(fmt::format(
-              "repository load: parameter 'config': {}", parsed.status().message())));
+              "failed to load '{}': parameter 'config': {}", model, parsed.status().message())));
         }
         config_override = std::make_shared<const config::ModelConfig>(std::move(parsed).value());
       }

@@ -500,7 +500,58 @@ INSTANTIATE_TEST_SUITE_P(
                        "input 'i': reshape.shape [4] does not have the same elements as dims "
                        "[-1,4]"},
         ValidationCase{"NegativeInstanceCount", "instance_group [ { count: -2 } ]",
-                       "instance_group[0] count is -2; must be 0 (meaning 1) or positive"},
+                       "instance_group[0]: count is -2; must be 0 (meaning 1) or positive"},
+        // Triton's checks (its model_config_utils.cc) of the fields vramd reads, each with
+        // vramd's words. Deliberately not among them: empty dims (vramd serves scalars) and
+        // duplicate tensor names (Triton keeps the first silently; vramd refuses, above).
+        ValidationCase{"CpuGroupWithGpus",
+                       "instance_group [ { name: \"g\" kind: KIND_CPU gpus: [0, 1] } ]",
+                       "instance_group 'g': kind KIND_CPU runs on no GPU, yet gpus lists [0, 1]; "
+                       "drop gpus or make the kind KIND_GPU"},
+        ValidationCase{"ModelGroupWithGpus", "instance_group [ { kind: KIND_MODEL gpus: [0] } ]",
+                       "instance_group[0]: kind KIND_MODEL runs on no GPU, yet gpus lists [0]; "
+                       "drop gpus or make the kind KIND_GPU"},
+        ValidationCase{"NegativeGpu", "instance_group [ { kind: KIND_GPU gpus: [0, -1] } ]",
+                       "instance_group[0]: gpus lists -1; a GPU is named by its index, 0 or more"},
+        ValidationCase{"EmptyReshapeWithoutBatching",
+                       "input [ { name: \"i\" data_type: TYPE_FP32 dims: [1]"
+                       " reshape { shape: [] } } ]",
+                       "input 'i': an empty reshape makes a scalar, which only a batching model "
+                       "may take (max_batch_size is 0)"},
+        ValidationCase{"EmptyOutputReshapeWithoutBatching",
+                       "output [ { name: \"o\" data_type: TYPE_FP32 dims: [1]"
+                       " reshape { } } ]",
+                       "output 'o': an empty reshape makes a scalar, which only a batching model "
+                       "may take (max_batch_size is 0)"},
+        ValidationCase{"ImageFormatWithoutThreeDims",
+                       "input [ { name: \"i\" data_type: TYPE_FP32 format: FORMAT_NCHW"
+                       " dims: [3, 224] } ]",
+                       "input 'i': format FORMAT_NCHW needs 3 dims (an image without the batch "
+                       "dimension), not 2"},
+        ValidationCase{"ShapeTensor",
+                       "input [ { name: \"i\" data_type: TYPE_INT32 dims: [2]"
+                       " is_shape_tensor: true } ]",
+                       "input 'i': is_shape_tensor is for TensorRT models, which vramd does not "
+                       "serve"},
+        ValidationCase{"DefaultPriorityLevelOutOfRange",
+                       "max_batch_size: 4 dynamic_batching { priority_levels: 2 }",
+                       "dynamic_batching.default_priority_level is 0; with priority_levels 2 it "
+                       "must be in [1, 2]"},
+        ValidationCase{"PriorityQueuePolicyLevelOutOfRange",
+                       "max_batch_size: 4 dynamic_batching { priority_levels: 2"
+                       " default_priority_level: 1 priority_queue_policy { key: 3 value { } } }",
+                       "dynamic_batching.priority_queue_policy has level 3; with priority_levels "
+                       "2 the levels are 1 to 2"},
+        ValidationCase{"PreserveOrderingWithPriorities",
+                       "max_batch_size: 4 dynamic_batching { preserve_ordering: true"
+                       " priority_levels: 2 default_priority_level: 1 }",
+                       "dynamic_batching.preserve_ordering allows one priority level, not 2"},
+        ValidationCase{"PreserveOrderingWithDelay",
+                       "max_batch_size: 4 dynamic_batching { preserve_ordering: true"
+                       " default_queue_policy { timeout_action: DELAY"
+                       " default_timeout_microseconds: 100 } }",
+                       "dynamic_batching.preserve_ordering cannot keep the order with a queue "
+                       "policy whose timeout_action is DELAY"},
         ValidationCase{"PreferredBatchWithoutBatching",
                        "dynamic_batching { preferred_batch_size: 1 }",
                        "dynamic_batching.preferred_batch_size 1 must be positive and at most "
@@ -510,6 +561,24 @@ INSTANTIATE_TEST_SUITE_P(
                        "dynamic_batching.preferred_batch_size 0 must be positive and at most "
                        "max_batch_size (4)"}),
     [](const ::testing::TestParamInfo<ValidationCase>& info) { return info.param.label; });
+
+TEST(ConfigParserTest, TritonsChecksAcceptWhatTheyShould) {
+  for (const char* text :
+       {"max_batch_size: 8 input [ { name: \"i\" data_type: TYPE_FP32 dims: [1]"
+        " reshape { shape: [] } } ]",
+        "instance_group [ { kind: KIND_GPU gpus: [0, 1] } ]",
+        "instance_group [ { kind: KIND_CPU } ]",
+        "input [ { name: \"i\" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [224, 224, 3] } ]",
+        "max_batch_size: 4 dynamic_batching { priority_levels: 3 default_priority_level: 3"
+        " priority_queue_policy { key: 1 value { max_queue_size: 2 } } }",
+        "max_batch_size: 4 dynamic_batching { preserve_ordering: true"
+        " default_queue_policy { timeout_action: DELAY } }",
+        "input [ { name: \"scalar\" data_type: TYPE_FP32 dims: [] } ]"}) {
+    ModelConfig config = ParseOrFail(text);
+    Status status = ValidateAndNormalize(&config, "m");
+    EXPECT_TRUE(status.ok()) << text << ": " << status.ToString();
+  }
+}
 
 TEST(ConfigParserTest, ValidationRejectsUnknownEnumNumberFromOtherSources) {
   ModelConfig config;  // e.g. built from JSON or by code
@@ -522,7 +591,8 @@ TEST(ConfigParserTest, ValidationRejectsUnknownEnumNumberFromOtherSources) {
 }
 
 TEST(ConfigParserTest, ReshapeRulesAcceptMatchingElements) {
-  const std::string kInput = "input [ { name: \"i\" data_type: TYPE_FP32 ";
+  // A batching model: an empty reshape (a scalar per batch entry) needs the batch dimension.
+  const std::string kInput = "max_batch_size: 8 input [ { name: \"i\" data_type: TYPE_FP32 ";
   for (const char* dims_and_reshape : {
            "dims: [16] reshape { shape: [4, 4] }",
            "dims: [-1, 4] reshape { shape: [-1, 2, 2] }",
