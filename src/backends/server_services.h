@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/model_config.pb.h"
 #include "core/infer_request.h"
 #include "core/status.h"
 
@@ -71,6 +72,13 @@ class ServerServices {
   virtual Status UnloadModel(std::string_view model, bool unload_dependents) = 0;
   // Whether `model` has version `version` ready (0: any).
   virtual bool IsModelReady(std::string_view model, int64_t version) const = 0;
+  // The config `model` serves version `version` (0: any) with: Unavailable naming the model when
+  // no such version is ready, NotFound for a model the server does not know. For a model that
+  // composes others (an ensemble), which checks its steps against them.
+  virtual Result<std::shared_ptr<const config::ModelConfig>> ServingConfig(
+      std::string_view model, int64_t version) const {
+    return Status::Unsupported("this server does not tell other models' configs");
+  }
 
   // The family `name` (made on first use; the same name again must give the same kind).
   // InvalidArgument for a name that is not a valid Prometheus metric name, or that a family of

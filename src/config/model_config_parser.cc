@@ -193,9 +193,6 @@ std::string_view UnservedFieldReason(std::string_view field) {
     return "vramd does not serve sequence batching yet (control inputs, correlation IDs, "
            "implicit state), and a stateful model loaded without it would answer wrongly";
   }
-  if (field == "ensemble_scheduling" || field == "ensembleScheduling") {
-    return "vramd does not serve ensembles yet";
-  }
   return {};
 }
 
@@ -263,6 +260,21 @@ Status ValidateAndNormalize(ModelConfig* config, std::string_view model_dir_name
   }
   if (config->has_dynamic_batching()) {
     VRAMD_RETURN_IF_ERROR(CheckDynamicBatching(model, *config));
+  }
+  const bool ensemble = config->platform() == "ensemble";
+  if (config->has_ensemble_scheduling() && !ensemble) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: ensemble_scheduling is for platform \"ensemble\", and the platform is '{}'", model,
+        config->platform()));
+  }
+  if (ensemble && config->ensemble_scheduling().step().empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: platform \"ensemble\" needs ensemble_scheduling with at least one step", model));
+  }
+  if (ensemble && !config->backend().empty() && config->backend() != "ensemble") {
+    return Status::InvalidArgument(fmt::format(
+        "{}: an ensemble names no backend (its steps' models have theirs), not '{}'", model,
+        config->backend()));
   }
   Status values = CheckFieldValues(*config);
   if (!values.ok()) return values.WithContext(model);

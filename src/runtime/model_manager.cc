@@ -83,8 +83,7 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
       if (d.name == name) dir = &d;
     }
     if (dir == nullptr) {
-      return Status::NotFound(fmt::format(
-          "failed to load '{}': no model repository holds a model of that name", name));
+      return Status::NotFound("no model repository holds a model of that name");
     }
     if (!dir->status.ok()) return Status::InvalidArgument(dir->status.message());
     files->dir = dir->path;
@@ -121,6 +120,64 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
         files->dir.string()));
   }
   return Status::Ok();
+}
+
+// The step models of model `name` when its config.pbtxt (in the first repository that has the
+// model) makes it an ensemble; nullopt otherwise, or when the config is unusable (its load then
+// says why).
+std::optional<std::vector<std::string>> EnsembleSteps(const std::vector<fs::path>& repositories,
+                                                      std::string_view name) {
+  for (const fs::path& repository : repositories) {
+    std::error_code ec;
+    const fs::path file = repository / std::string(name) / "config.pbtxt";
+    if (!fs::is_regular_file(file, ec)) continue;
+    auto parsed = config::LoadModelConfigFile(file);
+    if (!parsed.ok() || parsed->config.platform() != "ensemble") return std::nullopt;
+    std::vector<std::string> steps;
+    for (const auto& step : parsed->config.ensemble_scheduling().step()) {
+      steps.push_back(step.model_name());
+    }
+    return steps;
+  }
+  return std::nullopt;
+}
+
+// `names` (indexes into it) in waves to load one after another, each wave's models at once:
+// first every model that is not an ensemble, then the ensembles, each in a wave after those of
+// its steps that are ensembles of `names` too (an ensemble checks its steps' configs when it
+// loads, so they must be loaded first). Ensembles whose steps wait on each other in a cycle come
+// last, together; their loads fail naming it.
+std::vector<std::vector<size_t>> LoadWaves(const std::vector<fs::path>& repositories,
+                                           const std::vector<std::string>& names) {
+  std::vector<std::vector<size_t>> waves(1);
+  std::map<std::string, std::vector<std::string>, std::less<>> ensembles;
+  std::map<std::string, size_t, std::less<>> index;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto steps = EnsembleSteps(repositories, names[i]);
+    if (steps) {
+      ensembles.emplace(names[i], std::move(*steps));
+      index.emplace(names[i], i);
+    } else {
+      waves[0].push_back(i);
+    }
+  }
+  while (!ensembles.empty()) {
+    std::vector<std::string> ready;
+    for (const auto& [name, steps] : ensembles) {
+      bool waits = false;
+      for (const auto& step : steps) waits = waits || (step != name && ensembles.count(step) > 0);
+      if (!waits) ready.push_back(name);
+    }
+    if (ready.empty()) {
+      for (const auto& [name, steps] : ensembles) ready.push_back(name);
+    }
+    waves.emplace_back();
+    for (const auto& name : ready) {
+      waves.back().push_back(index.at(name));
+      ensembles.erase(name);
+    }
+  }
+  return waves;
 }
 
 // A name longer than a directory name can be cannot be a model: refused before the manager
@@ -209,17 +266,31 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
       if (options.exit_on_error) return Status::NotFound(message);
     }
   }
+  // In explicit mode an ensemble named at start-up brings its step models (Triton's
+  // dependencies), and theirs.
+  for (bool grew = !all; grew;) {
+    grew = false;
+    for (const std::string& name : std::set<std::string>(startup.begin(), startup.end())) {
+      for (const std::string& step :
+           EnsembleSteps(options.repositories, name).value_or(std::vector<std::string>{})) {
+        grew = startup.insert(step).second || grew;
+      }
+    }
+  }
   std::vector<std::string> names;
   for (const auto& dir : dirs) {
     if (all || startup.count(dir.name) > 0) names.push_back(dir.name);
   }
   std::vector<Status> results(names.size());
-  ParallelFor(names.size(), manager->load_thread_count_, [&](size_t i) {
-    ActionGuard action(*manager, names[i]);
-    manager->load_slots_.acquire();
-    results[i] = manager->LoadLocked(names[i], nullptr);
-    manager->load_slots_.release();
-  });
+  for (const std::vector<size_t>& wave : LoadWaves(options.repositories, names)) {
+    ParallelFor(wave.size(), manager->load_thread_count_, [&](size_t w) {
+      const size_t i = wave[w];
+      ActionGuard action(*manager, names[i]);
+      manager->load_slots_.acquire();
+      results[i] = manager->LoadLocked(names[i], nullptr);
+      manager->load_slots_.release();
+    });
+  }
   for (const auto& status : results) {
     if (!status.ok() && options.exit_on_error) return status;
   }
@@ -427,11 +498,47 @@ Status ModelManager::Load(std::string_view name,
         config_override->name()));
   }
   const std::string model(name);
+  VRAMD_RETURN_IF_ERROR(LoadEnsembleSteps(model, config_override.get()));
   ActionGuard action(*this, model);
   load_slots_.acquire();
   Status status = LoadLocked(model, std::move(config_override), files);
   load_slots_.release();
   return status;
+}
+
+Status ModelManager::LoadEnsembleSteps(const std::string& name,
+                                       const config::ModelConfig* config_override,
+                                       int depth) {
+  std::vector<std::string> steps;
+  if (config_override != nullptr) {
+    if (config_override->platform() != "ensemble") return Status::Ok();
+    for (const auto& step : config_override->ensemble_scheduling().step()) {
+      steps.push_back(step.model_name());
+    }
+  } else {
+    steps = EnsembleSteps(repositories_, name).value_or(std::vector<std::string>{});
+  }
+  // Deeper than any sensible nesting: a cycle of ensembles, whose own load says so.
+  constexpr int kMaxDepth = 16;
+  for (const std::string& step : steps) {
+    if (step == name || depth >= kMaxDepth) continue;
+    auto ready = ReadyVersions(step);
+    if (ready.ok() && !ready->empty()) continue;
+    VRAMD_RETURN_IF_ERROR(LoadEnsembleSteps(step, nullptr, depth + 1));
+    ActionGuard action(*this, step);
+    load_slots_.acquire();
+    Status status = LoadLocked(step, nullptr);
+    load_slots_.release();
+    if (!status.ok()) {
+      std::string_view why = status.message();
+      const std::string prefix = fmt::format("failed to load '{}': ", step);
+      if (why.substr(0, prefix.size()) == prefix) why.remove_prefix(prefix.size());
+      return Status(status.code(), fmt::format("failed to load '{}': its step model '{}' did not "
+                                               "load: {}",
+                                               name, step, why));
+    }
+  }
+  return Status::Ok();
 }
 
 namespace {
@@ -772,24 +879,27 @@ Status ModelManager::PollOnce() {
   if (watcher_ == nullptr) return Status::InvalidArgument("the model control mode is not poll");
   MutexLock poll(poll_mu_);
   VRAMD_ASSIGN_OR_RETURN(auto changes, watcher_->Poll());
-  ParallelFor(changes.size(), load_thread_count_, [&](size_t i) {
-    const auto& change = changes[i];
-    ActionGuard action(*this, change.model);
-    if (change.kind == repository::ChangeKind::kRemoved) {
-      spdlog::info("repository poll: model '{}' was removed; unloading it", change.model);
-      Status unloaded = UnloadLocked(change.model, /*on_request=*/false);
-      if (!unloaded.ok()) spdlog::error("repository poll: {}", unloaded.message());
-      return;
-    }
-    spdlog::info("repository poll: model '{}' {}; loading it", change.model,
-                 change.kind == repository::ChangeKind::kAdded ? "appeared"
-                                                                           : "changed");
-    load_slots_.acquire();
-    // Not returned: one model's failure must not hide the others' changes; LoadLocked has
-    // logged it and the index shows it.
-    (void)LoadLocked(change.model, nullptr);
-    load_slots_.release();
-  });
+  std::vector<std::string> changed;
+  for (const auto& change : changes) changed.push_back(change.model);
+  for (const std::vector<size_t>& wave : LoadWaves(repositories_, changed)) {
+    ParallelFor(wave.size(), load_thread_count_, [&](size_t w) {
+      const auto& change = changes[wave[w]];
+      ActionGuard action(*this, change.model);
+      if (change.kind == repository::ChangeKind::kRemoved) {
+        spdlog::info("repository poll: model '{}' was removed; unloading it", change.model);
+        Status unloaded = UnloadLocked(change.model, /*on_request=*/false);
+        if (!unloaded.ok()) spdlog::error("repository poll: {}", unloaded.message());
+        return;
+      }
+      spdlog::info("repository poll: model '{}' {}; loading it", change.model,
+                   change.kind == repository::ChangeKind::kAdded ? "appeared" : "changed");
+      load_slots_.acquire();
+      // Not returned: one model's failure must not hide the others' changes; LoadLocked has
+      // logged it and the index shows it.
+      (void)LoadLocked(change.model, nullptr);
+      load_slots_.release();
+    });
+  }
   return Status::Ok();
 }
 

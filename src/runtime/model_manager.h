@@ -320,6 +320,10 @@ class ModelManager {
                     std::shared_ptr<const config::ModelConfig> config_override,
                     const ModelFileOverrides& files = {}) REQUIRES(action_);
   Status UnloadLocked(const std::string& name, bool on_request) REQUIRES(action_);
+  // Explicit mode: loads the step models of ensemble `name` (its override's, else its
+  // config.pbtxt's) that have no ready version, theirs first; an error names the step.
+  Status LoadEnsembleSteps(const std::string& name, const config::ModelConfig* config_override,
+                           int depth = 0) EXCLUDES(action_, mu_);
   // Loads `versions` with `config` into a fresh Versions; warms each ready one up.
   Versions LoadVersions(const std::string& name, std::shared_ptr<const config::ModelConfig> config,
                         const std::filesystem::path& model_dir,

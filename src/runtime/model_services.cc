@@ -115,7 +115,7 @@ Status ModelServices::LoadModel(std::string_view model, std::string_view config_
 
 Status ModelServices::UnloadModel(std::string_view model, bool /*unload_dependents*/) {
   VRAMD_RETURN_IF_ERROR(CheckExplicitMode());
-  return manager_->Unload(model);  // no ensembles, so no dependents (see the header)
+  return manager_->Unload(model);  // its ensembles stay (see the header)
 }
 
 bool ModelServices::IsModelReady(std::string_view model, int64_t version) const {
@@ -123,6 +123,17 @@ bool ModelServices::IsModelReady(std::string_view model, int64_t version) const 
   if (!ready.ok()) return false;
   if (version == 0) return !ready->empty();
   return std::find(ready->begin(), ready->end(), version) != ready->end();
+}
+
+Result<std::shared_ptr<const config::ModelConfig>> ModelServices::ServingConfig(
+    std::string_view model, int64_t version) const {
+  if (!IsModelReady(model, version)) {
+    VRAMD_RETURN_IF_ERROR(manager_->ReadyVersions(model).status());
+    return Status::Unavailable(
+        version == 0 ? fmt::format("model '{}' is not loaded", model)
+                     : fmt::format("model '{}' has no version {} loaded", model, version));
+  }
+  return manager_->FindConfig(model);
 }
 
 Result<std::shared_ptr<backends::CustomMetricFamily>> ModelServices::MetricFamily(

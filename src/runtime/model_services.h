@@ -18,8 +18,8 @@
 //
 // Model control. Load and Unload act only in explicit mode; otherwise Unsupported, naming the
 // mode, with Triton's text ("explicit model load / unload is not allowed if polling is
-// enabled", triton core src/model_repository_manager.cc). vramd has no ensembles, so a model
-// has no dependents to unload. Blocking: not to be called from an execute that the model
+// enabled", triton core src/model_repository_manager.cc). Unloading a model leaves the
+// ensembles that use it loaded (their requests then fail naming the missing step). Blocking: not to be called from an execute that the model
 // loaded or unloaded may itself need (include/vramd/backend.h says so to backends).
 //
 // Lifetime: the manager owns its ModelServices and destroys it after every version it loaded
@@ -55,6 +55,8 @@ class ModelServices final : public backends::ServerServices {
                    const ModelFiles& files = {}) override;
   Status UnloadModel(std::string_view model, bool unload_dependents) override;
   bool IsModelReady(std::string_view model, int64_t version) const override;
+  Result<std::shared_ptr<const config::ModelConfig>> ServingConfig(
+      std::string_view model, int64_t version) const override;
 
   Result<std::shared_ptr<backends::CustomMetricFamily>> MetricFamily(
       std::string_view name, std::string_view description, backends::MetricKind kind) override;

@@ -150,7 +150,7 @@ def test_sequence_batching_is_refused_not_ignored(start_server, tmp_path):
     assert msg.count("failed to load") <= 1, msg
     assert index(c)["seq"]["state"] == "UNAVAILABLE"
     # Through a config override the same, whichever spelling of the field.
-    for key in ("sequence_batching", "sequenceBatching", "ensemble_scheduling"):
+    for key in ("sequence_batching", "sequenceBatching"):
         override = {"backend": "identity", key: {}}
         body = json.dumps({"parameters": {"config": json.dumps(override)}}).encode()
         r = c.post("/v2/repository/models/identity_int32/load", body)

@@ -22,6 +22,7 @@
 #include "backends/add_sub/add_sub_backend.h"
 #include "backends/backend.h"
 #include "backends/identity/identity_backend.h"
+#include "backends/ensemble/ensemble_backend.h"
 #include "backends/mlp/mlp_backend.h"
 #include "backends/shared_library/shared_library_backend.h"
 
@@ -51,6 +52,8 @@ const std::vector<Backend*>& BuiltinBackends() {
       }
       backends->push_back(backend->release());
     }
+    // Not a model's code but the runtime composing models: written against backend.h itself.
+    backends->push_back(EnsembleBackend());
     return backends;
   }();
   return *builtins;

@@ -71,7 +71,7 @@ std::vector<T> Values(const Tensor& t) {
 // ---- FindBackend ----------------------------------------------------------------------------
 
 TEST(FindBackendTest, ListsTheBuiltInBackends) {
-  EXPECT_THAT(AvailableBackends(), ElementsAre("add_sub", "identity", "mlp"));
+  EXPECT_THAT(AvailableBackends(), ElementsAre("add_sub", "ensemble", "identity", "mlp"));
 }
 
 TEST(FindBackendTest, FindsBackendByName) {
@@ -105,7 +105,7 @@ TEST(FindBackendTest, MapsTritonPlatformsToBackendNames) {
     EXPECT_EQ(b.status().code(), StatusCode::kNotFound);
     EXPECT_THAT(b.status().message(),
                 HasSubstr("backend '" + backend + "' (from platform '" + platform + "')"));
-    EXPECT_THAT(b.status().message(), HasSubstr("available backends: add_sub, identity"));
+    EXPECT_THAT(b.status().message(), HasSubstr("available backends: add_sub, ensemble, identity"));
   }
 }
 
@@ -114,7 +114,7 @@ TEST(FindBackendTest, UnknownBackendIsNotFoundListingAvailable) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(b.status().message(), HasSubstr("backend 'python' is not available"));
-  EXPECT_THAT(b.status().message(), HasSubstr("(available backends: add_sub, identity, mlp)"));
+  EXPECT_THAT(b.status().message(), HasSubstr("(available backends: add_sub, ensemble, identity, mlp)"));
 }
 
 TEST(FindBackendTest, UnknownPlatformIsNotFound) {

@@ -190,7 +190,7 @@ TEST_F(SharedLibraryBackendTest, MissingLibraryIsNotFoundNamingThePath) {
   EXPECT_THAT(b.status().message(),
               HasSubstr((kBackends / "missing" / "libvramd_missing.so").string()));
   // The built-ins, first in the sorted list (tests in the same process may register more).
-  EXPECT_THAT(b.status().message(), HasSubstr("available backends: add_sub, identity"));
+  EXPECT_THAT(b.status().message(), HasSubstr("available backends: add_sub, ensemble, identity"));
   EXPECT_THAT(b.status().message(), HasSubstr(", mlp"));
 
   // A platform maps to its backend name, which is then looked for as a library.

@@ -192,9 +192,9 @@ TEST(ConfigJsonTest, IgnoresUnknownFieldsAndAcceptsCamelCaseNames) {
 }
 
 TEST(ConfigJsonTest, RefusesFeaturesThatChangeAnswers) {
-  // Sequence batching and ensembles are not skipped as other unknown fields are: a model loaded
-  // without them would answer wrongly.
-  for (const char* key : {"sequence_batching", "sequenceBatching", "ensemble_scheduling"}) {
+  // Sequence batching is not skipped as other unknown fields are: a model loaded without it
+  // would answer wrongly.
+  for (const char* key : {"sequence_batching", "sequenceBatching"}) {
     Result<ModelConfig> config =
         ModelConfigFromJson(fmt::format(R"({{"name":"m","{}":{{}}}})", key));
     ASSERT_FALSE(config.ok()) << key;

@@ -337,15 +337,30 @@ TEST(ConfigParserTest, UnknownFieldInsideListElementIsNamedByItsPath) {
 TEST(ConfigParserTest, UnknownListFieldWithoutColonOrSpaceIsSkipped) {
   Result<ParsedModelConfig> parsed = ParseModelConfigText(
       "name: \"m\"\nbatch_output[ { target_name: [\"X\"] kind: BATCH_SCATTER } ]\n"
-      "ensemble_scheduling { step [ { model_name: \"a\"\n"
-      "  input_map { key: \"k\" value: \"v\" } } ] }\n"
+      "sequence_batching { control_input [ { name: \"a\"\n"
+      "  control [ { kind: CONTROL_SEQUENCE_START } ] } ] }\n"
       "max_batch_size: 2\n",
       "test.pbtxt");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_THAT(parsed->unsupported_fields,
-              ElementsAre("batch_output (line 2)", "ensemble_scheduling (line 3)"));
+              ElementsAre("batch_output (line 2)", "sequence_batching (line 3)"));
   EXPECT_EQ(parsed->config.name(), "m");
   EXPECT_EQ(parsed->config.max_batch_size(), 2);
+}
+
+TEST(ConfigParserTest, EnsembleSchedulingIsRead) {
+  Result<ParsedModelConfig> parsed = ParseModelConfigText(
+      "platform: \"ensemble\"\nensemble_scheduling { step [ { model_name: \"a\"\n"
+      "  model_version: -1 input_map { key: \"k\" value: \"v\" }\n"
+      "  output_map { key: \"o\" value: \"w\" } } ] }\n",
+      "test.pbtxt");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_THAT(parsed->unsupported_fields, IsEmpty());
+  const auto& step = parsed->config.ensemble_scheduling().step(0);
+  EXPECT_EQ(step.model_name(), "a");
+  EXPECT_EQ(step.model_version(), -1);
+  EXPECT_EQ(step.input_map().at("k"), "v");
+  EXPECT_EQ(step.output_map().at("o"), "w");
 }
 
 TEST(ConfigParserTest, UnknownFieldWhoseBraceIsOnTheNextLineReportsTheNameLine) {
@@ -504,6 +519,16 @@ INSTANTIATE_TEST_SUITE_P(
         // Triton's checks (its model_config_utils.cc) of the fields vramd reads, each with
         // vramd's words. Deliberately not among them: empty dims (vramd serves scalars) and
         // duplicate tensor names (Triton keeps the first silently; vramd refuses, above).
+        ValidationCase{"EnsembleWithoutSteps", "platform: \"ensemble\"",
+                       "platform \"ensemble\" needs ensemble_scheduling with at least one step"},
+        ValidationCase{"EnsembleSchedulingOnAnotherPlatform",
+                       "backend: \"identity\" ensemble_scheduling { step [ { model_name: \"a\" } ] }",
+                       "ensemble_scheduling is for platform \"ensemble\", and the platform is ''"},
+        ValidationCase{"EnsembleWithABackend",
+                       "platform: \"ensemble\" backend: \"identity\""
+                       " ensemble_scheduling { step [ { model_name: \"a\" } ] }",
+                       "an ensemble names no backend (its steps' models have theirs), not "
+                       "'identity'"},
         ValidationCase{"CpuGroupWithGpus",
                        "instance_group [ { name: \"g\" kind: KIND_CPU gpus: [0, 1] } ]",
                        "instance_group 'g': kind KIND_CPU runs on no GPU, yet gpus lists [0, 1]; "
