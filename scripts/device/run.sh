@@ -377,6 +377,18 @@ if has_step cudashm; then
   [ "$rc" -eq 0 ] && say "PASS cuda shared memory check" || { say "FAIL cuda shared memory check (exit $rc)"; status=1; }
 fi
 
+# 11. ensemble (not in the default STEPS; issue 16): tests/device/ensemble_gpu_check.py: two
+#    KIND_GPU mlp models chained by an ensemble pass their intermediate tensor in device memory
+#    (vramd_copy_bytes_total: only the input up and the output down), against the client calling
+#    them one after the other.
+if has_step ensemble; then
+  timeout 300 python3 tests/device/ensemble_gpu_check.py --vramd "$BIN"/vramd \
+    --make-model scripts/make_mlp_model.py ${ENSEMBLE_ARGS:-} > "$OUT/ensemble.log" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/ensemble.log" >> "$summary"
+  [ "$rc" -eq 0 ] && say "PASS ensemble GPU check" || { say "FAIL ensemble GPU check (exit $rc)"; status=1; }
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"
