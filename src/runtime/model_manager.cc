@@ -65,6 +65,43 @@ Status AutoComplete(const fs::path& dir, const std::string& name, config::ModelC
   return Status::Ok();
 }
 
+// Triton's auto-complete of the backend: a config that names neither `backend` nor `platform`
+// takes them from the model's file in its highest version folder (default_model_filename, else
+// Triton's default names): model.py -> python, model.pt -> pytorch, model.safetensors -> mlp,
+// and Triton's other frameworks' files to their backends, so that the error names the backend.
+void CompleteBackendFromFiles(const fs::path& dir, config::ModelConfig* config) {
+  if (!config->backend().empty() || !config->platform().empty()) return;
+  struct Known {
+    const char* file;
+    const char* backend;
+    const char* platform;
+  };
+  static constexpr Known kKnown[] = {
+      {"model.py", "python", ""},          {"model.pt", "pytorch", ""},
+      {"model.safetensors", "mlp", ""},    {"model.onnx", "onnxruntime", ""},
+      {"model.plan", "tensorrt", ""},      {"model.savedmodel", "", "tensorflow_savedmodel"},
+      {"model.graphdef", "", "tensorflow_graphdef"},
+  };
+  auto versions = repository::ListVersions(dir);
+  std::sort(versions.rbegin(), versions.rend());
+  for (int64_t version : versions) {
+    const fs::path folder = dir / std::to_string(version);
+    for (const Known& known : kKnown) {
+      std::error_code ec;
+      const std::string& named = config->default_model_filename();
+      // A default_model_filename replaces the default name of its kind (model.pt -> net.pt).
+      const bool match =
+          named.empty() ? fs::exists(folder / known.file, ec)
+                        : fs::path(named).extension() == fs::path(known.file).extension() &&
+                              fs::exists(folder / named, ec);
+      if (!match) continue;
+      config->set_backend(known.backend);
+      config->set_platform(known.platform);
+      return;
+    }
+  }
+}
+
 // Finds `name` in the repositories and reads its config (or takes `config_override`), selects
 // its versions. NotFound when no repository has it; InvalidArgument (with file:line where the
 // config is at fault) for an unusable model. `config` is set whenever the config was usable.
@@ -90,12 +127,60 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
   }
   auto config = std::make_shared<config::ModelConfig>();
   std::string where = "the config override";
+  const fs::path pbtxt = files->dir / "config.pbtxt";
+  std::error_code ec;
+  const bool has_pbtxt = fs::exists(pbtxt, ec);
   if (config_override != nullptr) {
     *config = *config_override;
+    // Triton fills what an override leaves out from the model file (its auto-complete); the
+    // model's config.pbtxt says the same for backends that cannot read a signature from their
+    // files, so an override of only max_batch_size (Triton's simple_http_model_control.py) keeps
+    // the model's backend, inputs and outputs. Each of those is taken whole, or not at all.
+    if (auto_complete && has_pbtxt) {
+      auto parsed = config::LoadModelConfigFile(pbtxt);
+      if (parsed.ok()) {
+        const config::ModelConfig& base = parsed->config;
+        if (config->backend().empty() && config->platform().empty()) {
+          config->set_backend(base.backend());
+          config->set_platform(base.platform());
+        }
+        if (config->input().empty()) *config->mutable_input() = base.input();
+        if (config->output().empty()) *config->mutable_output() = base.output();
+      }
+    }
+    if (auto_complete) {
+      CompleteBackendFromFiles(files->dir, config.get());
+      VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
+    }
+  } else if (!has_pbtxt && auto_complete) {
+    // No config.pbtxt: as Triton, the model's files and its backend's auto-complete say it all.
+    where = fmt::format("model '{}' (no config.pbtxt)", name);
+    CompleteBackendFromFiles(files->dir, config.get());
+    VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
+    if (config->backend().empty() && config->platform().empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "model '{}' has no config.pbtxt, and no file in its version folders tells its backend "
+          "(model.py, model.pt, model.safetensors, ...)",
+          name));
+    }
+    if (config->input().empty() && config->output().empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "model '{}' has no config.pbtxt, and backend '{}' could not tell its inputs and outputs "
+          "from its files; write a config.pbtxt",
+          name, config->backend().empty() ? config->platform() : config->backend()));
+    }
   } else {
-    where = (files->dir / "config.pbtxt").string();
-    auto parsed = config::LoadModelConfigFile(files->dir / "config.pbtxt");
-    if (!parsed.ok()) return Status::InvalidArgument(parsed.status().message());
+    where = pbtxt.string();
+    auto parsed = config::LoadModelConfigFile(pbtxt);
+    if (!parsed.ok()) {
+      if (parsed.status().code() == StatusCode::kNotFound) {
+        return Status::InvalidArgument(fmt::format(
+            "{} does not exist (auto-complete is off: --disable-auto-complete-config or "
+            "--strict-model-config=true)",
+            pbtxt.string()));
+      }
+      return Status::InvalidArgument(parsed.status().message());
+    }
     for (const std::string& skipped : parsed->unsupported_fields) {
       const std::string_view field = std::string_view(skipped).substr(0, skipped.find_first_of(". "));
       if (std::string_view reason = config::UnservedFieldReason(field); !reason.empty()) {
@@ -107,7 +192,10 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
                    fmt::join(parsed->unsupported_fields, ", "));
     }
     *config = std::move(parsed->config);
-    if (auto_complete) VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
+    if (auto_complete) {
+      CompleteBackendFromFiles(files->dir, config.get());
+      VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
+    }
   }
   Status valid = config::ValidateAndNormalize(config.get(), name);
   if (!valid.ok()) return Status::InvalidArgument(fmt::format("{}: {}", where, valid.message()));
