@@ -3,8 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -108,28 +106,14 @@ void TuneMalloc() {
 int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Logs go to stderr (or --log-file), keeping stdout free for anything a wrapper wants to print.
   const vramd::cli::TritonFlags& triton = options.triton;
-  if (triton.log_file.empty()) {
-    spdlog::set_default_logger(spdlog::stderr_color_mt("vramd"));
-  } else {
-    try {
-      spdlog::set_default_logger(spdlog::basic_logger_mt("vramd", triton.log_file));
-      // Each line reaches the file as it is written, as on standard error: a log read while
-      // the server runs (or after it is killed) is whole.
-      spdlog::default_logger()->flush_on(spdlog::level::trace);
-    } catch (const spdlog::spdlog_ex& e) {
-      std::fprintf(stderr, "vramd: --log-file %s: %s\n", triton.log_file.c_str(), e.what());
-      return 1;
-    }
+  const vramd::logging::LogState log_startup{
+      triton.log_file,   triton.log_format, triton.log_info, triton.log_warning,
+      triton.log_error, static_cast<uint32_t>(std::max(options.log_verbose, 0))};
+  auto log_sink = vramd::logging::StartServerLog(log_startup);
+  if (!log_sink.ok()) {
+    std::fprintf(stderr, "vramd: --log-file: %s\n", log_sink.status().message().c_str());
+    return 1;
   }
-  // Messages quote client input (model names from URLs, bodies): the formatter escapes their
-  // control characters so that no request can start a log line (core/log_format.h).
-  if (triton.log_format == "ISO8601") {
-    spdlog::set_formatter(vramd::MakeEscapingFormatter("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ %v", true));
-  } else {
-    spdlog::set_formatter(vramd::MakeEscapingFormatter("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v"));
-  }
-  spdlog::set_level(vramd::LogLevelFor(options.log_verbose > 0, triton.log_info,
-                                       triton.log_warning, triton.log_error));
   std::vector<std::string> flag_warnings;
   if (vramd::Status checked = vramd::cli::CheckTritonFlags(triton, &flag_warnings); !checked.ok()) {
     spdlog::error("{}", checked.message());
@@ -223,9 +207,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // requests of either.
   vramd::shared_memory::SharedMemoryRegions shared_memory_regions(&ledger);
   const std::string server_name = triton.id.empty() ? "vramd" : triton.id;
-  vramd::logging::LogSettings log_settings(
-      {triton.log_file, triton.log_format, triton.log_info, triton.log_warning, triton.log_error,
-       static_cast<uint32_t>(std::max(options.log_verbose, 0))});
+  vramd::logging::LogSettings log_settings(log_startup, *log_sink);
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
                                    {server_name, VRAMD_VERSION, options.strict_readiness,
                                     options.http_shared_memory ? &shared_memory_regions : nullptr,

@@ -502,10 +502,15 @@ def test_log_settings(stub):
     assert stub.LogSettings(r, timeout=30).settings["log_verbose_level"].uint32_param == 1
     r.settings["log_verbose_level"].uint32_param = 0
     assert stub.LogSettings(r, timeout=30).settings["log_verbose_level"].uint32_param == 0
-    off = pb.LogSettingsRequest()
-    off.settings["log_info"].bool_param = False
-    e = rpc_error(stub.LogSettings, off)
-    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "log_info" in e.details()
+    # This server logs to standard error: a client may not move its log to a file.
+    to_file = pb.LogSettingsRequest()
+    to_file.settings["log_file"].string_param = "/tmp/elsewhere.log"
+    e = rpc_error(stub.LogSettings, to_file)
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "--log-file" in e.details()
+    bad = pb.LogSettingsRequest()
+    bad.settings["log_format"].string_param = "json"
+    e = rpc_error(stub.LogSettings, bad)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "log_format" in e.details()
 
 
 def test_many_concurrent_calls(stub):
@@ -640,9 +645,20 @@ def test_log_settings_report_the_command_lines_log(start_server, tmp_path):
         same.settings["log_format"].string_param = "ISO8601"
         same.settings["log_info"].bool_param = True
         assert stub.LogSettings(same, timeout=30).settings["log_format"].string_param == "ISO8601"
-        other = pb.LogSettingsRequest()
-        other.settings["log_file"].string_param = ""
-        e = rpc_error(stub.LogSettings, other)
-        assert e.code() == grpc.StatusCode.UNIMPLEMENTED and "--log-file" in e.details()
+        # The log moves to another file of the same folder, and only there.
+        outside = pb.LogSettingsRequest()
+        outside.settings["log_file"].string_param = "/etc/vramd.log"
+        e = rpc_error(stub.LogSettings, outside)
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a file in the folder" in e.details()
+        second = tmp_path / "second-log.txt"
+        move = pb.LogSettingsRequest()
+        move.settings["log_file"].string_param = str(second)
+        move.settings["log_format"].string_param = "default"
+        got = stub.LogSettings(move, timeout=30).settings
+        assert got["log_file"].string_param == str(second)
+        load = pb.RepositoryModelLoadRequest(model_name="identity_fp32")
+        stub.RepositoryModelLoad(load, timeout=60)
+        assert "identity_fp32" in second.read_text()
+        assert "log continues in %s" % second in log_file.read_text()
     finally:
         ch.close()
