@@ -284,6 +284,14 @@ Status ValidateAndNormalize(ModelConfig* config, std::string_view model_dir_name
   if (!config->has_version_policy()) {
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   }
+  if (ensemble) {
+    // An ensemble runs on its steps' instances; Triton ignores its instance_group. Its own
+    // instance only walks the graph, on the host.
+    config->clear_instance_group();
+    ModelInstanceGroup* group = config->add_instance_group();
+    group->set_kind(ModelInstanceGroup::KIND_CPU);
+    group->set_count(1);
+  }
   if (config->instance_group_size() == 0) {
     ModelInstanceGroup* group = config->add_instance_group();
     group->set_kind(ModelInstanceGroup::KIND_AUTO);

@@ -26,6 +26,7 @@ instance_group [ {{ kind: KIND_CPU count: 2 }} ]
 DIAMOND = '''name: "diamond"
 platform: "ensemble"
 max_batch_size: 8
+instance_group [ { kind: KIND_GPU count: 4 } ]  # ignored, as Triton does for an ensemble
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
 output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 16 ] },
          { name: "DIFF" data_type: TYPE_FP32 dims: [ 16 ] } ]
