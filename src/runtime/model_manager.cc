@@ -918,10 +918,22 @@ Status ModelManager::DrainAndUnload(const std::string& name, Versions old, std::
   return WaitRetired(name);
 }
 
-Status ModelManager::Unload(std::string_view name) {
+Status ModelManager::Unload(std::string_view name, bool unload_dependents) {
   VRAMD_RETURN_IF_ERROR(CheckMode("unload"));
   VRAMD_RETURN_IF_ERROR(CheckModelName(name));
   const std::string model(name);
+  if (unload_dependents) {
+    std::set<std::string> dependents;
+    for (const auto& version : LoadedVersions()) {
+      const config::ModelConfig& config = version->config();
+      for (const auto& step : config.ensemble_scheduling().step()) {
+        if (step.model_name() == model && config.name() != model) dependents.insert(config.name());
+      }
+    }
+    for (const std::string& dependent : dependents) {
+      VRAMD_RETURN_IF_ERROR(Unload(dependent, /*unload_dependents=*/true));
+    }
+  }
   ActionGuard action(*this, model);
   return UnloadLocked(model, /*on_request=*/true);
 }

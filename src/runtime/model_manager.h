@@ -173,8 +173,10 @@ class ModelManager {
   // Explicit mode: stops serving `name`: its versions leave the map, drain what they hold,
   // and unload; the model's ledger owners close and the pools are trimmed. A model that is not
   // loaded (or unknown) is a success, as in Triton, and leaves nothing behind. InvalidArgument
-  // in the other modes and for a name longer than kMaxModelNameBytes.
-  Status Unload(std::string_view name) EXCLUDES(action_, mu_);
+  // in the other modes and for a name longer than kMaxModelNameBytes. With `unload_dependents`
+  // (Triton's parameter), the loaded ensembles that use `name` as a step, and theirs, are
+  // unloaded first; without it they stay, and their requests fail naming the missing step.
+  Status Unload(std::string_view name, bool unload_dependents = false) EXCLUDES(action_, mu_);
 
   ModelControlMode model_control_mode() const { return mode_; }
 

@@ -113,9 +113,9 @@ Status ModelServices::LoadModel(std::string_view model, std::string_view config_
   return manager_->Load(model, std::move(config_override), files);
 }
 
-Status ModelServices::UnloadModel(std::string_view model, bool /*unload_dependents*/) {
+Status ModelServices::UnloadModel(std::string_view model, bool unload_dependents) {
   VRAMD_RETURN_IF_ERROR(CheckExplicitMode());
-  return manager_->Unload(model);  // its ensembles stay (see the header)
+  return manager_->Unload(model, unload_dependents);
 }
 
 bool ModelServices::IsModelReady(std::string_view model, int64_t version) const {

@@ -18,8 +18,9 @@
 //
 // Model control. Load and Unload act only in explicit mode; otherwise Unsupported, naming the
 // mode, with Triton's text ("explicit model load / unload is not allowed if polling is
-// enabled", triton core src/model_repository_manager.cc). Unloading a model leaves the
-// ensembles that use it loaded (their requests then fail naming the missing step). Blocking: not to be called from an execute that the model
+// enabled", triton core src/model_repository_manager.cc). Unloading a model unloads the
+// ensembles that use it with `unload_dependents`, and otherwise leaves them loaded (their
+// requests then fail naming the missing step). Blocking: not to be called from an execute that the model
 // loaded or unloaded may itself need (include/vramd/backend.h says so to backends).
 //
 // Lifetime: the manager owns its ModelServices and destroys it after every version it loaded

@@ -144,6 +144,16 @@ def test_explicit_mode_loads_the_steps_with_the_ensemble_and_a_missing_step_fail
     assert c.post("/v2/repository/models/diamond/load").status == 200
     assert c.get("/v2/models/ens_right/ready").status == 200
     np.testing.assert_array_equal(run_diamond(c, x).outputs["SUM"], 2 * x)
+    # Triton's unload_dependents: the step goes, and the ensemble that uses it with it.
+    r = c.post("/v2/repository/models/ens_left/unload",
+               json.dumps({"parameters": {"unload_dependents": True}}).encode())
+    assert r.status == 200, r
+    assert c.get("/v2/models/ens_left/ready").status != 200
+    assert c.get("/v2/models/diamond/ready").status != 200
+    assert c.get("/v2/models/ens_right/ready").status == 200  # not a dependent
+    r = c.post("/v2/repository/models/ens_right/unload",
+               json.dumps({"parameters": {"unload_dependents": "yes"}}).encode())
+    assert r.status == 400 and "must be a boolean" in r.error_message(), r
 
 
 def broken(steps, inputs='{ name: "IN" data_type: TYPE_FP32 dims: [ 16 ] }',

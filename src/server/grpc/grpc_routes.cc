@@ -514,7 +514,12 @@ void GrpcRoutes::RepositoryModelUnload(
                            "explicit model load / unload is not allowed if polling is enabled"));
   }
   control_->Post([this, request, reply = std::move(reply)] {
-    Status status = mutable_manager_->Unload(request->model_name());
+    auto dependents = request->parameters().find("unload_dependents");
+    const bool unload_dependents = dependents != request->parameters().end() &&
+                                   dependents->second.parameter_choice_case() ==
+                                       ModelRepositoryParameter::kBoolParam &&
+                                   dependents->second.bool_param();
+    Status status = mutable_manager_->Unload(request->model_name(), unload_dependents);
     reply(ToGrpcStatus(status), inference::RepositoryModelUnloadResponse());
   });
 }

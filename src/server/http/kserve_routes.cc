@@ -720,6 +720,7 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
   const char* what = load ? "load" : "unload";
   std::shared_ptr<const config::ModelConfig> config_override;
   runtime::ModelFileOverrides files;
+  bool unload_dependents = false;
   if (request.body && !request.body->empty()) {
     auto parsed = ParseJson(*request.body, fmt::format("repository {} request body", what));
     if (!parsed.ok()) return Error(parsed.status());
@@ -750,6 +751,13 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
           files.emplace_back(std::string(key.substr(5)), std::move(bytes).value());
         }
       }
+      auto dependents = params->value.FindMember("unload_dependents");
+      if (!load && dependents != params->value.MemberEnd()) {
+        if (!dependents->value.IsBool()) {
+          return Error(400, "repository unload: parameter 'unload_dependents' must be a boolean");
+        }
+        unload_dependents = dependents->value.GetBool();
+      }
       auto config = params->value.FindMember("config");
       if (load && config != params->value.MemberEnd()) {
         if (!config->value.IsString()) {
@@ -771,7 +779,7 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
     return Error(400, "explicit model load / unload is not allowed if polling is enabled");
   }
   Status status = load ? mutable_manager_->Load(model, std::move(config_override), files)
-                       : mutable_manager_->Unload(model);
+                       : mutable_manager_->Unload(model, unload_dependents);
   if (!status.ok()) return Error(status);
   return Empty(200);
 }
