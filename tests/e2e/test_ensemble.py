@@ -223,3 +223,27 @@ def test_ensemble_errors_at_load_name_what_is_wrong(start_server, tmp_path):
     # The good ensemble serves on.
     x = np.ones((1, 16), dtype=np.float32)
     np.testing.assert_array_equal(run_diamond(c, x).outputs["SUM"], 2 * x)
+
+
+def test_an_ensemble_added_with_its_steps_in_one_poll_loads_after_them(start_server, tmp_path):
+    # A repository poll that finds the ensemble and its step models at once loads the steps
+    # first (the ensemble checks their configs when it loads).
+    import time
+    repo = tmp_path / "repo"
+    write(repo, "placeholder", IDENTITY.format(name="placeholder"))
+    s = start_server([repo], ["--model-control-mode", "poll", "--repository-poll-secs", "1"],
+                     name="ensemble-poll", ready_models=["placeholder"])
+    # Published as a publisher should: copied under hidden names, then renamed, the ensemble
+    # last, so whichever poll sees them, it never sees the ensemble without its steps.
+    staging = make_repo(repo / ".staging")
+    models = sorted(p.name for p in staging.iterdir() if p.name != "diamond") + ["diamond"]
+    for model in models:
+        (staging / model).rename(repo / model)
+    c = s.client()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and c.get("/v2/models/diamond/ready").status != 200:
+        time.sleep(0.2)
+    assert c.get("/v2/models/diamond/ready").status == 200, c.post(
+        "/v2/repository/index", b"{}").body
+    x = np.ones((1, 16), dtype=np.float32)
+    np.testing.assert_array_equal(run_diamond(c, x).outputs["SUM"], 2 * x)
