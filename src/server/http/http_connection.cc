@@ -462,6 +462,12 @@ void Connection::Reject(unsigned status, std::string message) {
   version_ = parser_ ? parser_->get().version() : 11;
   if (version_ != 10 && version_ != 11) version_ = 11;
   parser_.reset();
+  // The body is gone with the parser: its share of the budget goes back before the answer is
+  // written, so a client that reads the refusal finds the room already free.
+  if (charged_ != 0) {
+    server_->body_budget().Release(charged_);
+    charged_ = 0;
+  }
   HttpResponse r;
   r.status = status;
   r.body = EncodeError(message);
