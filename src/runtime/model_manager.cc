@@ -47,24 +47,6 @@ struct ModelFiles {
   std::vector<int64_t> versions;
 };
 
-// Triton's auto-complete: the model's backend completes config.pbtxt (python: the model's
-// auto_complete_config) before it is validated. A config whose backend cannot be found yet is
-// left alone (validation and the load name what is wrong). Errors name the model.
-Status AutoComplete(const fs::path& dir, const std::string& name, config::ModelConfig* config) {
-  if (config->name().empty()) config->set_name(name);  // as Triton fills it in first
-  auto backend = backends::FindBackend(*config);
-  if (!backend.ok()) return Status::Ok();
-  const auto versions =
-      repository::SelectVersions(config->version_policy(), repository::ListVersions(dir));
-  Status completed =
-      (*backend)->AutoCompleteConfig(dir, versions.empty() ? 0 : versions.back(), config);
-  if (!completed.ok()) {
-    return Status::InvalidArgument(
-        fmt::format("model '{}': auto-completing its config: {}", name, completed.message()));
-  }
-  return Status::Ok();
-}
-
 // Triton's auto-complete of the backend: a config that names neither `backend` nor `platform`
 // takes them from the model's file in its highest version folder (default_model_filename, else
 // Triton's default names): model.py -> python, model.pt -> pytorch, model.safetensors -> mlp,
@@ -84,11 +66,11 @@ void CompleteBackendFromFiles(const fs::path& dir, config::ModelConfig* config) 
   };
   auto versions = repository::ListVersions(dir);
   std::sort(versions.rbegin(), versions.rend());
+  const std::string& named = config->default_model_filename();
   for (int64_t version : versions) {
     const fs::path folder = dir / std::to_string(version);
     for (const Known& known : kKnown) {
       std::error_code ec;
-      const std::string& named = config->default_model_filename();
       // A default_model_filename replaces the default name of its kind (model.pt -> net.pt).
       const bool match =
           named.empty() ? fs::exists(folder / known.file, ec)
@@ -100,6 +82,26 @@ void CompleteBackendFromFiles(const fs::path& dir, config::ModelConfig* config) 
       return;
     }
   }
+}
+
+// Triton's auto-complete: the backend from the model's files where the config names none
+// (CompleteBackendFromFiles), then the model's backend completes the config (python: the
+// model's auto_complete_config) before it is validated. A config whose backend cannot be found
+// yet is left alone (validation and the load name what is wrong). Errors name the model.
+Status AutoComplete(const fs::path& dir, const std::string& name, config::ModelConfig* config) {
+  if (config->name().empty()) config->set_name(name);  // as Triton fills it in first
+  CompleteBackendFromFiles(dir, config);
+  auto backend = backends::FindBackend(*config);
+  if (!backend.ok()) return Status::Ok();
+  const auto versions =
+      repository::SelectVersions(config->version_policy(), repository::ListVersions(dir));
+  Status completed =
+      (*backend)->AutoCompleteConfig(dir, versions.empty() ? 0 : versions.back(), config);
+  if (!completed.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("model '{}': auto-completing its config: {}", name, completed.message()));
+  }
+  return Status::Ok();
 }
 
 // Finds `name` in the repositories and reads its config (or takes `config_override`), selects
@@ -148,14 +150,10 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
         if (config->output().empty()) *config->mutable_output() = base.output();
       }
     }
-    if (auto_complete) {
-      CompleteBackendFromFiles(files->dir, config.get());
-      VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
-    }
+    if (auto_complete) VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
   } else if (!has_pbtxt && auto_complete) {
     // No config.pbtxt: as Triton, the model's files and its backend's auto-complete say it all.
     where = fmt::format("model '{}' (no config.pbtxt)", name);
-    CompleteBackendFromFiles(files->dir, config.get());
     VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
     if (config->backend().empty() && config->platform().empty()) {
       return Status::InvalidArgument(fmt::format(
@@ -192,10 +190,7 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
                    fmt::join(parsed->unsupported_fields, ", "));
     }
     *config = std::move(parsed->config);
-    if (auto_complete) {
-      CompleteBackendFromFiles(files->dir, config.get());
-      VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
-    }
+    if (auto_complete) VRAMD_RETURN_IF_ERROR(AutoComplete(files->dir, name, config.get()));
   }
   Status valid = config::ValidateAndNormalize(config.get(), name);
   if (!valid.ok()) return Status::InvalidArgument(fmt::format("{}: {}", where, valid.message()));
@@ -213,6 +208,12 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
 // The step models of model `name` when its config.pbtxt (in the first repository that has the
 // model) makes it an ensemble; nullopt otherwise, or when the config is unusable (its load then
 // says why).
+std::vector<std::string> StepNames(const config::ModelConfig& config) {
+  std::vector<std::string> steps;
+  for (const auto& step : config.ensemble_scheduling().step()) steps.push_back(step.model_name());
+  return steps;
+}
+
 std::optional<std::vector<std::string>> EnsembleSteps(const std::vector<fs::path>& repositories,
                                                       std::string_view name) {
   for (const fs::path& repository : repositories) {
@@ -221,11 +222,7 @@ std::optional<std::vector<std::string>> EnsembleSteps(const std::vector<fs::path
     if (!fs::is_regular_file(file, ec)) continue;
     auto parsed = config::LoadModelConfigFile(file);
     if (!parsed.ok() || parsed->config.platform() != "ensemble") return std::nullopt;
-    std::vector<std::string> steps;
-    for (const auto& step : parsed->config.ensemble_scheduling().step()) {
-      steps.push_back(step.model_name());
-    }
-    return steps;
+    return StepNames(parsed->config);
   }
   return std::nullopt;
 }
@@ -355,14 +352,14 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
     }
   }
   // In explicit mode an ensemble named at start-up brings its step models (Triton's
-  // dependencies), and theirs.
-  for (bool grew = !all; grew;) {
-    grew = false;
-    for (const std::string& name : std::set<std::string>(startup.begin(), startup.end())) {
-      for (const std::string& step :
-           EnsembleSteps(options.repositories, name).value_or(std::vector<std::string>{})) {
-        grew = startup.insert(step).second || grew;
-      }
+  // dependencies), and theirs: each name's config is read once.
+  std::vector<std::string> unread(all ? startup.end() : startup.begin(), startup.end());
+  while (!unread.empty()) {
+    const std::string name = std::move(unread.back());
+    unread.pop_back();
+    for (std::string& step :
+         EnsembleSteps(options.repositories, name).value_or(std::vector<std::string>{})) {
+      if (startup.insert(step).second) unread.push_back(std::move(step));
     }
   }
   std::vector<std::string> names;
@@ -600,9 +597,7 @@ Status ModelManager::LoadEnsembleSteps(const std::string& name,
   std::vector<std::string> steps;
   if (config_override != nullptr) {
     if (config_override->platform() != "ensemble") return Status::Ok();
-    for (const auto& step : config_override->ensemble_scheduling().step()) {
-      steps.push_back(step.model_name());
-    }
+    steps = StepNames(*config_override);
   } else {
     steps = EnsembleSteps(repositories_, name).value_or(std::vector<std::string>{});
   }

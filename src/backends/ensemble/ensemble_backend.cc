@@ -92,14 +92,8 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
         made->name = out.ensemble_tensor;
         tensors_[out.ensemble_tensor] = std::move(*made);
       }
-      for (size_t next : step.next) {
-        for (const auto& in : shared_->graph.steps()[next].inputs) {
-          for (const auto& out : step.outputs) {
-            if (in.ensemble_tensor == out.ensemble_tensor && --waits_[next] == 0) {
-              ready.push_back(next);
-            }
-          }
-        }
+      for (size_t k = 0; k < step.next.size(); ++k) {
+        if ((waits_[step.next[k]] -= step.next_reads[k]) == 0) ready.push_back(step.next[k]);
       }
       finished = --unfinished_ == 0;
       if (finished) done_ = true;

@@ -82,7 +82,6 @@ Result<EnsembleGraph> EnsembleGraph::Build(const config::ModelConfig& config) {
   std::set<std::string> read;
   g.waits_.assign(g.steps_.size(), 0);
   for (size_t i = 0; i < g.steps_.size(); ++i) {
-    std::set<size_t> from;
     for (const Binding& in : g.steps_[i].inputs) {
       read.insert(in.ensemble_tensor);
       if (g.known_.count(in.ensemble_tensor) > 0) continue;
@@ -94,7 +93,12 @@ Result<EnsembleGraph> EnsembleGraph::Build(const config::ModelConfig& config) {
             g.steps_[i].label, in.ensemble_tensor, in.model_tensor));
       }
       ++g.waits_[i];
-      if (from.insert(producer->second).second) g.steps_[producer->second].next.push_back(i);
+      Step& from = g.steps_[producer->second];
+      if (from.next.empty() || from.next.back() != i) {  // i's inputs are walked together
+        from.next.push_back(i);
+        from.next_reads.push_back(0);
+      }
+      ++from.next_reads.back();
     }
     if (g.waits_[i] == 0) g.first_.push_back(i);
   }
@@ -115,12 +119,9 @@ Result<EnsembleGraph> EnsembleGraph::Build(const config::ModelConfig& config) {
     const size_t i = ready.back();
     ready.pop_back();
     g.order_.push_back(i);
-    for (const Binding& out : g.steps_[i].outputs) {
-      for (size_t j = 0; j < g.steps_.size(); ++j) {
-        for (const Binding& in : g.steps_[j].inputs) {
-          if (in.ensemble_tensor == out.ensemble_tensor && --waits[j] == 0) ready.push_back(j);
-        }
-      }
+    const Step& done = g.steps_[i];
+    for (size_t k = 0; k < done.next.size(); ++k) {
+      if ((waits[done.next[k]] -= done.next_reads[k]) == 0) ready.push_back(done.next[k]);
     }
   }
   if (g.order_.size() != g.steps_.size()) {

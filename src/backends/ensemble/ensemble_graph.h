@@ -43,6 +43,7 @@ class EnsembleGraph {
     std::vector<Binding> inputs;
     std::vector<Binding> outputs;
     std::vector<size_t> next;  // steps that read one of this step's outputs
+    std::vector<size_t> next_reads;  // how many of next[k]'s inputs this step writes
     std::string label;         // "step 1 ('add_sub')", for errors
   };
 
