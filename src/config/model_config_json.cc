@@ -198,9 +198,6 @@ Status CheckJsonObject(const rapidjson::Value& object, const pb::Descriptor* d,
   for (auto it = object.MemberBegin(); it != object.MemberEnd(); ++it) {
     std::string key(it->name.GetString(), it->name.GetStringLength());
     const pb::FieldDescriptor* f = FindJsonField(d, key);
-    if (f == nullptr && prefix.empty() && !UnservedFieldReason(key).empty()) {
-      return Status::InvalidArgument(fmt::format("{}: {}", key, UnservedFieldReason(key)));
-    }
     if (f == nullptr) continue;  // other unknown fields are ignored
     const rapidjson::Value& value = it->value;
     std::string path = prefix + f->name();

@@ -15,6 +15,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "config/reflection_util.h"
+#include "config/sequence_checks.h"
 #include "config/text_format_support.h"
 
 namespace vramd::config {
@@ -188,14 +189,6 @@ Status CheckDynamicBatching(const std::string& model, const ModelConfig& config)
 
 }  // namespace
 
-std::string_view UnservedFieldReason(std::string_view field) {
-  if (field == "sequence_batching" || field == "sequenceBatching") {
-    return "vramd does not serve sequence batching yet (control inputs, correlation IDs, "
-           "implicit state), and a stateful model loaded without it would answer wrongly";
-  }
-  return {};
-}
-
 Result<ParsedModelConfig> ParseModelConfigText(std::string_view text, std::string_view file_name) {
   if (text.size() > static_cast<size_t>(INT_MAX)) {
     return Status::InvalidArgument(fmt::format("{}: config is too large ({} bytes)", file_name,
@@ -261,6 +254,7 @@ Status ValidateAndNormalize(ModelConfig* config, std::string_view model_dir_name
   if (config->has_dynamic_batching()) {
     VRAMD_RETURN_IF_ERROR(CheckDynamicBatching(model, *config));
   }
+  VRAMD_RETURN_IF_ERROR(CheckSequenceBatching(model, *config));
   const bool ensemble = config->platform() == "ensemble";
   if (config->has_ensemble_scheduling() && !ensemble) {
     return Status::InvalidArgument(fmt::format(

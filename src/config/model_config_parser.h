@@ -39,13 +39,6 @@ struct ParsedModelConfig {
 // line are one more than written.
 Result<ParsedModelConfig> ParseModelConfigText(std::string_view text, std::string_view file_name);
 
-// Why a config that has `field`, a top-level field of Triton's ModelConfig that vramd's proto
-// does not declare (named as in the text format or as in JSON), is refused instead of loaded
-// without it; empty when skipping it with a warning is harmless. Refused are the features that
-// change what a model answers (sequence batching with its control inputs and implicit state):
-// a model loaded without them would answer wrongly, not merely slower.
-std::string_view UnservedFieldReason(std::string_view field);
-
 // Reads and parses a config.pbtxt; NotFound if the file is missing, Internal if it cannot be
 // read, otherwise as ParseModelConfigText with the path as the file name.
 Result<ParsedModelConfig> LoadModelConfigFile(const std::filesystem::path& path);

@@ -70,6 +70,7 @@ std::string_view OwnerKindName(OwnerKind kind) {
     case OwnerKind::kInstance: return "instance";
     case OwnerKind::kRequest: return "request";
     case OwnerKind::kScope: return "scope";
+    case OwnerKind::kSequence: return "sequence";
   }
   return "unknown";
 }

@@ -36,7 +36,7 @@ namespace vramd::memory {
 using OwnerId = uint64_t;
 inline constexpr OwnerId kNoOwner = 0;
 
-enum class OwnerKind { kServer, kModel, kVersion, kInstance, kRequest, kScope };
+enum class OwnerKind { kServer, kModel, kVersion, kInstance, kRequest, kScope, kSequence };
 std::string_view OwnerKindName(OwnerKind kind);  // "server", "model", ...
 
 struct OwnerStats {

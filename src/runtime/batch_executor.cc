@@ -53,7 +53,9 @@ Result<std::vector<Tensor>> BatchExecutor::Classified(const InferRequest& reques
 
 void BatchExecutor::FailAll(std::vector<QueuedRequest>& batch, const Status& status) {
   for (auto& r : batch) {
-    stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+    if (!r.null_request) {
+      stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+    }
     r.done(status);
   }
 }
@@ -71,7 +73,7 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
     owners.emplace_back(memory_, instance_owner,
                         id.empty() ? fmt::format("#{}", ++request_sequence_) : id);
     batch_sizes.push_back(r.batch_size);
-    samples += r.batch_size;
+    if (!r.null_request) samples += r.batch_size;
   }
 
   // 1. Assemble.
@@ -144,7 +146,9 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
   for (size_t i = 0; i < batch.size(); ++i) {
     QueuedRequest& r = batch[i];
     if (!results[i].ok()) {
-      stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+      if (!r.null_request) {
+        stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+      }
       r.done(results[i].status());
       continue;
     }
@@ -154,8 +158,10 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
     outcome.response.model_name = model_name_;
     outcome.response.model_version = version_;
     outcome.response.outputs = std::move(results[i]).value();
-    stats_->RecordSuccess(Ns(SchedulerClock::now() - r.arrival), Ns(start - r.enqueued), input_ns,
-                          infer_ns, output_ns);
+    if (!r.null_request) {
+      stats_->RecordSuccess(Ns(SchedulerClock::now() - r.arrival), Ns(start - r.enqueued),
+                            input_ns, infer_ns, output_ns);
+    }
     r.done(std::move(outcome));
   }
 }

@@ -8,6 +8,7 @@
 #include "memory/cuda_devices.h"
 #include "runtime/batch_assembly.h"
 #include "runtime/request_validator.h"
+#include "runtime/sequence_batcher.h"
 #include "runtime/tensor_memory.h"
 
 namespace vramd::runtime {
@@ -257,12 +258,22 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     });
   }
   LoadedModel* raw = model.get();
-  model->scheduler_ = std::make_unique<Scheduler>(
-      std::move(options),
-      [raw](size_t index, std::vector<QueuedRequest> batch) {
-        raw->RunBatch(index, std::move(batch));
-      },
-      &model->stats_);
+  auto run = [raw](size_t index, std::vector<QueuedRequest> batch) {
+    raw->RunBatch(index, std::move(batch));
+  };
+  if (config->has_sequence_batching()) {
+    auto controls = SequenceControls::From(*config, model_dir);
+    if (!controls.ok()) return controls.status().WithContext(where);
+    std::vector<memory::OwnerId> owners;
+    for (const Instance& instance : model->instances_) owners.push_back(instance.owner.id());
+    model->scheduler_ = std::make_unique<SequenceBatcher>(
+        SequenceBatcher::Options::From(*config, where, model->instances_.size(),
+                                       model->request_lists_),
+        std::move(controls).value(), memory, std::move(owners), std::move(run), &model->stats_);
+    return model;
+  }
+  model->scheduler_ = std::make_unique<Scheduler>(std::move(options), std::move(run),
+                                                  &model->stats_);
   return model;
 }
 

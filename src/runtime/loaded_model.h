@@ -54,6 +54,7 @@
 #include "runtime/memory_context.h"
 #include "runtime/readiness_probe.h"
 #include "runtime/request_owner.h"
+#include "runtime/request_scheduler.h"
 #include "runtime/scheduler.h"
 
 namespace vramd::runtime {
@@ -211,7 +212,9 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   memory::ScopedOwner owner_;
   std::unique_ptr<backends::BackendModel> backend_model_;
   std::vector<Instance> instances_;
-  std::unique_ptr<Scheduler> scheduler_;  // null until Load has created every instance
+  // Scheduler, or SequenceBatcher for sequence_batching; null until Load has created every
+  // instance.
+  std::unique_ptr<RequestScheduler> scheduler_;
   // Null for a backend that does not check readiness; destroyed before the instances.
   std::unique_ptr<ReadinessProbe> readiness_;
   // Constant after Load: the backend takes request lists (backend.h), and the model is

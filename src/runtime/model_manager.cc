@@ -179,12 +179,6 @@ Status ReadModel(const std::vector<fs::path>& repositories, const std::string& n
       }
       return Status::InvalidArgument(parsed.status().message());
     }
-    for (const std::string& skipped : parsed->unsupported_fields) {
-      const std::string_view field = std::string_view(skipped).substr(0, skipped.find_first_of(". "));
-      if (std::string_view reason = config::UnservedFieldReason(field); !reason.empty()) {
-        return Status::InvalidArgument(fmt::format("{}: {}: {}", where, skipped, reason));
-      }
-    }
     if (!parsed->unsupported_fields.empty()) {
       spdlog::warn("model '{}': {} ignores fields it does not support: {}", name, where,
                    fmt::join(parsed->unsupported_fields, ", "));

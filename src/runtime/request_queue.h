@@ -39,6 +39,9 @@ struct QueuedRequest {
   SchedulerClock::time_point enqueued;  // handed to the scheduler: its queue time starts here
   // When the queue policy gives up on it; max() when never.
   SchedulerClock::time_point deadline = SchedulerClock::time_point::max();
+  // A filler the sequence batcher puts in a batch to keep the slots' positions (READY false):
+  // run with the others, but not counted in the statistics, and its answer is dropped.
+  bool null_request = false;
 };
 
 class RequestQueue {

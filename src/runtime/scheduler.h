@@ -75,10 +75,11 @@
 #include "runtime/dynamic_batcher.h"
 #include "runtime/inference_statistics.h"
 #include "runtime/request_queue.h"
+#include "runtime/request_scheduler.h"
 
 namespace vramd::runtime {
 
-class Scheduler {
+class Scheduler : public RequestScheduler {
  public:
   // Runs `batch` (one or more requests, in queue order) on instance `instance` and answers
   // every request in it, each exactly once.
@@ -117,23 +118,23 @@ class Scheduler {
 
   // Starts one thread per instance. `run` and `stats` must outlive the Scheduler.
   Scheduler(Options options, RunBatch run, InferenceStatistics* stats);
-  ~Scheduler();  // Shutdown()
+  ~Scheduler() override;  // Shutdown()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Takes `request` (its `enqueued` time is set here): runs it now on an idle instance (fast
   // path), queues it, or answers it with one of the errors above.
-  void Submit(QueuedRequest request) EXCLUDES(mu_);
+  void Submit(QueuedRequest request) override EXCLUDES(mu_);
 
   // Submit, except that a request arriving after Shutdown began is handed back untouched
   // (nothing answered or counted), so the caller can take it to the version that replaced this
   // one.
   // `allow_inline` false: never the fast path (the caller's thread must not run executions).
-  std::optional<QueuedRequest> SubmitOrReturn(QueuedRequest request, bool allow_inline = true)
-      EXCLUDES(mu_);
+  std::optional<QueuedRequest> SubmitOrReturn(QueuedRequest request,
+                                              bool allow_inline = true) override EXCLUDES(mu_);
 
   // Whether the calling thread is one of this scheduler's instance threads.
-  bool OnWorkerThread() const;
+  bool OnWorkerThread() const override;
 
   // The execution estimate that decides the fast path (see the top of this file); unset
   // until the first execution has ended.
@@ -141,7 +142,7 @@ class Scheduler {
 
   // Stops accepting, runs what is queued, waits for executions in flight, joins the threads.
   // Idempotent. REQUIRES: not called from RunBatch or a request's callback.
-  void Shutdown() EXCLUDES(shutdown_mu_, mu_);
+  void Shutdown() override EXCLUDES(shutdown_mu_, mu_);
 
  private:
   struct Worker {

@@ -191,18 +191,24 @@ TEST(ConfigJsonTest, IgnoresUnknownFieldsAndAcceptsCamelCaseNames) {
   EXPECT_EQ(config->instance_group(0).kind(), ModelInstanceGroup::KIND_GPU);
 }
 
-TEST(ConfigJsonTest, RefusesFeaturesThatChangeAnswers) {
-  // Sequence batching is not skipped as other unknown fields are: a model loaded without it
-  // would answer wrongly.
+TEST(ConfigJsonTest, SequenceBatchingReadsInEitherSpelling) {
   for (const char* key : {"sequence_batching", "sequenceBatching"}) {
-    Result<ModelConfig> config =
-        ModelConfigFromJson(fmt::format(R"({{"name":"m","{}":{{}}}})", key));
-    ASSERT_FALSE(config.ok()) << key;
-    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(config.status().message(), HasSubstr(key));
-    EXPECT_THAT(config.status().message(), HasSubstr("does not serve"));
+    Result<ModelConfig> config = ModelConfigFromJson(fmt::format(
+        R"({{"name":"m","{}":{{"oldest":{{"max_candidate_sequences":4}},)"
+        R"("control_input":[{{"name":"S","control":[{{"kind":"CONTROL_SEQUENCE_START",)"
+        R"("int32_false_true":[0,1]}}]}}],"state":[{{"input_name":"i","output_name":"o",)"
+        R"("data_type":"TYPE_FP32","dims":[2]}}]}}}})",
+        key));
+    ASSERT_TRUE(config.ok()) << key << ": " << config.status().ToString();
+    ASSERT_TRUE(config->has_sequence_batching()) << key;
+    const auto& seq = config->sequence_batching();
+    EXPECT_EQ(seq.oldest().max_candidate_sequences(), 4);
+    ASSERT_EQ(seq.control_input_size(), 1);
+    EXPECT_EQ(seq.control_input(0).control(0).kind(),
+              ModelSequenceBatching::Control::CONTROL_SEQUENCE_START);
+    ASSERT_EQ(seq.state_size(), 1);
+    EXPECT_EQ(seq.state(0).output_name(), "o");
   }
-  EXPECT_TRUE(UnservedFieldReason("optimization").empty());
 }
 
 TEST(ConfigJsonTest, UnknownFieldsLeaveNothingBehind) {

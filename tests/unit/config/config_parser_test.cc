@@ -76,8 +76,6 @@ class TritonConfigsTest : public ::testing::Test {
 TEST_F(TritonConfigsTest, EveryConfigParsesValidatesAndListsItsUnsupportedFields) {
   const std::map<std::string, std::vector<std::string>> kUnsupported = {
       {"bert_base_trt_gpu", {"instance_group.profile (line 35)"}},
-      {"simple_dyna_sequence", {"sequence_batching (line 30)"}},
-      {"simple_sequence", {"sequence_batching (line 30)"}},
   };
   std::vector<fs::path> files = TritonConfigs();
   // SOURCES.md lists 27 configs; more may be added, none should disappear.
@@ -151,13 +149,23 @@ TEST_F(TritonConfigsTest, SkippedInstanceGroupFieldKeepsTheRestOfTheGroup) {
   EXPECT_EQ(parsed.config.instance_group(0).count(), 2);
 }
 
-// sequence_batching writes `control_input [ ... ]` without a colon, which protobuf 3.21 alone
-// cannot skip; the rest of the config (after the skipped block) must still be read.
-TEST_F(TritonConfigsTest, DynaSequenceSkipsSequenceBatchingAndReadsParameters) {
+// sequence_batching writes `control_input [ ... ]` without a colon, which protobuf 3.21 reads
+// only once AddColonsBeforeLists has added it.
+TEST_F(TritonConfigsTest, DynaSequenceReadsSequenceBatching) {
   ParsedModelConfig parsed = Load("simple_dyna_sequence.pbtxt");
-  EXPECT_THAT(parsed.unsupported_fields, ElementsAre("sequence_batching (line 30)"));
+  EXPECT_THAT(parsed.unsupported_fields, IsEmpty());
   const ModelConfig& config = parsed.config;
-  EXPECT_FALSE(config.has_dynamic_batching());
+  ASSERT_TRUE(config.has_sequence_batching());
+  const auto& seq = config.sequence_batching();
+  EXPECT_EQ(seq.max_sequence_idle_microseconds(), 10000000u);
+  EXPECT_EQ(seq.oldest().max_candidate_sequences(), 1024);
+  EXPECT_EQ(seq.oldest().max_queue_delay_microseconds(), 10000u);
+  ASSERT_EQ(seq.control_input_size(), 4);
+  EXPECT_EQ(seq.control_input(3).name(), "CORRID");
+  EXPECT_EQ(seq.control_input(3).control(0).kind(),
+            ModelSequenceBatching::Control::CONTROL_SEQUENCE_CORRID);
+  EXPECT_EQ(seq.control_input(3).control(0).data_type(), TYPE_UINT64);
+  EXPECT_THAT(seq.control_input(0).control(0).int32_false_true(), ElementsAre(0, 1));
   ASSERT_EQ(config.input_size(), 1);
   EXPECT_EQ(config.input(0).name(), "INPUT");
   ASSERT_EQ(config.parameters().count("execute_delay_ms"), 1u);
@@ -337,13 +345,13 @@ TEST(ConfigParserTest, UnknownFieldInsideListElementIsNamedByItsPath) {
 TEST(ConfigParserTest, UnknownListFieldWithoutColonOrSpaceIsSkipped) {
   Result<ParsedModelConfig> parsed = ParseModelConfigText(
       "name: \"m\"\nbatch_output[ { target_name: [\"X\"] kind: BATCH_SCATTER } ]\n"
-      "sequence_batching { control_input [ { name: \"a\"\n"
-      "  control [ { kind: CONTROL_SEQUENCE_START } ] } ] }\n"
+      "optimization { execution_accelerators { gpu_execution_accelerator [ { name: \"a\"\n"
+      "  parameters { key: \"k\" value: \"v\" } } ] } }\n"
       "max_batch_size: 2\n",
       "test.pbtxt");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_THAT(parsed->unsupported_fields,
-              ElementsAre("batch_output (line 2)", "sequence_batching (line 3)"));
+              ElementsAre("batch_output (line 2)", "optimization (line 3)"));
   EXPECT_EQ(parsed->config.name(), "m");
   EXPECT_EQ(parsed->config.max_batch_size(), 2);
 }
