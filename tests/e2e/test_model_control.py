@@ -133,14 +133,14 @@ input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
   max_sequence_idle_microseconds: 5000000
-  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+  control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ]
 }
 '''
 
 
-def test_sequence_batching_is_refused_not_ignored(start_server, tmp_path):
-    # A stateful model loaded without its sequence features would answer wrongly: until vramd
-    # serves them, its config fails to load and says why (issue 16, item 2).
+def test_a_broken_sequence_batching_fails_to_load_naming_the_field(start_server, tmp_path):
+    # Sequence batching is served (tests/e2e/test_sequence.py); what it cannot serve fails to
+    # load with the reason, from a config.pbtxt and from an override alike.
     repo = tmp_path / "repo"
     (repo / "seq" / "1").mkdir(parents=True)
     (repo / "seq" / "config.pbtxt").write_text(SEQUENCE_CONFIG)
@@ -151,16 +151,19 @@ def test_sequence_batching_is_refused_not_ignored(start_server, tmp_path):
     r = c.post("/v2/repository/models/seq/load")
     assert r.status == 400, r
     msg = r.error_message()
-    assert "sequence_batching (line 6)" in msg and "does not serve sequence batching" in msg, msg
-    assert msg.count("failed to load") <= 1, msg
+    assert msg.startswith("failed to load 'seq': %s: " % (repo / "seq" / "config.pbtxt")), msg
+    assert msg.endswith("model 'seq': sequence_batching: control_input 'CORRID': "
+                        "CONTROL_SEQUENCE_CORRID data_type is TYPE_FP32; it must be TYPE_UINT64, "
+                        "TYPE_INT64, TYPE_UINT32, TYPE_INT32 or TYPE_STRING"), msg
     assert index(c)["seq"]["state"] == "UNAVAILABLE"
     # Through a config override the same, whichever spelling of the field.
     for key in ("sequence_batching", "sequenceBatching"):
-        override = {"backend": "identity", key: {}}
+        override = {"backend": "identity", key: {"iterative_sequence": True}}
         body = json.dumps({"parameters": {"config": json.dumps(override)}}).encode()
         r = c.post("/v2/repository/models/identity_int32/load", body)
         assert r.status == 400, r
-        assert key in r.error_message() and "does not serve" in r.error_message(), r.error_message()
+        assert "iterative_sequence is not served" in r.error_message(), r.error_message()
+        assert r.error_message().count("failed to load") == 1, r.error_message()
     # An override that is not JSON, or not a ModelConfig, fails in the same form as a load.
     for text, why in (("{not json", "not valid JSON"), ('{"max_batch_size": "x"}', "max_batch_size")):
         body = json.dumps({"parameters": {"config": text}}).encode()

@@ -592,7 +592,93 @@ INSTANTIATE_TEST_SUITE_P(
         ValidationCase{"PreferredBatchZero",
                        "max_batch_size: 4 dynamic_batching { preferred_batch_size: [2, 0] }",
                        "dynamic_batching.preferred_batch_size 0 must be positive and at most "
-                       "max_batch_size (4)"}),
+                       "max_batch_size (4)"},
+        // Sequence batching, as Triton's sequence batcher checks it at load.
+        ValidationCase{"SequenceIterative", "sequence_batching { iterative_sequence: true }",
+                       "sequence_batching: iterative_sequence is not served (vramd does not "
+                       "reschedule requests); the model would not see the iterations it expects"},
+        ValidationCase{"SequenceControlWithoutValues",
+                       "sequence_batching { control_input [ { name: \"S\" control [ { kind: "
+                       "CONTROL_SEQUENCE_START } ] } ] }",
+                       "sequence_batching: control_input 'S': CONTROL_SEQUENCE_START needs exactly "
+                       "one of int32_false_true, fp32_false_true and bool_false_true, and has 0"},
+        ValidationCase{"SequenceControlOneValue",
+                       "sequence_batching { control_input [ { name: \"S\" control [ { kind: "
+                       "CONTROL_SEQUENCE_END int32_false_true: [1] } ] } ] }",
+                       "sequence_batching: control_input 'S': CONTROL_SEQUENCE_END has 1 values; "
+                       "it needs two, [false, true]"},
+        ValidationCase{"SequenceControlKindTwice",
+                       "sequence_batching { control_input [ { name: \"A\" control [ { kind: "
+                       "CONTROL_SEQUENCE_READY bool_false_true: [false, true] } ] }, { name: "
+                       "\"B\" control [ { kind: CONTROL_SEQUENCE_READY fp32_false_true: [0, 1] "
+                       "} ] } ] }",
+                       "sequence_batching: control_input 'B': CONTROL_SEQUENCE_READY is given by "
+                       "two control inputs"},
+        ValidationCase{"SequenceControlTwoControls",
+                       "sequence_batching { control_input [ { name: \"A\" control [ { kind: "
+                       "CONTROL_SEQUENCE_READY bool_false_true: [false, true] }, { kind: "
+                       "CONTROL_SEQUENCE_END bool_false_true: [false, true] } ] } ] }",
+                       "sequence_batching: control_input 'A' has 2 controls; it must have "
+                       "exactly one"},
+        ValidationCase{"SequenceControlNamedAsInput",
+                       "input [ { name: \"X\" data_type: TYPE_FP32 dims: [1] } ] "
+                       "sequence_batching { control_input [ { name: \"X\" control [ { "
+                       "kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] } ] } ] }",
+                       "sequence_batching: control_input 'X' has the name of a model input"},
+        ValidationCase{"SequenceCorridType",
+                       "sequence_batching { control_input [ { name: \"C\" control [ { kind: "
+                       "CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ] }",
+                       "sequence_batching: control_input 'C': CONTROL_SEQUENCE_CORRID data_type "
+                       "is TYPE_FP32; it must be TYPE_UINT64, TYPE_INT64, TYPE_UINT32, "
+                       "TYPE_INT32 or TYPE_STRING"},
+        ValidationCase{"SequenceStateString",
+                       "sequence_batching { state [ { input_name: \"i\" output_name: \"o\" "
+                       "data_type: TYPE_STRING dims: [1] } ] }",
+                       "sequence_batching: state 'i': data_type TYPE_STRING is not served for "
+                       "implicit state"},
+        ValidationCase{"SequenceStateNoDims",
+                       "sequence_batching { state [ { input_name: \"i\" output_name: \"o\" "
+                       "data_type: TYPE_FP32 } ] }",
+                       "sequence_batching: state 'i' has no dims"},
+        ValidationCase{"SequenceStateInitialDims",
+                       "sequence_batching { state [ { input_name: \"i\" output_name: \"o\" "
+                       "data_type: TYPE_FP32 dims: [2] initial_state [ { name: \"z\" "
+                       "data_type: TYPE_FP32 dims: [3] zero_data: true } ] } ] }",
+                       "sequence_batching: state 'i': initial_state 'z' dims do not fit the "
+                       "state's dims"},
+        ValidationCase{"SequenceStateInitialWithoutData",
+                       "sequence_batching { state [ { input_name: \"i\" output_name: \"o\" "
+                       "data_type: TYPE_FP32 dims: [-1] initial_state [ { name: \"z\" "
+                       "data_type: TYPE_FP32 dims: [3] } ] } ] }",
+                       "sequence_batching: state 'i': initial_state 'z' needs zero_data or "
+                       "data_file"},
+        ValidationCase{"SequenceStateFileEscapes",
+                       "sequence_batching { state [ { input_name: \"i\" output_name: \"o\" "
+                       "data_type: TYPE_FP32 dims: [1] initial_state [ { name: \"z\" "
+                       "data_type: TYPE_FP32 dims: [1] data_file: \"../secret\" } ] } ] }",
+                       "sequence_batching: state 'i': initial_state 'z' data_file '../secret' "
+                       "must be a file name under the model's initial_state folder"},
+        ValidationCase{"SequenceStateNamedAsInput",
+                       "input [ { name: \"X\" data_type: TYPE_FP32 dims: [1] } ] "
+                       "sequence_batching { state [ { input_name: \"X\" output_name: "
+                       "\"o\" data_type: TYPE_FP32 dims: [1] } ] }",
+                       "sequence_batching: state input_name 'X' is already a model input, a "
+                       "control input or another state's input"},
+        ValidationCase{"SequenceStateDecoupled",
+                       "model_transaction_policy { decoupled: true } sequence_batching { state "
+                       "[ { input_name: \"i\" output_name: \"o\" data_type: TYPE_FP32 dims: "
+                       "[1] } ] }",
+                       "sequence_batching: implicit state on a decoupled model is not served "
+                       "(its state output may come after the sequence's next request has run)"},
+        ValidationCase{"SequenceSlotUtilization",
+                       "sequence_batching { direct { minimum_slot_utilization: 1.5 } }",
+                       "sequence_batching: direct.minimum_slot_utilization is 1.5; it must be in "
+                       "[0, 1]"},
+        ValidationCase{"SequenceOldestPreferred",
+                       "max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: "
+                       "[8] } }",
+                       "sequence_batching: oldest.preferred_batch_size 8 is outside [1, 4] "
+                       "(max_batch_size)"}),
     [](const ::testing::TestParamInfo<ValidationCase>& info) { return info.param.label; });
 
 TEST(ConfigParserTest, TritonsChecksAcceptWhatTheyShould) {
