@@ -230,15 +230,30 @@ Result<Tensor> BuildInput(const SampleErrors& errors, const config::ModelConfig&
 }  // namespace
 
 Result<std::vector<InferRequest>> BuildWarmupRequests(const config::ModelConfig& config,
-                                                      const config::ModelWarmup& sample,
+                                                      const config::ModelWarmup& given,
                                                       const std::filesystem::path& model_dir) {
   // Triton skips these too ("Skipping batch 0 warmup sample"); batch_size is unset in them.
-  if (sample.batch_size() == 0) return std::vector<InferRequest>{};
-  const SampleErrors errors(config, sample);
+  if (given.batch_size() == 0) return std::vector<InferRequest>{};
+  const SampleErrors errors(config, given);
+  const bool sequence = config.has_sequence_batching();
+  // A sequence model takes requests of batch 1, each a sequence of its own (START and END,
+  // kWarmupCorrelationId): its samples run as batch_size requests of one element. The
+  // control and state inputs a Triton sample may list are the sequence batcher's to fill, and
+  // are skipped here.
+  config::ModelWarmup sample = given;
+  if (sequence) {
+    sample.set_batch_size(1);
+    for (const auto& control : config.sequence_batching().control_input()) {
+      sample.mutable_inputs()->erase(control.name());
+    }
+    for (const auto& state : config.sequence_batching().state()) {
+      sample.mutable_inputs()->erase(state.input_name());
+    }
+  }
   const int32_t max_batch = config.max_batch_size();
-  if (max_batch > 0 && sample.batch_size() > static_cast<uint32_t>(max_batch)) {
+  if (max_batch > 0 && given.batch_size() > static_cast<uint32_t>(max_batch)) {
     return errors.Sample(fmt::format("batch_size {} exceeds max_batch_size {}",
-                                     sample.batch_size(), max_batch));
+                                     given.batch_size(), max_batch));
   }
 
   // Names in sorted order, so the error for a sample with several problems is stable (a map's
@@ -278,7 +293,19 @@ Result<std::vector<InferRequest>> BuildWarmupRequests(const config::ModelConfig&
 
   // A batching model takes the batch in one request; one without batching gets batch_size
   // copies (sharing their data).
-  const size_t n = max_batch > 0 ? 1 : sample.batch_size();
+  const size_t n = max_batch > 0 && !sequence ? 1 : given.batch_size();
+  if (sequence) {
+    request.flags = kRequestFlagSequenceStart | kRequestFlagSequenceEnd;
+    const auto& controls = config.sequence_batching().control_input();
+    const bool string_id = std::any_of(controls.begin(), controls.end(), [](const auto& c) {
+      return c.control_size() == 1 && c.control(0).data_type() == config::TYPE_STRING;
+    });
+    if (string_id) {
+      request.correlation_id_string = kWarmupCorrelationString;
+    } else {
+      request.correlation_id = kWarmupCorrelationId;
+    }
+  }
   return std::vector<InferRequest>(n, request);
 }
 

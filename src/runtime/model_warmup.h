@@ -62,6 +62,12 @@
 
 namespace vramd::runtime {
 
+// The correlation ID of a sequence model's warmup requests (each one a sequence of its own,
+// START and END): integer, or string for a model whose CORRID control is TYPE_STRING. Warmup
+// runs before the version takes requests, so no client's sequence can share it.
+inline constexpr uint64_t kWarmupCorrelationId = 1ull << 63;
+inline constexpr const char* kWarmupCorrelationString = "vramd-warmup";
+
 // Largest data one warmup input may have (after batch duplication).
 inline constexpr size_t kMaxWarmupTensorBytes = size_t{1} << 30;
 

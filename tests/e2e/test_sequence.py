@@ -71,7 +71,14 @@ sequence_batching {{
   }} ]
   {strategy}
 }}
+{warmup}
 '''
+
+# A warmup sample as Triton users write them for sequence models, control input included: each
+# element runs as a sequence of its own through the sequence batcher before the model is READY.
+WARMUP = '''model_warmup [ {{ name: "w" batch_size: 2
+  inputs {{ key: "INPUT" value {{ data_type: TYPE_FP32 dims: [ 1 ] zero_data: true }} }}
+  inputs {{ key: "START" value {{ data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }} }} }} ]'''
 
 # Oldest strategy, string correlation IDs, a model that keeps no state of its own: it answers
 # INPUT * 2 and the ID it was told, and records the order it saw requests in per ID.
@@ -122,10 +129,11 @@ def write_model(repo, name, config, source):
 def server(start_server, tmp_path_factory):
     repo = tmp_path_factory.mktemp("sequence-repo")
     models = {
-        "seq_direct": dict(instances=2, idle_us=30000000, strategy=""),
-        "seq_idle": dict(instances=1, idle_us=300000, strategy=""),
+        "seq_direct": dict(instances=2, idle_us=30000000, strategy="", warmup=""),
+        "seq_idle": dict(instances=1, idle_us=300000, strategy="", warmup=""),
         "seq_acc_oldest": dict(instances=1, idle_us=30000000,
-                               strategy="oldest { max_candidate_sequences: 4 }"),
+                               strategy="oldest { max_candidate_sequences: 4 }",
+                               warmup=WARMUP.replace("{{", "{").replace("}}", "}")),
     }
     for name, params in models.items():
         write_model(repo, name, ACCUMULATE_CONFIG.format(name=name, **params), ACCUMULATE)
@@ -275,6 +283,9 @@ def test_oldest_strategy_batches_requests_of_different_sequences(server):
     for out in results:
         assert [o["OUTPUT"][0] for o in out] == [100.0, 101.0, 103.0]
     assert sequence_owners(c, "seq_acc_oldest") == {}
+    # The warmup's two sequences ran before any of these, and left nothing behind.
+    stats = c.get("/v2/models/seq_acc_oldest/stats").json()["model_stats"][0]
+    assert stats["inference_count"] == 2 + 4 * 3, stats
 
 
 def test_an_idle_sequence_is_released_with_its_state_and_reported(server):
@@ -296,7 +307,7 @@ def test_an_idle_sequence_is_released_with_its_state_and_reported(server):
 def test_unloading_a_model_with_live_sequences_leaves_no_owner_and_no_leak(start_server, tmp_path):
     repo = tmp_path / "repo"
     write_model(repo, "seq_unload", ACCUMULATE_CONFIG.format(
-        name="seq_unload", instances=1, idle_us=30000000, strategy=""), ACCUMULATE)
+        name="seq_unload", instances=1, idle_us=30000000, strategy="", warmup=""), ACCUMULATE)
     (repo / "seq_unload" / "initial_state").mkdir()
     (repo / "seq_unload" / "initial_state" / "hundred").write_bytes(struct.pack("<f", 1.0))
     s = start_server([repo], BACKENDS + ["--model-control-mode", "explicit",

@@ -119,6 +119,27 @@ TEST(BuildWarmupRequestsTest, ZeroDataFp32TakesTheBatchDimension) {
   EXPECT_EQ(Values<float>(r.inputs[0]), std::vector<float>(6, 0.0f));
 }
 
+TEST(BuildWarmupRequestsTest, ASequenceModelRunsEachBatchElementAsASequenceOfItsOwn) {
+  ModelDir dir;
+  // As Triton samples for sequence models do, the sample lists the control input too.
+  const std::string sample =
+      "model_warmup [ { name: \"seq\" batch_size: 3 inputs { key: \"INPUT0\" value { "
+      "data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } inputs { key: \"START\" value { "
+      "data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]\n"
+      "sequence_batching { control_input [ { name: \"START\" control [ { kind: "
+      "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ] }\n";
+  auto c = Config(IdentityConfig(4, "TYPE_FP32", "[ 2 ]", sample));
+  auto requests = BuildFirst(c, dir.path());
+  ASSERT_TRUE(requests.ok()) << requests.status().ToString();
+  ASSERT_EQ(requests->size(), 3u);  // the sequence batcher takes batch 1 only
+  for (const InferRequest& r : *requests) {
+    ASSERT_EQ(r.inputs.size(), 1u);  // START is the batcher's to fill
+    EXPECT_EQ(r.inputs[0].shape, (Shape{1, 2}));
+    EXPECT_EQ(r.flags, kRequestFlagSequenceStart | kRequestFlagSequenceEnd);
+    EXPECT_EQ(r.correlation_id, kWarmupCorrelationId);
+  }
+}
+
 TEST(BuildWarmupRequestsTest, ZeroDataBytesIsEmptyStrings) {
   ModelDir dir;
   auto c = Config(IdentityConfig(0, "TYPE_STRING", "[ 2 ]",
