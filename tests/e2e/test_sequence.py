@@ -367,3 +367,60 @@ def test_direct_on_a_joined_batch_keeps_slots_with_uncounted_null_requests(start
     assert stats["inference_count"] == 3, stats
     assert stats["execution_count"] == 2, stats
     assert stats["inference_stats"]["success"]["count"] == 3, stats
+
+
+def grpc_stub(server):
+    """The gRPC stub for `server`, or a skip naming what is missing."""
+    import os
+    import pathlib
+    import sys
+    from e2e_helpers import VRAMD_BIN
+    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
+    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
+                           or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
+    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
+        pytest.skip("no generated gRPC stubs at %s" % grpc_py)
+    sys.path.insert(0, str(grpc_py))
+    from server.grpc import grpc_service_pb2 as pb
+    from server.grpc import grpc_service_pb2_grpc as pb_grpc
+    channel = grpc.insecure_channel("127.0.0.1:%d" % server.grpc_port())
+    grpc.channel_ready_future(channel).result(timeout=30)
+    return grpc, pb, pb_grpc.GRPCInferenceServiceStub(channel)
+
+
+def test_sequences_over_grpc_infer_and_stream(server):
+    # As tritonclient.grpc sends them: sequence_id / sequence_start / sequence_end parameters,
+    # through ModelInfer and through one ModelStreamInfer stream (the sequence stream example).
+    grpc, pb, stub = grpc_stub(server)
+
+    def request(seq_id, value, start=False, end=False):
+        r = pb.ModelInferRequest(model_name="seq_direct", id="%s:%s" % (seq_id, value))
+        if isinstance(seq_id, str):
+            r.parameters["sequence_id"].string_param = seq_id
+        else:
+            r.parameters["sequence_id"].int64_param = seq_id
+        r.parameters["sequence_start"].bool_param = start
+        r.parameters["sequence_end"].bool_param = end
+        r.inputs.add(name="INPUT", datatype="FP32", shape=[1, 1])
+        r.raw_input_contents.append(np.array([[value]], np.float32).tobytes())
+        r.outputs.add(name="OUTPUT")
+        return r
+
+    def value(response):
+        return float(np.frombuffer(response.raw_output_contents[0], np.float32)[0])
+
+    assert value(stub.ModelInfer(request(31, 1.0, start=True), timeout=30)) == 101.0
+    assert value(stub.ModelInfer(request(31, 2.0, end=True), timeout=30)) == 103.0
+    # Two sequences interleaved on one stream, each keeping its own state.
+    sends = [request(41, 1.0, start=True), request(42, 10.0, start=True), request(41, 2.0),
+             request(42, 20.0), request(41, 3.0, end=True), request(42, 30.0, end=True)]
+    got = list(stub.ModelStreamInfer(iter(sends), timeout=60))
+    assert all(not g.error_message for g in got), [g.error_message for g in got]
+    # Answers come as they finish: the two sequences' may interleave either way.
+    answers = {g.infer_response.id: value(g.infer_response) for g in got}
+    assert answers == {"41:1.0": 101.0, "41:2.0": 103.0, "41:3.0": 106.0,
+                       "42:10.0": 110.0, "42:20.0": 130.0, "42:30.0": 160.0}
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(request(43, 1.0), timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "must specify the START flag" in e.value.details()
