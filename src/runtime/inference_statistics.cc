@@ -63,6 +63,14 @@ void InferenceStatistics::RecordExecution(uint64_t batch_size, uint64_t compute_
   stat.compute_output.ns += compute_output_ns;
 }
 
+void InferenceStatistics::AddLiveSequences(int64_t delta) {
+  live_sequences_.fetch_add(delta, std::memory_order_relaxed);
+}
+
+void InferenceStatistics::RecordSequenceIdleRelease() {
+  sequence_idle_releases_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void InferenceStatistics::AddPending(int64_t delta) {
   pending_.fetch_add(delta, std::memory_order_relaxed);
 }
@@ -82,6 +90,8 @@ InferenceStatsSnapshot InferenceStatistics::Snapshot() const {
     s.fail_by_reason[i] = fail_by_reason_[i].load(std::memory_order_relaxed);
   }
   s.pending = pending_.load(std::memory_order_relaxed);
+  s.live_sequences = live_sequences_.load(std::memory_order_relaxed);
+  s.sequence_idle_releases = sequence_idle_releases_.load(std::memory_order_relaxed);
   MutexLock lock(batch_mu_);
   s.batch_stats.reserve(batch_stats_.size());
   for (const auto& [size, stat] : batch_stats_) s.batch_stats.push_back(stat);

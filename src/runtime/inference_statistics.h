@@ -55,6 +55,10 @@ struct InferenceStatsSnapshot {
   uint64_t fail_by_reason[4] = {0, 0, 0, 0};  // indexed by FailureReason
   int64_t pending = 0;
   std::vector<BatchStat> batch_stats;  // ascending batch size
+  // Sequence models (runtime/sequence_batcher.h): sequences holding a slot or waiting for one,
+  // and those released for idling past max_sequence_idle_microseconds.
+  int64_t live_sequences = 0;
+  uint64_t sequence_idle_releases = 0;
 };
 
 class InferenceStatistics {
@@ -68,6 +72,8 @@ class InferenceStatistics {
   void RecordExecution(uint64_t batch_size, uint64_t compute_input_ns, uint64_t compute_infer_ns,
                        uint64_t compute_output_ns) EXCLUDES(batch_mu_);
   void AddPending(int64_t delta);
+  void AddLiveSequences(int64_t delta);
+  void RecordSequenceIdleRelease();
 
   InferenceStatsSnapshot Snapshot() const EXCLUDES(batch_mu_);
 
@@ -90,6 +96,8 @@ class InferenceStatistics {
   AtomicDuration success_, fail_, queue_, compute_input_, compute_infer_, compute_output_;
   std::atomic<uint64_t> fail_by_reason_[4] = {};
   std::atomic<int64_t> pending_{0};
+  std::atomic<int64_t> live_sequences_{0};
+  std::atomic<uint64_t> sequence_idle_releases_{0};
   mutable Mutex batch_mu_;
   std::map<uint64_t, BatchStat> batch_stats_ GUARDED_BY(batch_mu_);
 };

@@ -199,6 +199,7 @@ std::optional<QueuedRequest> SequenceBatcher::SubmitOrReturn(QueuedRequest reque
     seq->correlation_id = r.correlation_id;
     seq->correlation_id_string = r.correlation_id_string;
     it = sequences_.emplace(seq->key, std::move(seq)).first;
+    stats_->AddLiveSequences(1);
     Place(it->second.get());
   }
   Sequence* seq = it->second.get();
@@ -253,6 +254,7 @@ void SequenceBatcher::Sweep(size_t index, SchedulerClock::time_point now,
     } else if (now - seq->last_active >= options_.idle_timeout) {
       why = Released::Why::kIdle;
       ++idle_timeouts_;
+      stats_->RecordSequenceIdleRelease();
     } else if (stopping_) {
       why = Released::Why::kUnload;
     } else {
@@ -260,6 +262,7 @@ void SequenceBatcher::Sweep(size_t index, SchedulerClock::time_point now,
     }
     slots_[index][slot] = nullptr;
     auto node = sequences_.extract(seq->key);
+    stats_->AddLiveSequences(-1);
     released->push_back({std::move(node.mapped()), why});
     if (!backlog_.empty()) {
       Sequence* next = backlog_.front();

@@ -26,6 +26,7 @@ struct VersionStatistics {
   std::string model;
   int64_t version = 0;
   InferenceStatsSnapshot stats;
+  bool sequences = false;  // a sequence model (config sequence_batching)
 };
 
 // A snapshot of each version, in the given order. REQUIRES: no element is null.
@@ -34,7 +35,8 @@ inline std::vector<VersionStatistics> SnapshotVersions(
   std::vector<VersionStatistics> out;
   out.reserve(versions.size());
   for (const auto& v : versions) {
-    out.push_back({v->name(), v->version(), v->statistics().Snapshot()});
+    out.push_back({v->name(), v->version(), v->statistics().Snapshot(),
+                   v->config().has_sequence_batching()});
   }
   return out;
 }

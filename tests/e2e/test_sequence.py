@@ -288,9 +288,22 @@ def test_oldest_strategy_batches_requests_of_different_sequences(server):
     assert stats["inference_count"] == 2 + 4 * 3, stats
 
 
+def metrics_text(server):
+    import re
+    import urllib.request
+    m = re.search(r"metrics listening on [^ ]+:(\d+)", server.stderr_text())
+    assert m, "no 'metrics listening on' line in the log"
+    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(1), timeout=10) as r:
+        return r.read().decode()
+
+
 def test_an_idle_sequence_is_released_with_its_state_and_reported(server):
     c = server.client()
     step(c, "seq_idle", 7, 1.0, start=True)
+    text = metrics_text(server)
+    assert 'vramd_sequences_live{model="seq_idle",version="1"} 1' in text, text[-2000:]
+    assert 'vramd_sequence_idle_releases_total{model="seq_idle",version="1"} 0' in text
+    assert 'vramd_sequences_live{model="seq_oldest"' in text
     owners = sequence_owners(c, "seq_idle")
     assert list(owners) == ["sequence:sequence 7"], owners
     assert owners["sequence:sequence 7"]["live_bytes"] == 4  # one FP32 of state
@@ -302,6 +315,9 @@ def test_an_idle_sequence_is_released_with_its_state_and_reported(server):
              what="the idle-out warning")
     report = c.get("/v2/memory").json()
     assert report["leaks"] == [], report["leaks"]
+    text = metrics_text(server)
+    assert 'vramd_sequences_live{model="seq_idle",version="1"} 0' in text
+    assert 'vramd_sequence_idle_releases_total{model="seq_idle",version="1"} 1' in text
 
 
 def test_unloading_a_model_with_live_sequences_leaves_no_owner_and_no_leak(start_server, tmp_path):

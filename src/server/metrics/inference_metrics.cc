@@ -48,6 +48,17 @@ constexpr VersionFamily kCountFamilies[] = {
      [](const InferenceStatsSnapshot& s) { return int64_t(s.pending); }},
 };
 
+// vramd's own, for sequence models only (docs/sequences.md).
+constexpr VersionFamily kSequenceFamilies[] = {
+    {"vramd_sequences_live",
+     "Sequences started and not yet released (holding a slot or waiting for one)", kGauge,
+     [](const InferenceStatsSnapshot& s) { return s.live_sequences; }},
+    {"vramd_sequence_idle_releases_total",
+     "Sequences released, with their implicit state, for idling past "
+     "max_sequence_idle_microseconds",
+     kCounter, [](const InferenceStatsSnapshot& s) { return int64_t(s.sequence_idle_releases); }},
+};
+
 constexpr FailureReason kReasons[] = {FailureReason::kRejected, FailureReason::kCanceled,
                                       FailureReason::kBackend, FailureReason::kOther};
 
@@ -78,6 +89,16 @@ void AppendInferenceMetrics(const std::vector<runtime::VersionStatistics>& versi
   for (const VersionFamily& family : kCountFamilies) {
     out.Family(family.name, family.help, family.type);
     for (size_t i = 0; i < versions.size(); ++i) {
+      out.Sample({{"model", versions[i].model}, {"version", version_text[i]}},
+                 family.value(versions[i].stats));
+    }
+  }
+  for (const VersionFamily& family : kSequenceFamilies) {
+    bool started = false;
+    for (size_t i = 0; i < versions.size(); ++i) {
+      if (!versions[i].sequences) continue;
+      if (!started) out.Family(family.name, family.help, family.type);
+      started = true;
       out.Sample({{"model", versions[i].model}, {"version", version_text[i]}},
                  family.value(versions[i].stats));
     }
