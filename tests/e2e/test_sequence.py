@@ -119,6 +119,19 @@ sequence_batching {
 '''
 
 
+# A sequence through an ensemble reaches its stateful step with the client's ID and flags.
+ENSEMBLE_CONFIG = '''name: "seq_ensemble"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "seq_direct" model_version: -1
+    input_map { key: "INPUT" value: "IN" } output_map { key: "OUTPUT" value: "OUT" } }
+] }
+'''
+
+
 def write_model(repo, name, config, source):
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "config.pbtxt").write_text(config)
@@ -140,8 +153,10 @@ def server(start_server, tmp_path_factory):
         (repo / name / "initial_state").mkdir()
         (repo / name / "initial_state" / "hundred").write_bytes(struct.pack("<f", 100.0))
     write_model(repo, "seq_oldest", DOUBLE_CONFIG, DOUBLE)
+    (repo / "seq_ensemble" / "1").mkdir(parents=True)
+    (repo / "seq_ensemble" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     return start_server([repo], BACKENDS, name="sequence",
-                        ready_models=list(models) + ["seq_oldest"])
+                        ready_models=list(models) + ["seq_oldest", "seq_ensemble"])
 
 
 def step(c, model, seq_id, value, start=False, end=False, expect=200, extra_params=None):
@@ -187,6 +202,21 @@ def test_a_sequence_accumulates_its_implicit_state_from_the_initial_state(server
     assert last["OUTPUT"] == [110.0] and last["CONTROLS"] == [0, 1, 1]
     # Ended: the ID may start again, from the initial state.
     assert outputs(step(c, "seq_direct", 11, 5.0, start=True, end=True))["OUTPUT"] == [105.0]
+
+
+def test_a_sequence_through_an_ensemble_keeps_its_steps_state(server):
+    c = server.client()
+    got = []
+    for i, value in enumerate((1.0, 2.0, 3.0)):
+        r = c.infer_raw("seq_ensemble", [Input("IN", "FP32", np.array([[value]], np.float32))],
+                        parameters={"sequence_id": 13, "sequence_start": i == 0,
+                                    "sequence_end": i == 2})
+        assert r.status == 200, r.body[:300]
+        got.append(outputs(r)["OUT"][0])
+    assert got == [101.0, 103.0, 106.0]
+    r = c.infer_raw("seq_ensemble", [Input("IN", "FP32", np.array([[1.0]], np.float32))])
+    assert r.status == 400
+    assert "must specify a non-zero or non-empty correlation ID" in r.error_message()
 
 
 def test_a_client_that_names_its_outputs_still_keeps_the_state(server):

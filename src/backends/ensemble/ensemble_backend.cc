@@ -34,6 +34,10 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
         responder_(std::move(responder)),
         cancel_(request.cancel),
         request_id_(request.id),
+        parameters_(request.parameters),
+        flags_(request.flags),
+        correlation_id_(request.correlation_id),
+        correlation_id_string_(request.correlation_id_string),
         waits_(shared_->graph.waits()),
         unfinished_(shared_->graph.steps().size()) {
     for (const Tensor& input : request.inputs) tensors_[input.name] = input;
@@ -51,6 +55,12 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
     request->model_name = step.model;
     request->model_version = step.version;
     request->cancel = cancel_;
+    // A sequence through an ensemble is a sequence for each of its steps (a stateful step model
+    // sees the client's correlation ID and start / end), as in Triton.
+    request->parameters = parameters_;
+    request->flags = flags_;
+    request->correlation_id = correlation_id_;
+    request->correlation_id_string = correlation_id_string_;
     request->output_gpu = kAnyGpu;
     request->binary_data_output = true;
     {
@@ -132,6 +142,10 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
   const std::shared_ptr<Responder> responder_;
   const std::shared_ptr<CancelFlag> cancel_;
   const std::string request_id_;
+  const std::vector<InferParameter> parameters_;
+  const uint32_t flags_;
+  const uint64_t correlation_id_;
+  const std::string correlation_id_string_;
   std::mutex mu_;
   std::map<std::string, Tensor> tensors_;  // the ensemble's tensors made so far
   std::vector<size_t> waits_;
