@@ -14,18 +14,18 @@
 namespace vramd::runtime {
 namespace {
 
-uint64_t NsSince(SchedulerClock::time_point start) {
+uint64_t ElapsedNs(SchedulerClock::time_point start) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(SchedulerClock::now() - start).count());
 }
 
 bool IsString(const InferRequest& r) { return !r.correlation_id_string.empty(); }
 
-std::string Key(const InferRequest& r) {
+std::string SequenceKey(const InferRequest& r) {
   return IsString(r) ? "'" + r.correlation_id_string : fmt::format("#{}", r.correlation_id);
 }
 
-std::string Label(const InferRequest& r) {
+std::string SequenceLabel(const InferRequest& r) {
   return IsString(r) ? fmt::format("'{}'", r.correlation_id_string)
                      : std::to_string(r.correlation_id);
 }
@@ -150,7 +150,7 @@ Status SequenceBatcher::CheckRequest(const QueuedRequest& queued) const {
       return Status::InvalidArgument(fmt::format(
           "inference request for sequence {} to model '{}' has a {} correlation ID, but the "
           "model's CORRID control '{}' is {}",
-          Label(r), options_.model_name, IsString(r) ? "string" : "integer",
+          SequenceLabel(r), options_.model_name, IsString(r) ? "string" : "integer",
           controls_.correlation_input(), DataTypeConfigName(*type)));
     }
   }
@@ -159,7 +159,7 @@ Status SequenceBatcher::CheckRequest(const QueuedRequest& queued) const {
 
 void SequenceBatcher::Fail(QueuedRequest queued, const Status& status,
                            FailureReason reason) const {
-  stats_->RecordFailure(NsSince(queued.arrival), reason);
+  stats_->RecordFailure(ElapsedNs(queued.arrival), reason);
   queued.done(status);
 }
 
@@ -180,7 +180,7 @@ std::optional<QueuedRequest> SequenceBatcher::SubmitOrReturn(QueuedRequest reque
   const InferRequest& r = *request.request;
   MutexLock lock(mu_);
   if (stopping_) return request;
-  auto it = sequences_.find(Key(r));
+  auto it = sequences_.find(SequenceKey(r));
   if (it == sequences_.end()) {
     if (!HasFlag(request, kRequestFlagSequenceStart)) {
       lock.Unlock();
@@ -188,13 +188,13 @@ std::optional<QueuedRequest> SequenceBatcher::SubmitOrReturn(QueuedRequest reque
            Status::InvalidArgument(fmt::format(
                "inference request for sequence {} to model '{}' must specify the START flag on "
                "the first request of the sequence",
-               Label(r), options_.model_name)),
+               SequenceLabel(r), options_.model_name)),
            FailureReason::kOther);
       return std::nullopt;
     }
     auto seq = std::make_unique<Sequence>();
-    seq->key = Key(r);
-    seq->label = Label(r);
+    seq->key = SequenceKey(r);
+    seq->label = SequenceLabel(r);
     seq->string_id = IsString(r);
     seq->correlation_id = r.correlation_id;
     seq->correlation_id_string = r.correlation_id_string;
