@@ -15,8 +15,9 @@
 //
 // Loading checks the graph and then each step against the config its model serves with, which
 // must therefore be loaded first (the model manager loads ensembles after other models, and in
-// explicit mode loads an ensemble's step models with it). Decoupled step models are refused at
-// load for now.
+// explicit mode loads an ensemble's step models with it). A decoupled step model needs a
+// decoupled ensemble; each of its responses is carried through the steps after it on its own
+// and answered as one response of the ensemble (EnsembleRun in the .cc says how).
 #pragma once
 
 #include "backends/backend.h"
