@@ -275,6 +275,41 @@ parameters [ {{ key: "VRAMD_PYTHON_HOSTING" value: {{ string_value: "{hosting}" 
 '''
 
 
+# A stateful model on the GPU (issue 16, sequence batching): implicit state kept by the server
+# between the requests of a sequence, the model computing on cuda:0 with torch and returning its
+# state output as a cuda tensor (docs/sequences.md: the state comes to the host between requests).
+SEQ_CONFIG = '''name: "py_torch_seq"
+backend: "python"
+max_batch_size: 4
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]
+sequence_batching {
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+  state [ { input_name: "S_IN" output_name: "S_OUT" data_type: TYPE_FP32 dims: [ 4 ]
+            initial_state [ { name: "zeros" data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } ] } ]
+}
+'''
+
+SEQ_MODEL = '''import torch
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = torch.from_numpy(pb_utils.get_input_tensor_by_name(request, "X").as_numpy()).cuda()
+            s = torch.from_numpy(pb_utils.get_input_tensor_by_name(request, "S_IN").as_numpy()).cuda()
+            total = (s + x).contiguous()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor.from_dlpack("Y", torch.utils.dlpack.to_dlpack(total)),
+                pb_utils.Tensor.from_dlpack("S_OUT", torch.utils.dlpack.to_dlpack(total.clone())),
+            ]))
+        return responses
+'''
+
+
 def write(repo, name, config, model):
     os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
     with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
@@ -411,6 +446,7 @@ def main():
                                                           hosting="in_process"), GPU_CALLER_MODEL)
     write(repo, "py_gpu_caller_stub", GPU_CALLER_CONFIG.format(name="py_gpu_caller_stub",
                                                                hosting="stub"), GPU_CALLER_MODEL)
+    write(repo, "py_torch_seq", SEQ_CONFIG, SEQ_MODEL)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, 1024, generator=g).cuda()
     x = np.random.default_rng(1).standard_normal((3, 1024)).astype(np.float32)
@@ -420,7 +456,8 @@ def main():
     try:
         for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_off",
                   "py_numpy_leaky", "py_torch_stub", "py_bls_gpu", "py_bls_gpu_stub",
-                  "py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller", "py_gpu_caller_stub"):
+                  "py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller", "py_gpu_caller_stub",
+                  "py_torch_seq"):
             status, body = server.call("POST", "/v2/repository/models/%s/load" % m)
             if not check(status == 200, "load %s (%s)" % (m, body)):
                 print(server.text()[-4000:])
@@ -702,6 +739,36 @@ def main():
             if u.get("device") == "cuda:0":
                 say("FIGURE", "python_gpu_check_unattributed_cuda0 %s bytes" % u.get("bytes"))
         check(server.proc.poll() is None, "the server is still up")
+        # Sequences on the GPU: the state accumulates, is charged to the sequence, and goes
+        # with its end.
+        def seq_step(value, start=False, end=False):
+            body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 4],
+                                "data": [value] * 4}],
+                    "parameters": {"sequence_id": 77, "sequence_start": start,
+                                   "sequence_end": end}}
+            status, r = server.call("POST", "/v2/models/py_torch_seq/infer", body)
+            if status != 200:
+                raise RuntimeError("py_torch_seq: HTTP %d %s" % (status, r))
+            return {o["name"]: o["data"] for o in r["outputs"]}
+        got = [seq_step(1.0, start=True)["Y"][0], seq_step(2.0)["Y"][0]]
+        owners = [n for n in walk(server.memory()["owners"])
+                  if n.get("kind") == "sequence" and "/model:py_torch_seq/" in n["path"]]
+        check(len(owners) == 1 and owners[0]["live_bytes"] == 16,
+              "py_torch_seq: the live sequence is a ledger owner holding its 16-byte state: %s"
+              % [(n["path"], n["live_bytes"]) for n in owners])
+        last = seq_step(3.0, end=True)
+        got.append(last["Y"][0])
+        check(got == [1.0, 3.0, 6.0] and "S_OUT" not in last,
+              "py_torch_seq: a KIND_GPU torch model's implicit state accumulates over its "
+              "sequence, and the state output stays the server's: %s" % got)
+        deadline = time.time() + 10
+        while time.time() < deadline and any(
+                n.get("kind") == "sequence" for n in walk(server.memory()["owners"])):
+            time.sleep(0.05)
+        report = server.memory()
+        check(not any(n.get("kind") == "sequence" for n in walk(report["owners"]))
+              and not leaks_of(report, "py_torch_seq"),
+              "py_torch_seq: the ended sequence's owner is closed, with no leak")
     finally:
         code = server.stop()
         if FAILED:
