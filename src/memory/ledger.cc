@@ -208,6 +208,7 @@ class Ledger::Impl {
                         const void* caller) EXCLUDES(tree_mu_);
   OwnerId RecordFree(const void* ptr) EXCLUDES(tree_mu_);
   Status Recharge(const void* ptr, OwnerId owner) EXCLUDES(tree_mu_);
+  bool Knows(const void* ptr);
   Result<OwnerStats> Stats(OwnerId owner) const;
   Result<int64_t> SubtreeLiveBytes(OwnerId owner) const EXCLUDES(tree_mu_);
   std::string OwnerPath(OwnerId owner) const EXCLUDES(tree_mu_);
@@ -523,6 +524,14 @@ OwnerId Ledger::Impl::RecordFree(const void* ptr) {
   return Release(entry.mapped());
 }
 
+bool Ledger::Impl::Knows(const void* ptr) {
+  if (ptr == nullptr) return false;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  RecordShard& shard = RecordShardFor(address);
+  MutexLock lock(shard.mu);
+  return shard.records.count(address) != 0;
+}
+
 Status Ledger::Impl::Recharge(const void* ptr, OwnerId owner) {
   if (ptr == nullptr) return Status::NotFound("recharge of a null pointer");
   const auto address = reinterpret_cast<uintptr_t>(ptr);
@@ -735,6 +744,7 @@ __attribute__((noinline)) void Ledger::RecordAllocation(const void* ptr, size_t 
 }
 OwnerId Ledger::RecordFree(const void* ptr) { return impl_->RecordFree(ptr); }
 Status Ledger::Recharge(const void* ptr, OwnerId owner) { return impl_->Recharge(ptr, owner); }
+bool Ledger::Knows(const void* ptr) const { return impl_->Knows(ptr); }
 Result<OwnerStats> Ledger::Stats(OwnerId owner) const { return impl_->Stats(owner); }
 Result<int64_t> Ledger::SubtreeLiveBytes(OwnerId owner) const {
   return impl_->SubtreeLiveBytes(owner);

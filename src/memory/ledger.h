@@ -121,6 +121,8 @@ class Ledger {
   // in a model shared by instances, made while one instance ran. The new owner's live and peak
   // bytes grow, not its totals (no allocation was made). NotFound when `ptr` is not live.
   Status Recharge(const void* ptr, OwnerId owner);
+  // Whether a live allocation starts at `ptr`: what Recharge can move.
+  bool Knows(const void* ptr) const;
 
   // Self figures; NotFound for an owner that never existed or has been dropped (a closed owner
   // that still holds leaks is found).

@@ -7,6 +7,7 @@ ensemble's steps with it, and every ensemble error at load named."""
 import concurrent.futures
 import json
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -247,3 +248,70 @@ def test_an_ensemble_added_with_its_steps_in_one_poll_loads_after_them(start_ser
         "/v2/repository/index", b"{}").body
     x = np.ones((1, 16), dtype=np.float32)
     np.testing.assert_array_equal(run_diamond(c, x).outputs["SUM"], 2 * x)
+
+
+MEM_STEP = '''name: "{name}"
+backend: "identity"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+parameters {{ key: "execute_delay_us" value: {{ string_value: "{delay_us}" }} }}
+'''
+
+MEM_ENSEMBLE = '''name: "ens_mem"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "mem_a" model_version: -1
+    input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "mid" } },
+  { model_name: "mem_slow" model_version: -1
+    input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "OUT" } }
+] }
+'''
+
+
+def test_intermediate_tensors_are_charged_to_the_ensemble_request(start_server, tmp_path):
+    # A 4 MiB tensor made by the first step (pooled host memory, in the ledger) belongs to the
+    # ensemble's request while the second step runs on it, not to the first step's request,
+    # which has answered; when the request is done nothing is left and nothing leaked.
+    repo = tmp_path / "repo"
+    write(repo, "mem_a", MEM_STEP.format(name="mem_a", delay_us=0))
+    write(repo, "mem_slow", MEM_STEP.format(name="mem_slow", delay_us=800000))
+    write(repo, "ens_mem", MEM_ENSEMBLE)
+    s = start_server([repo], [], name="ensemble_memory",
+                     ready_models=["mem_a", "mem_slow", "ens_mem"])
+    x = np.arange(1 << 20, dtype=np.float32)
+
+    def walk(node):
+        yield node
+        for child in node.get("children", []):
+            yield from walk(child)
+
+    def request_owners(report):
+        return {n["path"]: n["live_bytes"] for n in walk(report["owners"])
+                if n["kind"] == "request"}
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(lambda: s.client().infer("ens_mem", [Input("IN", "FP32", x)],
+                                                       request_id="big"))
+        c = s.client()
+        seen = {}
+        deadline = time.monotonic() + 10
+        while not running.done() and time.monotonic() < deadline:
+            owners = request_owners(c.get("/v2/memory").json())
+            if any("/model:ens_mem/" in p for p in owners):
+                seen = owners
+                break
+        result = running.result(timeout=30)
+    assert np.array_equal(result.outputs["OUT"], x)
+    ensemble = {p: b for p, b in seen.items() if "/model:ens_mem/" in p}
+    assert len(ensemble) == 1, seen
+    path, held = next(iter(ensemble.items()))
+    assert path.endswith("/request:big") and held >= x.nbytes, seen
+    # The first step's request may still be open (its answer is in use), holding nothing.
+    assert all(b == 0 for p, b in seen.items() if "/model:mem_a/" in p), seen
+    report = c.get("/v2/memory").json()
+    assert request_owners(report) == {}, request_owners(report)
+    assert report["leaks"] == [] and report["leaked_bytes_total"] == 0

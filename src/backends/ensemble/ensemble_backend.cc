@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,8 @@
 
 #include "backends/ensemble/ensemble_graph.h"
 #include "backends/server_services.h"
+#include "memory/allocator.h"
+#include "memory/ledger.h"
 
 namespace vramd::backends {
 namespace {
@@ -27,6 +30,16 @@ struct EnsembleShared {
   std::vector<bool> step_decoupled;  // by step: its model was decoupled when the ensemble loaded
   // after[d][s]: step s reads, directly or through other steps, what step d writes.
   std::vector<std::vector<bool>> after;
+  memory::Ledger* ledger = nullptr;  // null: intermediate tensors stay where their steps made them
+};
+
+// The ledger owner of one ensemble request's tensors: what its steps made, moved there from
+// the step requests that allocated them. Each tensor charged to it holds it, so it closes after
+// the last of them is freed (intermediate tensors may outlive the answer by a moment: a step's
+// request lets go of its inputs after it has answered), and never reports them as leaks.
+struct RunOwner {
+  memory::LazyOwner owner;
+  ~RunOwner() { owner.Close(); }  // leaks are filed and logged by the ledger's callback
 };
 
 // after[d][s] for every pair of steps, from the graph's edges.
@@ -59,8 +72,9 @@ std::vector<std::vector<bool>> Reachable(const EnsembleGraph& graph) {
 class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
  public:
   EnsembleRun(std::shared_ptr<const EnsembleShared> shared, const InferRequest& request,
-              std::shared_ptr<Responder> responder)
+              std::shared_ptr<Responder> responder, memory::OwnerId instance_owner)
       : shared_(std::move(shared)),
+        instance_owner_(instance_owner),
         responder_(std::move(responder)),
         cancel_(request.cancel),
         request_id_(request.id),
@@ -175,6 +189,7 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
           lock.unlock();
           return Answer(std::move(missing), /*final=*/true);
         }
+        for (auto& [name, tensor] : made) ChargeToRun(&tensor);
         Line* target = line;
         if (decoupled) {
           auto fork = std::make_unique<Line>();
@@ -226,6 +241,30 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
       answered->push_back(line);
     }
     for (Line* child : line->children) Apply(child, producer, made, launch, answers, answered);
+  }
+
+  // Moves `tensor`'s charge from the step request that made it to this request's RunOwner
+  // (when the ledger knows its bytes: pooled host memory and every GPU buffer), so the
+  // ensemble's request holds its intermediate tensors in /v2/memory, as Triton's ensemble
+  // request holds them.
+  void ChargeToRun(Tensor* tensor) {
+    memory::Ledger* ledger = shared_->ledger;
+    const std::byte* data = tensor->data.data();
+    if (ledger == nullptr || tensor->data.empty() || !ledger->Knows(data)) return;
+    if (run_owner_ == nullptr) {
+      run_owner_ = std::make_shared<RunOwner>();
+      run_owner_->owner = memory::LazyOwner(
+          ledger, instance_owner_, memory::OwnerKind::kRequest,
+          request_id_.empty() ? fmt::format("ensemble#{}", ++unnamed_runs_) : request_id_);
+    }
+    if (!ledger->Recharge(data, run_owner_->owner.Open()).ok()) return;  // freed meanwhile
+    struct Held {
+      std::shared_ptr<RunOwner> owner;  // first: closed after the bytes go
+      SharedBuffer data;
+    };
+    const size_t size = tensor->data.size();
+    auto held = std::make_shared<Held>(Held{run_owner_, std::move(tensor->data)});
+    tensor->data = SharedBuffer::View(std::move(held), data, size);
   }
 
   bool HasEveryOutput(const Line& line) const {
@@ -284,7 +323,10 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
     static_cast<void>(sent);  // refused only past the final flag, which done_ rules out
   }
 
+  static inline std::atomic<uint64_t> unnamed_runs_{0};
+
   const std::shared_ptr<const EnsembleShared> shared_;
+  const memory::OwnerId instance_owner_;
   const std::shared_ptr<Responder> responder_;
   const std::shared_ptr<CancelFlag> cancel_;
   const std::string request_id_;
@@ -294,14 +336,15 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
   const std::string correlation_id_string_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Line>> lines_;  // the root first
+  std::shared_ptr<RunOwner> run_owner_;  // made with the first tensor charged to it
   size_t in_flight_ = 0;  // steps launched and not yet final, on every line
   bool done_ = false;
 };
 
 class EnsembleInstance final : public BackendInstance {
  public:
-  explicit EnsembleInstance(std::shared_ptr<const EnsembleShared> shared)
-      : shared_(std::move(shared)) {}
+  EnsembleInstance(std::shared_ptr<const EnsembleShared> shared, memory::OwnerId owner)
+      : shared_(std::move(shared)), owner_(owner) {}
 
   Status Execute(const InferRequest&, std::vector<Tensor>*) override {
     return Status::Unsupported("the ensemble backend takes request lists");
@@ -309,13 +352,14 @@ class EnsembleInstance final : public BackendInstance {
 
   Status ExecuteRequests(std::span<const ListedRequest> requests) override {
     for (const ListedRequest& listed : requests) {
-      std::make_shared<EnsembleRun>(shared_, *listed.request, listed.responder)->Start();
+      std::make_shared<EnsembleRun>(shared_, *listed.request, listed.responder, owner_)->Start();
     }
     return Status::Ok();
   }
 
  private:
   const std::shared_ptr<const EnsembleShared> shared_;
+  const memory::OwnerId owner_;  // the instance's
 };
 
 class EnsembleModel final : public BackendModel {
@@ -323,8 +367,8 @@ class EnsembleModel final : public BackendModel {
   explicit EnsembleModel(std::shared_ptr<const EnsembleShared> shared)
       : shared_(std::move(shared)) {}
 
-  Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext&) override {
-    return std::unique_ptr<BackendInstance>(std::make_unique<EnsembleInstance>(shared_));
+  Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) override {
+    return std::unique_ptr<BackendInstance>(std::make_unique<EnsembleInstance>(shared_, ctx.owner));
   }
   // Tensors pass through to the steps as they are; each step's model says what it takes.
   bool TakesGpuInputs() const override { return true; }
@@ -374,6 +418,7 @@ class Ensemble final : public Backend {
     shared->graph = std::move(graph);
     shared->services = ctx.services;
     shared->decoupled = decoupled;
+    shared->ledger = ctx.allocator != nullptr ? ctx.allocator->ledger() : nullptr;
     shared->step_decoupled = std::move(step_decoupled);
     shared->after = Reachable(shared->graph);
     for (const auto& output : config.output()) shared->outputs.push_back(output.name());

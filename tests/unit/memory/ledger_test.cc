@@ -492,6 +492,19 @@ TEST(LedgerTest, RechargeOfAPointerThatIsNotLiveIsNotFoundAndChargesNothing) {
   EXPECT_TRUE(ledger.CloseOwner(owner).empty());
 }
 
+TEST(LedgerTest, KnowsOnlyTheStartOfALiveAllocation) {
+  Ledger ledger;
+  OwnerId owner = ledger.OpenOwner(kNoOwner, OwnerKind::kModel, "m");
+  EXPECT_FALSE(ledger.Knows(Addr(9)));
+  EXPECT_FALSE(ledger.Knows(nullptr));
+  ledger.RecordAllocation(Addr(9), 64, Device::Cpu(), owner);
+  EXPECT_TRUE(ledger.Knows(Addr(9)));
+  EXPECT_FALSE(ledger.Knows(static_cast<const char*>(Addr(9)) + 8));  // inside, not its start
+  ledger.RecordFree(Addr(9));
+  EXPECT_FALSE(ledger.Knows(Addr(9)));
+  EXPECT_TRUE(ledger.CloseOwner(owner).empty());
+}
+
 TEST(LedgerTest, RechargeResolvesItsNewOwnerAsAnAllocationDoes) {
   Ledger ledger;
   OwnerId model = ledger.OpenOwner(kNoOwner, OwnerKind::kModel, "m");
