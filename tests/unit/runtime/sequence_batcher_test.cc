@@ -13,7 +13,10 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <filesystem>
+#include <fstream>
 #include <thread>
+#include <unistd.h>
 
 #include "memory/allocator.h"
 #include "memory/ledger.h"
@@ -417,6 +420,133 @@ TEST_F(SequenceBatcherTest, ShutdownRunsWhatWasAcceptedIncludingTheBacklog) {
   EXPECT_TRUE(ledger_.Leaks().empty());
   Submit(3, 1, kStart, 3);
   EXPECT_EQ(WaitAnswer(3).status.code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace vramd::runtime
+
+namespace vramd::runtime {
+namespace {
+
+// Every kind of control value, as each Control list and CORRID type gives it.
+TEST(SequenceControlsTest, EachControlKindCarriesItsTypeValuesAndShape) {
+  using Control = config::ModelSequenceBatching::Control;
+  auto make = [](int max_batch_size, config::DataType corrid_type) {
+    config::ModelConfig config;
+    config.set_name("m");
+    config.set_max_batch_size(max_batch_size);
+    auto* seq = config.mutable_sequence_batching();
+    auto* start = seq->add_control_input();
+    start->set_name("S");
+    auto* s = start->add_control();
+    s->set_kind(Control::CONTROL_SEQUENCE_START);
+    s->add_bool_false_true(false);
+    s->add_bool_false_true(true);
+    auto* end = seq->add_control_input();
+    end->set_name("E");
+    auto* e = end->add_control();
+    e->set_kind(Control::CONTROL_SEQUENCE_END);
+    e->add_fp32_false_true(-1.0f);  // any two values: what the model wants
+    e->add_fp32_false_true(2.5f);
+    auto* ready = seq->add_control_input();
+    ready->set_name("R");
+    auto* r = ready->add_control();
+    r->set_kind(Control::CONTROL_SEQUENCE_READY);
+    r->add_int32_false_true(7);
+    r->add_int32_false_true(9);
+    auto* corrid = seq->add_control_input();
+    corrid->set_name("C");
+    auto* c = corrid->add_control();
+    c->set_kind(Control::CONTROL_SEQUENCE_CORRID);
+    c->set_data_type(corrid_type);
+    auto controls = SequenceControls::From(config, "/nonexistent");
+    EXPECT_TRUE(controls.ok()) << controls.status().ToString();
+    return std::move(controls).value();
+  };
+  auto find = [](const std::vector<Tensor>& ts, const std::string& name) {
+    for (const Tensor& t : ts)
+      if (t.name == name) return t;
+    ADD_FAILURE() << "no " << name;
+    return Tensor{};
+  };
+
+  SequenceSignals signals;
+  signals.start = true;
+  signals.end = false;
+  signals.ready = true;
+  signals.correlation_id = (uint64_t{5} << 32) | 3;  // a 32-bit CORRID keeps the low bits
+  std::vector<Tensor> inputs;
+  make(4, config::TYPE_UINT32).AddControls(signals, &inputs);
+  ASSERT_EQ(inputs.size(), 4u);
+  const Tensor s = find(inputs, "S"), e = find(inputs, "E"), r = find(inputs, "R"),
+               c = find(inputs, "C");
+  EXPECT_EQ(s.datatype, DataType::kBool);
+  EXPECT_EQ(s.shape, (Shape{1, 1}));  // batching: [1, 1] per request
+  EXPECT_EQ(static_cast<uint8_t>(s.data.data()[0]), 1);
+  EXPECT_EQ(e.datatype, DataType::kFp32);
+  float end_value;
+  std::memcpy(&end_value, e.data.data(), 4);
+  EXPECT_EQ(end_value, -1.0f);
+  EXPECT_EQ(r.datatype, DataType::kInt32);
+  EXPECT_EQ(Int(r), 9);
+  EXPECT_EQ(c.datatype, DataType::kUint32);
+  ASSERT_EQ(c.data.size(), 4u);
+  EXPECT_EQ(Int(c), 3);
+
+  inputs.clear();
+  signals.correlation_id = 0;
+  signals.correlation_id_string = "abc";
+  signals.ready = false;
+  make(0, config::TYPE_STRING).AddControls(signals, &inputs);
+  const Tensor text = find(inputs, "C");
+  EXPECT_EQ(text.datatype, DataType::kBytes);
+  EXPECT_EQ(text.shape, (Shape{1}));  // no batching: [1]
+  EXPECT_EQ(text.data.view(), std::string("\x03\x00\x00\x00" "abc", 7));
+  EXPECT_EQ(Int(find(inputs, "R")), 7);
+
+  inputs.clear();
+  signals.correlation_id = 1ull << 40;
+  make(0, config::TYPE_INT64).AddControls(signals, &inputs);
+  EXPECT_EQ(find(inputs, "C").datatype, DataType::kInt64);
+  EXPECT_EQ(U64(find(inputs, "C")), 1ull << 40);
+}
+
+TEST(SequenceControlsTest, InitialStateFromADataFileMustHaveTheStatesSize) {
+  config::ModelConfig config;
+  config.set_name("m");
+  config.set_max_batch_size(2);
+  auto* state = config.mutable_sequence_batching()->add_state();
+  state->set_input_name("I");
+  state->set_output_name("O");
+  state->set_data_type(config::TYPE_INT32);
+  state->add_dims(2);
+  auto* initial = state->add_initial_state();
+  initial->set_name("init");
+  initial->set_data_type(config::TYPE_INT32);
+  initial->add_dims(2);
+  initial->set_data_file("values");
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("vramd_seq_state_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "initial_state");
+  {
+    std::ofstream out(dir / "initial_state" / "values", std::ios::binary);
+    const int32_t values[2] = {11, 22};
+    out.write(reinterpret_cast<const char*>(values), sizeof(values));
+  }
+  auto controls = SequenceControls::From(config, dir);
+  ASSERT_TRUE(controls.ok()) << controls.status().ToString();
+  ASSERT_EQ(controls->states().size(), 1u);
+  const Tensor& init = controls->states()[0].initial;
+  EXPECT_EQ(init.shape, (Shape{1, 2}));
+  EXPECT_EQ(Int(init), 11);
+  {
+    std::ofstream out(dir / "initial_state" / "values", std::ios::binary);
+    out.write("abc", 3);
+  }
+  auto wrong = SequenceControls::From(config, dir);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.status().message(), HasSubstr("has 3 bytes; a TYPE_INT32 state of shape [1,2] has 8"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
