@@ -1,6 +1,11 @@
 #include "memory/allocator.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace vramd::memory {
 
@@ -34,7 +39,37 @@ Result<std::unique_ptr<SegmentSource>> MakeSource(Device device) {
       fmt::format("no memory source for device type {}", static_cast<int>(device.type)));
 }
 
+// How many holders an out-of-memory message names.
+constexpr size_t kHoldersNamed = 5;
+
 }  // namespace
+
+std::string Allocator::HoldersOf(Device device) const {
+  struct Holder {
+    OwnerId id;
+    int64_t bytes;
+  };
+  std::vector<Holder> holders;
+  int64_t total = 0;
+  for (const OwnerSnapshot& owner : ledger_->Snapshot()) {
+    for (const auto& [on, bytes] : owner.live_bytes_by_device) {
+      if (on != device || bytes <= 0) continue;
+      holders.push_back({owner.id, bytes});
+      total += bytes;
+    }
+  }
+  std::sort(holders.begin(), holders.end(),
+            [](const Holder& a, const Holder& b) { return a.bytes > b.bytes; });
+  std::string text = fmt::format("Held on {}: {} by {} owner(s)", device.ToString(),
+                                 FormatBytes(static_cast<size_t>(total)), holders.size());
+  for (size_t i = 0; i < holders.size() && i < kHoldersNamed; ++i) {
+    text += fmt::format("{} {} {}", i == 0 ? ", the most by" : ";", ledger_->OwnerPath(holders[i].id),
+                        FormatBytes(static_cast<size_t>(holders[i].bytes)));
+  }
+  if (holders.size() > kHoldersNamed) text += fmt::format("; and {} more", holders.size() - kHoldersNamed);
+  text += " (GET /v2/memory has the whole tree).";
+  return text;
+}
 
 Allocator::Allocator(Ledger* ledger) : ledger_(ledger) {}
 
@@ -71,9 +106,18 @@ Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream
     }
   }
   VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(device));
-  VRAMD_ASSIGN_OR_RETURN(void* ptr, pool->Allocate(size, stream));
-  ledger_->RecordAllocation(ptr, size, device, owner);
-  return ptr;
+  Result<void*> ptr = pool->Allocate(size, stream);
+  if (!ptr.ok()) {
+    if (ptr.status().code() != StatusCode::kResourceExhausted) return ptr.status();
+    // Who holds the device: the pool's message says what it caches, the ledger who holds the
+    // rest. Logged too: the caller may shorten the error or not show it.
+    Status exhausted(StatusCode::kResourceExhausted,
+                     fmt::format("{} {}", ptr.status().message(), HoldersOf(device)));
+    spdlog::warn("{}", exhausted.message());
+    return exhausted;
+  }
+  ledger_->RecordAllocation(*ptr, size, device, owner);
+  return *ptr;
 }
 
 Result<Buffer> Allocator::Allocate(Device device, size_t size, StreamId stream, OwnerId owner) {

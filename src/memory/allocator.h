@@ -56,8 +56,9 @@ class Allocator {
   Ledger* ledger() const { return ledger_; }
 
   // `size` bytes on `device`, charged to `owner` (kNoOwner: the thread's current OwnerScope).
-  // ResourceExhausted when the device is full; Unavailable for a device that does not exist
-  // (cuda_host without CUDA or a GPU included).
+  // ResourceExhausted when the device is full, its message naming who holds the device (the
+  // largest holders in the ledger, after what the pool caches) and logged as a warning;
+  // Unavailable for a device that does not exist (cuda_host without CUDA or a GPU included).
   Result<Buffer> Allocate(Device device, size_t size, StreamId stream = 0,
                           OwnerId owner = kNoOwner) EXCLUDES(mu_);
 
@@ -85,6 +86,9 @@ class Allocator {
   void InjectFailure(uint64_t nth) { fail_countdown_.store(nth); }
 
  private:
+  // "Held on cuda:0: 7.5 GiB by 3 owner(s), the most by server/model:a/... 6.0 GiB; ..."
+  std::string HoldersOf(Device device) const;
+
   Ledger* const ledger_;
   std::atomic<uint64_t> fail_countdown_{0};  // 0: none pending
   // Pool() is on every allocation and free; the pools of the first kFastIndices ordinals of each

@@ -53,13 +53,6 @@ constexpr size_t kMaxSpareBlocks = 1024;          // recycled Block nodes kept
 
 size_t RoundUp(size_t size, size_t multiple) { return (size + multiple - 1) / multiple * multiple; }
 
-std::string FormatBytes(size_t bytes) {
-  if (bytes < kKiB) return fmt::format("{} B", bytes);
-  if (bytes < kMiB) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / kKiB);
-  if (bytes < 1024 * kMiB) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / kMiB);
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024 * kMiB));
-}
-
 struct Segment;
 
 struct Block {
@@ -117,6 +110,13 @@ struct DetachedSegment {
 };
 
 }  // namespace
+
+std::string FormatBytes(size_t bytes) {
+  if (bytes < kKiB) return fmt::format("{} B", bytes);
+  if (bytes < kMiB) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / kKiB);
+  if (bytes < 1024 * kMiB) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / kMiB);
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024 * kMiB));
+}
 
 class CachingPool::Impl {
  public:

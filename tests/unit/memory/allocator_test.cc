@@ -1,0 +1,71 @@
+// Allocator: an allocation the device cannot give fails with a message naming who holds the
+// device, from the ledger (issue 17: OOM reports that name holders).
+#include "memory/allocator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "memory/ledger.h"
+
+namespace vramd::memory {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr size_t kAllocMiB = size_t{1} << 20;
+
+TEST(AllocatorTest, OutOfMemoryNamesTheLargestHoldersOfThatDevice) {
+  Ledger ledger;
+  Allocator allocator(&ledger);
+  const OwnerId a = ledger.OpenOwner(ledger.root(), OwnerKind::kModel, "a");
+  const OwnerId b = ledger.OpenOwner(ledger.root(), OwnerKind::kModel, "b");
+  std::vector<Buffer> held;
+  for (int i = 0; i < 3; ++i) {
+    auto buffer = allocator.Allocate(Device::Cpu(), kAllocMiB, 0, a);
+    ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
+    held.push_back(std::move(buffer).value());
+  }
+  auto other = allocator.Allocate(Device::Cpu(), 2 * kAllocMiB, 0, b);
+  ASSERT_TRUE(other.ok());
+  held.push_back(std::move(other).value());
+
+  // More than any machine has: the pool refuses it.
+  auto huge = allocator.Allocate(Device::Cpu(), size_t{1} << 62, 0, a);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(huge.status().message(),
+              HasSubstr("Held on cpu: 5.0 MiB by 2 owner(s), the most by server/model:a 3.0 MiB; "
+                        "server/model:b 2.0 MiB (GET /v2/memory has the whole tree)."));
+  // The failed allocation charged nothing.
+  EXPECT_EQ(ledger.Stats(a)->live_bytes, static_cast<int64_t>(3 * kAllocMiB));
+
+  held.clear();
+  EXPECT_TRUE(ledger.CloseOwner(a).empty());
+  EXPECT_TRUE(ledger.CloseOwner(b).empty());
+}
+
+TEST(AllocatorTest, OutOfMemoryListsAtMostFiveHolders) {
+  Ledger ledger;
+  Allocator allocator(&ledger);
+  std::vector<Buffer> held;
+  std::vector<OwnerId> owners;
+  for (int i = 0; i < 7; ++i) {
+    owners.push_back(ledger.OpenOwner(ledger.root(), OwnerKind::kModel, "m" + std::to_string(i)));
+    auto buffer = allocator.Allocate(Device::Cpu(), (i + 1) * 4096, 0, owners.back());
+    ASSERT_TRUE(buffer.ok());
+    held.push_back(std::move(buffer).value());
+  }
+  auto huge = allocator.Allocate(Device::Cpu(), size_t{1} << 62, 0, owners[0]);
+  ASSERT_FALSE(huge.ok());
+  const std::string message(huge.status().message());
+  EXPECT_THAT(message, HasSubstr("by 7 owner(s), the most by server/model:m6 28.0 KiB;"));
+  EXPECT_THAT(message, HasSubstr("server/model:m2 12.0 KiB; and 2 more"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("server/model:m1 ")));
+  held.clear();
+  for (OwnerId o : owners) EXPECT_TRUE(ledger.CloseOwner(o).empty());
+}
+
+}  // namespace
+}  // namespace vramd::memory
