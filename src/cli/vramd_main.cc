@@ -277,6 +277,16 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     grpc_options.port = static_cast<uint16_t>(options.grpc_port);
     grpc_options.threads = options.grpc_threads;
     grpc_options.drain_timeout = std::chrono::seconds(options.exit_timeout_secs);
+    // Transport tuning to measure (docs/grpc.md), not a flag: Triton has none for it.
+    if (const char* tuning = std::getenv("VRAMD_GRPC_CHANNEL_ARGS")) {
+      auto args = vramd::grpc_server::GrpcServer::ParseChannelArgs(tuning);
+      if (!args.ok()) {
+        spdlog::error("VRAMD_GRPC_CHANNEL_ARGS: {}", args.status().message());
+        if (metrics_server) metrics_server->Shutdown();
+        return 1;
+      }
+      grpc_options.channel_args = std::move(args).value();
+    }
     auto started = vramd::grpc_server::GrpcServer::Start(grpc_options, grpc_routes.get());
     if (!started.ok()) {
       spdlog::error("{}", started.status().message());

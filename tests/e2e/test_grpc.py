@@ -662,3 +662,26 @@ def test_log_settings_report_the_command_lines_log(start_server, tmp_path):
         assert "log continues in %s" % second in log_file.read_text()
     finally:
         ch.close()
+
+
+def test_channel_arguments_from_the_environment(start_server, monkeypatch, tmp_path):
+    # VRAMD_GRPC_CHANNEL_ARGS (docs/grpc.md): integer channel arguments for measuring the
+    # transport. A large frame size still carries a 4 MiB call whole; a malformed entry stops
+    # the server at start with a message naming it.
+    monkeypatch.setenv("VRAMD_GRPC_CHANNEL_ARGS",
+                       "grpc.http2.max_frame_size=16777215,grpc.http2.lookahead_bytes=8388608")
+    s = start_server([FIXTURE_REPO], ["--model-control-mode", "explicit",
+                                      "--load-model", "identity_fp32"],
+                     name="grpc_channel_args", ready_models=["identity_fp32"])
+    assert "gRPC channel argument grpc.http2.max_frame_size=16777215" in s.log()
+    with grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port(),
+                               options=[("grpc.max_receive_message_length", -1)]) as ch:
+        x = np.arange(1 << 20, dtype=np.float32)
+        out = pb_grpc.GRPCInferenceServiceStub(ch).ModelInfer(
+            infer_fp32("identity_fp32", x), timeout=60)
+        assert np.array_equal(np.frombuffer(out.raw_output_contents[0], np.float32), x)
+    monkeypatch.setenv("VRAMD_GRPC_CHANNEL_ARGS", "grpc.http2.max_frame_size=big")
+    bad = start_server([FIXTURE_REPO], [], name="grpc_bad_channel_args", launch_only=True)
+    assert bad.wait() == 1
+    assert ("VRAMD_GRPC_CHANNEL_ARGS: gRPC channel argument 'grpc.http2.max_frame_size=big' is "
+            "not name=integer") in bad.log()

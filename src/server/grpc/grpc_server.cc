@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -106,6 +107,10 @@ class GrpcServer::Impl {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                                options_.http2_min_recv_ping_interval_without_data_ms);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, options_.http2_max_ping_strikes);
+    for (const auto& [name, value] : options_.channel_args) {
+      builder.AddChannelArgument(name, value);
+      spdlog::info("gRPC channel argument {}={}", name, value);
+    }
     int threads = options_.threads;
     // As many as the HTTP server's by default: each queue's thread also runs the requests it
     // takes on the scheduler's fast path, so fewer threads than cores cap the request rate
@@ -723,6 +728,30 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
   WatchCall::Listen(this, cq);
   Refuse<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
                                                     "TraceSetting: vramd does not trace requests");
+}
+
+Result<std::vector<std::pair<std::string, int>>> GrpcServer::ParseChannelArgs(
+    std::string_view text) {
+  std::vector<std::pair<std::string, int>> args;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view entry = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (entry.empty()) continue;
+    const size_t equals = entry.find('=');
+    int value = 0;
+    const char* end = entry.data() + entry.size();
+    const auto parsed = equals == std::string_view::npos
+                            ? std::from_chars_result{end, std::errc::invalid_argument}
+                            : std::from_chars(entry.data() + equals + 1, end, value);
+    if (equals == 0 || equals == std::string_view::npos || parsed.ec != std::errc() ||
+        parsed.ptr != end || equals + 1 == entry.size()) {
+      return Status::InvalidArgument(fmt::format(
+          "gRPC channel argument '{}' is not name=integer", entry));
+    }
+    args.emplace_back(std::string(entry.substr(0, equals)), value);
+  }
+  return args;
 }
 
 Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const Options& options,

@@ -20,6 +20,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "server/grpc/grpc_routes.h"
@@ -42,7 +45,15 @@ class GrpcServer {
     int http2_max_pings_without_data = 2;
     int http2_min_recv_ping_interval_without_data_ms = 300000;
     int http2_max_ping_strikes = 2;
+    // More integer channel arguments (gRPC's GRPC_ARG_* names), set after the ones above:
+    // transport tuning to measure (frame size, read chunks, flow-control lookahead). The
+    // server takes them from VRAMD_GRPC_CHANNEL_ARGS (ParseChannelArgs).
+    std::vector<std::pair<std::string, int>> channel_args;
   };
+
+  // "name=value,name=value" (integers, gRPC's argument names) as channel_args; an empty text
+  // is none. InvalidArgument naming the entry that is not name=integer.
+  static Result<std::vector<std::pair<std::string, int>>> ParseChannelArgs(std::string_view text);
 
   // `routes` must outlive the server. Fails naming the address when it cannot listen.
   static Result<std::unique_ptr<GrpcServer>> Start(const Options& options, const GrpcRoutes* routes);
