@@ -17,6 +17,15 @@ uint64_t NsSince(SchedulerClock::time_point start) {
 
 }  // namespace
 
+void NameInstanceThread(const std::string& base, size_t index) {
+  if (base.empty()) return;
+  const std::string suffix = fmt::format("#{}", index);
+  std::string name = base;
+  name.resize(std::min(name.size(), suffix.size() < 15 ? 15 - suffix.size() : 0));
+  name += suffix;
+  pthread_setname_np(pthread_self(), name.c_str());
+}
+
 Scheduler::Scheduler(Options options, RunBatch run, InferenceStatistics* stats)
     : options_(std::move(options)),
       run_(std::move(run)),
@@ -153,13 +162,7 @@ void Scheduler::RecordExecution(SchedulerClock::duration length) {
 }
 
 void Scheduler::WorkerLoop(size_t index) {
-  if (!options_.thread_name.empty()) {
-    const std::string suffix = fmt::format("#{}", index);
-    std::string name = options_.thread_name;
-    name.resize(std::min(name.size(), suffix.size() < 15 ? 15 - suffix.size() : 0));
-    name += suffix;
-    pthread_setname_np(pthread_self(), name.c_str());
-  }
+  NameInstanceThread(options_.thread_name, index);
   Worker& self = *workers_[index];
   MutexLock lock(mu_);
   bool may_spin = false;  // once after each execution (see Options::idle_spin)

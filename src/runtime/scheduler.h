@@ -79,6 +79,10 @@
 
 namespace vramd::runtime {
 
+// Names the calling thread "<base>#<index>", cut to the system's 15 bytes, as top, gdb and crash
+// reports show an instance's thread; an empty `base` leaves it unnamed.
+void NameInstanceThread(const std::string& base, size_t index);
+
 class Scheduler : public RequestScheduler {
  public:
   // Runs `batch` (one or more requests, in queue order) on instance `instance` and answers

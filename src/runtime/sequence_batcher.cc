@@ -1,7 +1,6 @@
 #include "runtime/sequence_batcher.h"
 
 #include <fmt/format.h>
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -123,11 +122,11 @@ SequenceBatcher::SequenceBatcher(Options options, SequenceControls controls,
 SequenceBatcher::~SequenceBatcher() { Shutdown(); }
 
 SequenceBatcher::Counts SequenceBatcher::counts() const {
-  MutexLock lock(mu_);
   Counts counts;
+  counts.idle_timeouts = stats_->Snapshot().sequence_idle_releases;
+  MutexLock lock(mu_);
   counts.backlogged = backlog_.size();
   counts.live = sequences_.size() - backlog_.size();
-  counts.idle_timeouts = idle_timeouts_;
   return counts;
 }
 
@@ -253,7 +252,6 @@ void SequenceBatcher::Sweep(size_t index, SchedulerClock::time_point now,
       why = Released::Why::kEnded;
     } else if (now - seq->last_active >= options_.idle_timeout) {
       why = Released::Why::kIdle;
-      ++idle_timeouts_;
       stats_->RecordSequenceIdleRelease();
     } else if (stopping_) {
       why = Released::Why::kUnload;
@@ -465,7 +463,6 @@ SequenceBatcher::Plan SequenceBatcher::Form(size_t index, SchedulerClock::time_p
       continue;
     }
     chosen.emplace_back(seq, std::move(request));
-    if (!options_.joins_batches && options_.oldest && chosen.size() == max_batch) break;
   }
   const bool fill = options_.joins_batches && !options_.oldest && options_.max_batch_size > 0;
   if (fill) {
@@ -501,13 +498,7 @@ void SequenceBatcher::Report(const Released& released) const {
 }
 
 void SequenceBatcher::WorkerLoop(size_t index) {
-  if (!options_.thread_name.empty()) {
-    const std::string suffix = fmt::format("#{}", index);
-    std::string name = options_.thread_name;
-    name.resize(std::min(name.size(), suffix.size() < 15 ? 15 - suffix.size() : 0));
-    name += suffix;
-    pthread_setname_np(pthread_self(), name.c_str());
-  }
+  NameInstanceThread(options_.thread_name, index);
   Worker& self = *workers_[index];
   MutexLock lock(mu_);
   while (true) {

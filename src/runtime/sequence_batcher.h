@@ -103,7 +103,7 @@ class SequenceBatcher : public RequestScheduler {
   struct Counts {
     size_t live = 0;        // sequences holding a slot
     size_t backlogged = 0;  // sequences waiting for one
-    uint64_t idle_timeouts = 0;
+    uint64_t idle_timeouts = 0;  // the statistics' sequence_idle_releases
   };
 
   // `instance_owners[i]`: instance i's ledger owner, the parent of its sequences' owners.
@@ -178,7 +178,6 @@ class SequenceBatcher : public RequestScheduler {
   std::vector<std::vector<Sequence*>> slots_ GUARDED_BY(mu_);  // [instance][slot]; null: free
   std::deque<Sequence*> backlog_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
-  uint64_t idle_timeouts_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vramd::runtime
