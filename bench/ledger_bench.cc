@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "memory/backtrace.h"
 #include "memory/ledger.h"
@@ -45,6 +46,30 @@ void BM_LedgerRecordPair(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_LedgerRecordPair)->ArgName("trace")->Arg(0)->Arg(1)->ThreadRange(1, 8);
+
+// The allocator's two-step charge (Charge, then Commit) and the free, with the request under a
+// version with a quota (quota:1: a CAS on its counter each way) or without (quota:0: the same
+// path, one null check). Same run as BM_LedgerRecordPair: the quota's cost is the difference.
+void BM_LedgerChargePair(benchmark::State& state) {
+  Ledger& ledger = SharedLedger(false);
+  MemoryQuota quota;
+  if (state.range(0) != 0) quota.push_back({Device::Cuda(0), int64_t{1} << 40});
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion,
+                                     "bench_version_" + std::to_string(state.thread_index()),
+                                     quota);
+  OwnerId owner = ledger.OpenOwner(version, OwnerKind::kRequest, "bench");
+  const uintptr_t base = (static_cast<uintptr_t>(state.thread_index()) + 1) << 36;
+  uintptr_t i = 0;
+  for (auto _ : state) {
+    const void* p = reinterpret_cast<const void*>(base + (i++ & 1023) * 256);
+    auto charge = ledger.Charge(Device::Cuda(0), 4096, owner);
+    ledger.Commit(std::move(charge).value(), p);
+    benchmark::DoNotOptimize(ledger.RecordFree(p));
+  }
+  ledger.CloseOwner(version);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_LedgerChargePair)->ArgName("quota")->Arg(0)->Arg(1)->ThreadRange(1, 2);
 
 // A request owner opened and closed clean under one instance.
 void BM_OwnerOpenClose(benchmark::State& state) {

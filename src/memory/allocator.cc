@@ -106,8 +106,15 @@ Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream
     }
   }
   VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(device));
+  // Charged first, so that a quota refuses before the pool makes anything.
+  Result<Ledger::PendingCharge> charge = ledger_->Charge(device, size, owner);
+  if (!charge.ok()) {
+    spdlog::warn("{}", charge.status().message());
+    return charge.status();
+  }
   Result<void*> ptr = pool->Allocate(size, stream);
   if (!ptr.ok()) {
+    *charge = Ledger::PendingCharge();  // undone now: the holders named below exclude it
     if (ptr.status().code() != StatusCode::kResourceExhausted) return ptr.status();
     // Who holds the device: the pool's message says what it caches, the ledger who holds the
     // rest. Logged too: the caller may shorten the error or not show it.
@@ -116,7 +123,7 @@ Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream
     spdlog::warn("{}", exhausted.message());
     return exhausted;
   }
-  ledger_->RecordAllocation(*ptr, size, device, owner);
+  ledger_->Commit(std::move(*charge), *ptr);
   return *ptr;
 }
 

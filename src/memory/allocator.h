@@ -57,7 +57,8 @@ class Allocator {
 
   // `size` bytes on `device`, charged to `owner` (kNoOwner: the thread's current OwnerScope).
   // ResourceExhausted when the device is full, its message naming who holds the device (the
-  // largest holders in the ledger, after what the pool caches) and logged as a warning;
+  // largest holders in the ledger, after what the pool caches) and logged as a warning; also
+  // when the quota bounding `owner` would be passed (memory/quota.h: the pool is not asked);
   // Unavailable for a device that does not exist (cuda_host without CUDA or a GPU included).
   Result<Buffer> Allocate(Device device, size_t size, StreamId stream = 0,
                           OwnerId owner = kNoOwner) EXCLUDES(mu_);

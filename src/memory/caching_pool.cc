@@ -111,13 +111,6 @@ struct DetachedSegment {
 
 }  // namespace
 
-std::string FormatBytes(size_t bytes) {
-  if (bytes < kKiB) return fmt::format("{} B", bytes);
-  if (bytes < kMiB) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / kKiB);
-  if (bytes < 1024 * kMiB) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / kMiB);
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024 * kMiB));
-}
-
 class CachingPool::Impl {
  public:
   explicit Impl(std::unique_ptr<SegmentSource> source)

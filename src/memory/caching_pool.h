@@ -44,14 +44,11 @@
 #include <vector>
 
 #include "core/status.h"
+#include "memory/byte_size.h"
 #include "memory/device.h"
 #include "memory/segment_source.h"
 
 namespace vramd::memory {
-
-// "512 B", "1.5 KiB", "3.0 MiB", "1.25 GiB": how the pools' and the allocator's messages write
-// sizes.
-std::string FormatBytes(size_t bytes);
 
 // A CUDA stream as an integer (cudaStream_t cast); 0 is the default stream, and the only one on
 // the CPU.

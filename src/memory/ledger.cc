@@ -39,6 +39,15 @@
 //   closed owner go to that ancestor, and closing a subtree never deletes a node it has not
 //   visited yet.
 //
+// Quotas (memory/quota.h). A QuotaState holds one quota's limits and its use per device slot.
+//   The owner opened with the quota and every node opened below it point at it (shared, set
+//   before the node is published in its shard, constant after), so the hot path reaches it with
+//   the node it already holds: one null check when there is none. A charge counts against the
+//   quota of the node it lands on, and the release of a record against the same node's, so the
+//   use equals what the subtree holds, recharges included. Charge checks the limit with a CAS
+//   under the owner shard's mutex, before pinning, so a refused allocation leaves no trace
+//   (not even in the peak). A refusal reads the paths it names after, under tree_mu_.
+//
 // Memory. A clean close deletes the node at once, so request churn does not grow the ledger.
 //   A leaking owner stays until its last allocation is freed. Leak history keeps the last
 //   kMaxLeakHistory reports with at most kMaxLeakAllocations allocations each, and keeps raw
@@ -59,6 +68,7 @@
 
 #include "core/mutex.h"
 #include "memory/backtrace.h"
+#include "memory/caching_pool.h"
 
 namespace vramd::memory {
 
@@ -85,6 +95,10 @@ constexpr int kCudaSlots = 16;
 constexpr int kCudaOverflowSlot = 1 + kCudaSlots;
 constexpr int kCudaHostSlot = kCudaOverflowSlot + 1;
 constexpr int kDeviceSlots = kCudaHostSlot + 1;
+
+// Every CUDA slot, for a limit on each GPU.
+constexpr int kFirstCudaSlot = 1;
+constexpr int kLastCudaSlot = kCudaOverflowSlot;
 
 int DeviceSlot(Device device) {
   switch (device.type) {
@@ -128,6 +142,30 @@ void RaiseToAtLeast(std::atomic<int64_t>& peak, int64_t value) {
   }
 }
 
+struct QuotaState {
+  QuotaState(OwnerId o, MemoryQuota q) : owner(o), spec(std::move(q)) {
+    for (const QuotaLimit& l : spec) {
+      if (l.device.is_cuda() && l.device.index == kEveryGpu) {
+        for (int slot = kFirstCudaSlot; slot <= kLastCudaSlot; ++slot) {
+          if (limit[slot] == 0) limit[slot] = l.bytes;
+        }
+      }
+    }
+    for (const QuotaLimit& l : spec) {  // a named device wins over "each GPU"
+      if (!(l.device.is_cuda() && l.device.index == kEveryGpu)) {
+        limit[DeviceSlot(l.device)] = l.bytes;
+      }
+    }
+  }
+  // Constant after construction.
+  const OwnerId owner;
+  const MemoryQuota spec;
+  std::array<int64_t, kDeviceSlots> limit{};  // 0: none on that slot
+
+  std::array<std::atomic<int64_t>, kDeviceSlots> used{};
+  std::array<std::atomic<uint64_t>, kDeviceSlots> refusals{};
+};
+
 struct OwnerNode {
   OwnerNode(OwnerId i, OwnerKind k, std::string n) : id(i), kind(k), name(std::move(n)) {}
 
@@ -135,6 +173,9 @@ struct OwnerNode {
   const OwnerId id;
   const OwnerKind kind;
   const std::string name;
+
+  // Set before the node is published; constant after. Null: no quota bounds it.
+  std::shared_ptr<QuotaState> quota;
 
   // Guarded by Ledger::Impl::tree_mu_ (see the lock note above: not checked).
   OwnerNode* parent = nullptr;
@@ -202,10 +243,16 @@ class Ledger::Impl {
   ~Impl();
 
   OwnerId root() const { return root_->id; }
-  OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name) EXCLUDES(tree_mu_);
+  OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name, MemoryQuota quota)
+      EXCLUDES(tree_mu_);
   std::vector<LeakReport> CloseOwner(OwnerId owner) EXCLUDES(tree_mu_);
   void RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner,
                         const void* caller) EXCLUDES(tree_mu_);
+  Result<PendingCharge> Charge(Device device, size_t size, OwnerId owner) EXCLUDES(tree_mu_);
+  void Commit(OwnerNode* node, size_t size, Device device, const void* ptr, const void* caller)
+      EXCLUDES(tree_mu_);
+  // Undoes a charge that was never committed.
+  void Undo(OwnerNode* node, size_t size, Device device) EXCLUDES(tree_mu_);
   OwnerId RecordFree(const void* ptr) EXCLUDES(tree_mu_);
   Status Recharge(const void* ptr, OwnerId owner) EXCLUDES(tree_mu_);
   bool Knows(const void* ptr);
@@ -218,6 +265,9 @@ class Ledger::Impl {
   uint64_t leaked_bytes_total() const { return leaked_bytes_.load(std::memory_order_relaxed); }
   uint64_t leak_reports_total() const { return leak_reports_.load(std::memory_order_relaxed); }
   uint64_t unknown_frees() const { return unknown_frees_.load(std::memory_order_relaxed); }
+  uint64_t quota_refusals_total() const {
+    return quota_refusals_.load(std::memory_order_relaxed);
+  }
   void set_trace(bool on);
   bool trace() const { return trace_.load(std::memory_order_relaxed); }
   void SetLeakCallback(std::function<void(const LeakReport&)> callback) EXCLUDES(callback_mu_);
@@ -231,9 +281,12 @@ class Ledger::Impl {
 
   // Pins the owner that `id` resolves to and charges it; returns it. Takes the owner shard's
   // mutex, or tree_mu_ when that owner is closed or gone. `count` false: live bytes only, not
-  // the totals (a recharge, not an allocation).
-  OwnerNode* PinAndCharge(OwnerId id, size_t size, int slot, bool count = true)
-      EXCLUDES(tree_mu_);
+  // the totals (a recharge, not an allocation, or a charge not yet committed). `enforce`: the
+  // quota bounding that owner may refuse, and then nothing is charged or pinned, the result is
+  // null and *refused_by names the quota.
+  OwnerNode* PinAndCharge(OwnerId id, size_t size, int slot, bool count = true,
+                          bool enforce = false,
+                          std::shared_ptr<QuotaState>* refused_by = nullptr) EXCLUDES(tree_mu_);
   // Undoes a record's charges; returns its owner's id. May take tree_mu_ (REQUIRES: no lock).
   OwnerId Release(const Record& record) EXCLUDES(tree_mu_);
   // Drops `id` if it is closed, empty and childless, then its ancestors likewise. Takes tree_mu_.
@@ -262,6 +315,7 @@ class Ledger::Impl {
   std::atomic<uint64_t> leaked_bytes_{0};
   std::atomic<uint64_t> leak_reports_{0};
   std::atomic<uint64_t> unknown_frees_{0};
+  std::atomic<uint64_t> quota_refusals_{0};
 
   // Serializes opens, closes and node deletion; guards the tree links of every node.
   mutable Mutex tree_mu_;
@@ -300,13 +354,16 @@ void Ledger::Impl::SetLeakCallback(std::function<void(const LeakReport&)> callba
   callback_ = std::move(callback);
 }
 
-OwnerId Ledger::Impl::OpenOwner(OwnerId parent_id, OwnerKind kind, std::string name) {
+OwnerId Ledger::Impl::OpenOwner(OwnerId parent_id, OwnerKind kind, std::string name,
+                                MemoryQuota quota) {
   const OwnerId id = g_next_owner_id.fetch_add(1, std::memory_order_relaxed);
   auto* node = new OwnerNode(id, kind, std::move(name));
+  if (!quota.empty()) node->quota = std::make_shared<QuotaState>(id, std::move(quota));
   MutexLock tree(tree_mu_);
   OwnerNode* parent = parent_id == kNoOwner ? root_ : FindLocked(parent_id);
   if (parent == nullptr) parent = root_;
   while (parent->closed()) parent = parent->parent;  // the root never closes
+  if (node->quota == nullptr) node->quota = parent->quota;
   LinkLocked(parent, node);
   OwnerShard& shard = OwnerShardFor(id);
   MutexLock lock(shard.mu);
@@ -447,11 +504,41 @@ std::vector<LeakReport> Ledger::Impl::File(std::vector<PendingLeak> pending) {
 void Ledger::Impl::RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner,
                                     const void* caller) {
   if (ptr == nullptr) return;
+  if (owner == kNoOwner) owner = OwnerScope::Current();
+  Commit(PinAndCharge(owner, size, DeviceSlot(device), /*count=*/false), size, device, ptr, caller);
+}
+
+Result<Ledger::PendingCharge> Ledger::Impl::Charge(Device device, size_t size, OwnerId owner) {
+  if (owner == kNoOwner) owner = OwnerScope::Current();
+  std::shared_ptr<QuotaState> refused_by;
+  OwnerNode* node = PinAndCharge(owner, size, DeviceSlot(device), /*count=*/false,
+                                 /*enforce=*/true, &refused_by);
+  if (node == nullptr) {
+    quota_refusals_.fetch_add(1, std::memory_order_relaxed);
+    const int slot = DeviceSlot(device);
+    const int64_t used = refused_by->used[slot].load(std::memory_order_relaxed);
+    return Status::ResourceExhausted(fmt::format(
+        "memory quota of {} refuses {} on {} for {}: it holds {} of its {} there",
+        OwnerPath(refused_by->owner), FormatBytes(size), device.ToString(),
+        owner == kNoOwner ? std::string("server") : OwnerPath(owner),
+        FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
+        FormatBytes(static_cast<size_t>(refused_by->limit[slot]))));
+  }
+  PendingCharge charge;
+  charge.impl_ = this;
+  charge.node_ = node;
+  charge.size_ = size;
+  charge.device_ = device;
+  return charge;
+}
+
+void Ledger::Impl::Commit(OwnerNode* node, size_t size, Device device, const void* ptr,
+                          const void* caller) {
   Backtrace trace;
   if (trace_.load(std::memory_order_relaxed)) trace = Backtrace::Capture(max_frames_, caller);
-  if (owner == kNoOwner) owner = OwnerScope::Current();
-  OwnerNode* node = PinAndCharge(owner, size, DeviceSlot(device));
-
+  const auto bytes = static_cast<int64_t>(size);
+  node->total_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  node->total_count.fetch_add(1, std::memory_order_relaxed);
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   RecordShard& shard = RecordShardFor(address);
   Record record{node, size, device, NowNanos(), std::move(trace)};
@@ -467,7 +554,33 @@ void Ledger::Impl::RecordAllocation(const void* ptr, size_t size, Device device,
   if (replaced) Release(*replaced);
 }
 
-OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool count) {
+void Ledger::Impl::Undo(OwnerNode* node, size_t size, Device device) {
+  Release(Record{node, size, device, 0, {}});
+}
+
+OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool count,
+                                      bool enforce, std::shared_ptr<QuotaState>* refused_by) {
+  // The quota's share first: a refusal must leave the node untouched.
+  auto admit = [&](OwnerNode* node) {
+    QuotaState* quota = node->quota.get();
+    if (quota == nullptr) return true;
+    const auto bytes = static_cast<int64_t>(size);
+    std::atomic<int64_t>& used = quota->used[slot];
+    const int64_t limit = quota->limit[slot];
+    if (!enforce || limit == 0) {
+      used.fetch_add(bytes, std::memory_order_relaxed);
+      return true;
+    }
+    int64_t current = used.load(std::memory_order_relaxed);
+    do {
+      if (current + bytes > limit) {
+        quota->refusals[slot].fetch_add(1, std::memory_order_relaxed);
+        *refused_by = node->quota;
+        return false;
+      }
+    } while (!used.compare_exchange_weak(current, current + bytes, std::memory_order_relaxed));
+    return true;
+  };
   auto charge = [&](OwnerNode* node) {
     const auto bytes = static_cast<int64_t>(size);
     const int64_t live = node->live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -480,6 +593,7 @@ OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool co
     return node;
   };
   if (id == kNoOwner || id == root_->id) {  // the root never closes: no lookup, no lock
+    if (!admit(root_)) return nullptr;
     root_->state.fetch_add(2, std::memory_order_relaxed);
     return charge(root_);
   }
@@ -490,6 +604,8 @@ OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool co
     if (it != shard.owners.end()) {
       OwnerNode* node = it->second;
       int64_t state = node->state.load(std::memory_order_relaxed);
+      // The closed bit is set only under this mutex: open now, open until the pin below.
+      if ((state & 1) == 0 && !admit(node)) return nullptr;
       while ((state & 1) == 0) {
         if (node->state.compare_exchange_weak(state, state + 2, std::memory_order_relaxed)) {
           return charge(node);  // under the shard mutex, so CloseOwner sees all of it or none
@@ -503,6 +619,7 @@ OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool co
   OwnerNode* node = FindLocked(id);
   if (node == nullptr) node = root_;
   while (node->closed()) node = node->parent;
+  if (!admit(node)) return nullptr;
   node->state.fetch_add(2, std::memory_order_relaxed);
   return charge(node);
 }
@@ -572,6 +689,9 @@ OwnerId Ledger::Impl::Release(const Record& record) {
   const auto bytes = static_cast<int64_t>(record.size);
   node->live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   node->device_bytes[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
+  if (node->quota != nullptr) {
+    node->quota->used[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
+  }
   // The last access to `node`: once the count is down, another thread may delete it.
   if (node->state.fetch_sub(2, std::memory_order_acq_rel) == 3) DropIfDone(id);
   return id;
@@ -696,6 +816,28 @@ std::vector<OwnerSnapshot> Ledger::Impl::Snapshot() const {
       int64_t bytes = node->device_bytes[slot].load(std::memory_order_relaxed);
       if (bytes != 0) s.live_bytes_by_device.emplace_back(SlotDevice(slot), bytes);
     }
+    if (node->quota != nullptr && node->quota->owner == node->id) {
+      const QuotaState& q = *node->quota;
+      auto use = [&q](int slot, Device device) {
+        return QuotaUse{device, q.limit[slot], q.used[slot].load(std::memory_order_relaxed),
+                        q.refusals[slot].load(std::memory_order_relaxed)};
+      };
+      for (const QuotaLimit& l : q.spec) {
+        if (!(l.device.is_cuda() && l.device.index == kEveryGpu)) {
+          s.quota.push_back(use(DeviceSlot(l.device), l.device));
+          continue;
+        }
+        bool any = false;  // each GPU: those it has seen, else the limit alone
+        for (int slot = kFirstCudaSlot; slot <= kLastCudaSlot; ++slot) {
+          if (QuotaLimitFor(q.spec, SlotDevice(slot)) != l.bytes) continue;  // named apart
+          QuotaUse u = use(slot, SlotDevice(slot));
+          if (u.used_bytes == 0 && u.refusals == 0) continue;
+          s.quota.push_back(u);
+          any = true;
+        }
+        if (!any) s.quota.push_back(QuotaUse{l.device, l.bytes, 0, 0});
+      }
+    }
     for (const OwnerNode* c = node->last_child; c != nullptr; c = c->prev_sibling) {
       stack.emplace_back(c, out.size() - 1);
     }
@@ -732,8 +874,9 @@ std::vector<LeakReport> Ledger::Impl::Leaks() const {
 Ledger::Ledger(Options options) : impl_(std::make_unique<Impl>(options)) {}
 Ledger::~Ledger() = default;
 OwnerId Ledger::root() const { return impl_->root(); }
-OwnerId Ledger::OpenOwner(OwnerId parent, OwnerKind kind, std::string name) {
-  return impl_->OpenOwner(parent, kind, std::move(name));
+OwnerId Ledger::OpenOwner(OwnerId parent, OwnerKind kind, std::string name,
+                          MemoryQuota quota) {
+  return impl_->OpenOwner(parent, kind, std::move(name), std::move(quota));
 }
 std::vector<LeakReport> Ledger::CloseOwner(OwnerId owner) { return impl_->CloseOwner(owner); }
 
@@ -742,6 +885,35 @@ __attribute__((noinline)) void Ledger::RecordAllocation(const void* ptr, size_t 
                                                         Device device, OwnerId owner) {
   impl_->RecordAllocation(ptr, size, device, owner, __builtin_return_address(0));
 }
+Result<Ledger::PendingCharge> Ledger::Charge(Device device, size_t size, OwnerId owner) {
+  return impl_->Charge(device, size, owner);
+}
+// noinline, as RecordAllocation.
+__attribute__((noinline)) void Ledger::Commit(PendingCharge charge, const void* ptr) {
+  if (charge.node_ == nullptr || ptr == nullptr) return;  // an uncommitted charge undoes itself
+  impl_->Commit(static_cast<OwnerNode*>(std::exchange(charge.node_, nullptr)), charge.size_,
+                charge.device_, ptr, __builtin_return_address(0));
+}
+
+Ledger::PendingCharge::~PendingCharge() {
+  if (node_ != nullptr) impl_->Undo(static_cast<OwnerNode*>(node_), size_, device_);
+}
+Ledger::PendingCharge::PendingCharge(PendingCharge&& other) noexcept
+    : impl_(other.impl_),
+      node_(std::exchange(other.node_, nullptr)),
+      size_(other.size_),
+      device_(other.device_) {}
+Ledger::PendingCharge& Ledger::PendingCharge::operator=(PendingCharge&& other) noexcept {
+  if (this != &other) {
+    if (node_ != nullptr) impl_->Undo(static_cast<OwnerNode*>(node_), size_, device_);
+    impl_ = other.impl_;
+    node_ = std::exchange(other.node_, nullptr);
+    size_ = other.size_;
+    device_ = other.device_;
+  }
+  return *this;
+}
+
 OwnerId Ledger::RecordFree(const void* ptr) { return impl_->RecordFree(ptr); }
 Status Ledger::Recharge(const void* ptr, OwnerId owner) { return impl_->Recharge(ptr, owner); }
 bool Ledger::Knows(const void* ptr) const { return impl_->Knows(ptr); }
@@ -755,6 +927,7 @@ std::vector<LeakReport> Ledger::Leaks() const { return impl_->Leaks(); }
 uint64_t Ledger::leaked_bytes_total() const { return impl_->leaked_bytes_total(); }
 uint64_t Ledger::leak_reports_total() const { return impl_->leak_reports_total(); }
 uint64_t Ledger::unknown_frees() const { return impl_->unknown_frees(); }
+uint64_t Ledger::quota_refusals_total() const { return impl_->quota_refusals_total(); }
 void Ledger::set_trace(bool on) { impl_->set_trace(on); }
 bool Ledger::trace() const { return impl_->trace(); }
 void Ledger::SetLeakCallback(std::function<void(const LeakReport&)> callback) {
@@ -808,8 +981,9 @@ std::vector<LeakReport> LazyOwner::Close() {
   return ledger_->CloseOwner(std::exchange(id_, kNoOwner));
 }
 
-ScopedOwner::ScopedOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name)
-    : ledger_(ledger), id_(ledger->OpenOwner(parent, kind, std::move(name))) {}
+ScopedOwner::ScopedOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name,
+                         MemoryQuota quota)
+    : ledger_(ledger), id_(ledger->OpenOwner(parent, kind, std::move(name), std::move(quota))) {}
 
 ScopedOwner::~ScopedOwner() { (void)Close(); }
 

@@ -30,6 +30,7 @@
 
 #include "core/status.h"
 #include "memory/device.h"
+#include "memory/quota.h"
 
 namespace vramd::memory {
 
@@ -66,6 +67,14 @@ struct LeakReport {
   std::vector<AllocationInfo> allocations;  // the largest ones, at most 16
 };
 
+// What an owner's own quota allows and holds on one device (Ledger::Snapshot).
+struct QuotaUse {
+  Device device;  // kCuda with index kEveryGpu: a limit for each GPU that none has used yet
+  int64_t limit_bytes = 0;
+  int64_t used_bytes = 0;  // the subtree's live bytes on the device, counted since it opened
+  uint64_t refusals = 0;   // allocations refused by this limit
+};
+
 struct OwnerSnapshot {
   OwnerId id = kNoOwner;
   OwnerId parent = kNoOwner;  // kNoOwner for the root
@@ -78,6 +87,9 @@ struct OwnerSnapshot {
   // Self only, non-zero entries, in the order cpu, cuda:0.., cuda_host. CUDA ordinals outside
   // 0..15 share one entry, cuda:16.
   std::vector<std::pair<Device, int64_t>> live_bytes_by_device;
+  // The owner's own quota (memory/quota.h), one entry per device it bounds; empty when the owner
+  // opened with none (an inherited quota shows on the owner that set it).
+  std::vector<QuotaUse> quota;
 };
 
 class Ledger {
@@ -85,6 +97,28 @@ class Ledger {
   struct Options {
     bool trace = false;  // capture a backtrace per allocation (--memory-trace)
     int max_frames = 32;
+  };
+
+  class Impl;
+
+  // An allocation charged before its memory exists, so that a quota can refuse it first:
+  // Charge, make the memory, Commit its address. Destroyed uncommitted (the memory could not be
+  // made), it undoes the charge. Move-only; used by one thread at a time.
+  class PendingCharge {
+   public:
+    PendingCharge() = default;
+    ~PendingCharge();
+    PendingCharge(PendingCharge&& other) noexcept;
+    PendingCharge& operator=(PendingCharge&& other) noexcept;
+    PendingCharge(const PendingCharge&) = delete;
+    PendingCharge& operator=(const PendingCharge&) = delete;
+
+   private:
+    friend class Ledger;
+    Impl* impl_ = nullptr;
+    void* node_ = nullptr;  // the owner charged, pinned until committed or undone
+    size_t size_ = 0;
+    Device device_;
   };
 
   explicit Ledger(Options options);
@@ -99,7 +133,9 @@ class Ledger {
   // A new open owner; `parent` kNoOwner means the root. `name` is shown in paths and reports
   // ("add_sub", "1", "add_sub_0", a request id). Under a closed `parent` the owner opens under
   // its nearest open ancestor; under an unknown one, under the root.
-  OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name);
+  // `quota` (memory/quota.h), when not empty, bounds what the owner and every owner opened
+  // below it hold, per device; without one, an owner is bounded by its parent's.
+  OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name, MemoryQuota quota = {});
 
   // Closes `owner` and its open descendants (deepest first), filing one LeakReport for each
   // that still holds allocations; returns those reports. Closing the root or an unknown or
@@ -110,7 +146,17 @@ class Ledger {
   // OwnerScope::Current(), else the root). A closed owner's charges go to its nearest open
   // ancestor; an owner no longer in the tree (closed clean, or never opened) charges the root.
   // A null `ptr` is ignored. A `ptr` recorded again without a free replaces its old record.
+  // Counted against the owner's quota, never refused (the memory exists already).
   void RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner = kNoOwner);
+
+  // The first half of an allocation the server makes: `owner` (resolved as RecordAllocation
+  // resolves it) is charged `size` bytes on `device`, or, when that would pass the quota that
+  // bounds it, ResourceExhausted naming the quota's owner, its limit, what it holds and the
+  // owner that asked; nothing is charged then.
+  Result<PendingCharge> Charge(Device device, size_t size, OwnerId owner = kNoOwner);
+  // The second half: the memory at `ptr` is recorded under the charge (as RecordAllocation
+  // would). A null `ptr` or an empty charge does nothing.
+  void Commit(PendingCharge charge, const void* ptr);
 
   // Removes the record for `ptr`; returns the owner it was charged to, kNoOwner for a pointer
   // the ledger does not know (counted as unknown_frees()). A null `ptr` is ignored.
@@ -139,13 +185,12 @@ class Ledger {
   uint64_t leaked_bytes_total() const;
   uint64_t leak_reports_total() const;
   uint64_t unknown_frees() const;
+  uint64_t quota_refusals_total() const;
 
   void set_trace(bool on);
   bool trace() const;
   // Called once per LeakReport filed, outside the ledger's locks.
   void SetLeakCallback(std::function<void(const LeakReport&)> callback);
-
-  class Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -175,7 +220,8 @@ class OwnerScope {
 class ScopedOwner {
  public:
   ScopedOwner() = default;  // holds no owner
-  ScopedOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name);
+  ScopedOwner(Ledger* ledger, OwnerId parent, OwnerKind kind, std::string name,
+              MemoryQuota quota = {});
   ~ScopedOwner();
   ScopedOwner(ScopedOwner&& other) noexcept;
   ScopedOwner& operator=(ScopedOwner&& other) noexcept;

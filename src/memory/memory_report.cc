@@ -13,6 +13,7 @@
 
 #include "core/json_write.h"
 #include "memory/cuda_devices.h"
+#include "memory/quota.h"
 
 namespace vramd::memory {
 namespace {
@@ -230,6 +231,19 @@ void WriteOwner(JsonWriter& w, const OwnerNode& node) {
   w.StartObject();
   for (const auto& [device, bytes] : o.live_bytes_by_device) Int(w, device.ToString(), bytes);
   w.EndObject();
+  if (!o.quota.empty()) {
+    WriteJsonKey(w, "quota");
+    w.StartArray();
+    for (const QuotaUse& q : o.quota) {
+      w.StartObject();
+      Text(w, "device", QuotaDeviceName(q.device));
+      Int(w, "limit_bytes", q.limit_bytes);
+      Int(w, "used_bytes", q.used_bytes);
+      Uint(w, "refusals", q.refusals);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   WriteJsonKey(w, "children");
   w.StartArray();
   for (const OwnerNode& child : node.children) WriteOwner(w, child);
@@ -317,6 +331,7 @@ MemoryReport BuildMemoryReport(const Ledger& ledger, std::vector<PoolStats> pool
   r.leaked_bytes_total = ledger.leaked_bytes_total();
   r.leak_reports_total = ledger.leak_reports_total();
   r.unknown_frees = ledger.unknown_frees();
+  r.quota_refusals_total = ledger.quota_refusals_total();
   return r;
 }
 
@@ -348,6 +363,7 @@ std::string MemoryReportToJson(const MemoryReport& report) {
   Uint(w, "leaked_bytes_total", report.leaked_bytes_total);
   Uint(w, "leak_reports_total", report.leak_reports_total);
   Uint(w, "unknown_frees", report.unknown_frees);
+  Uint(w, "quota_refusals_total", report.quota_refusals_total);
   WriteJsonKey(w, "unattributed");
   w.StartArray();
   for (const DeviceMemoryReport& d : report.devices) {

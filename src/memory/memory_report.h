@@ -94,6 +94,7 @@ struct MemoryReport {
   uint64_t leaked_bytes_total = 0;
   uint64_t leak_reports_total = 0;
   uint64_t unknown_frees = 0;
+  uint64_t quota_refusals_total = 0;  // allocations refused by a quota (memory/quota.h)
 };
 
 struct MemoryReportOptions {

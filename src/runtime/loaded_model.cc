@@ -104,15 +104,27 @@ void VersionReaper::Run(std::stop_token stop) {
   }
 }
 
+Result<memory::MemoryQuota> MemoryQuotaOfConfig(const config::ModelConfig& config) {
+  const auto& parameters = config.parameters();
+  auto it = parameters.find(std::string(kMemoryQuotaParameter));
+  if (it == parameters.end()) return memory::MemoryQuota{};
+  auto quota = memory::ParseMemoryQuota(it->second.string_value());
+  if (!quota.ok()) {
+    return quota.status().WithContext(fmt::format("parameter '{}'", kMemoryQuotaParameter));
+  }
+  return quota;
+}
+
 LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
                          const MemoryContext& memory, memory::OwnerId model_owner,
-                         Classifier classifier)
+                         Classifier classifier, memory::MemoryQuota quota)
     : config_(std::move(config)),
       version_(version),
       memory_(memory),
       executor_(config_->name(), version, memory, &stats_, TensorReshape::From(*config_),
                 std::move(classifier)),
-      owner_(memory.ledger, model_owner, memory::OwnerKind::kVersion, std::to_string(version)) {}
+      owner_(memory.ledger, model_owner, memory::OwnerKind::kVersion, std::to_string(version),
+             std::move(quota)) {}
 
 LoadedModel::~LoadedModel() {
   Shutdown();
@@ -139,8 +151,11 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   // it, as Triton's model deleter hands a model to another thread.
   auto classifier = Classifier::Load(*config, model_dir);
   if (!classifier.ok()) return classifier.status().WithContext(where);
+  auto quota = MemoryQuotaOfConfig(*config);
+  if (!quota.ok()) return quota.status().WithContext(where);
   std::shared_ptr<LoadedModel> model(
-      new LoadedModel(config, version, memory, model_owner, std::move(classifier).value()),
+      new LoadedModel(config, version, memory, model_owner, std::move(classifier).value(),
+                      std::move(quota).value()),
       [](LoadedModel* released) {
         std::unique_ptr<LoadedModel> doomed(released);
         if (doomed->reaper_ != nullptr && doomed->scheduler_ != nullptr &&

@@ -37,6 +37,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -48,6 +49,7 @@
 #include "core/mutex.h"
 #include "core/status.h"
 #include "memory/ledger.h"
+#include "memory/quota.h"
 #include "runtime/batch_executor.h"
 #include "runtime/infer_outcome.h"
 #include "runtime/inference_statistics.h"
@@ -60,6 +62,15 @@
 namespace vramd::runtime {
 
 class LoadedModel;
+
+// The config parameter that bounds what one version of a model holds per device
+// (docs/memory.md, "Quotas"): parameters { key: "vramd.memory_quota" value { string_value:
+// "cuda:0=2GiB,cpu=512MiB" } }; a size alone bounds each GPU. The version's owner opens with
+// it, so its instances and requests are bounded together; a reload's new version has its own.
+inline constexpr std::string_view kMemoryQuotaParameter = "vramd.memory_quota";
+// The quota the config gives (empty without the parameter); InvalidArgument naming the
+// parameter when its value does not parse.
+Result<memory::MemoryQuota> MemoryQuotaOfConfig(const config::ModelConfig& config);
 
 // A thread that destroys the versions handed to it, in the order given. Its destructor
 // destroys what it still holds, then joins the thread. REQUIRES: every version that may be
@@ -177,7 +188,8 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
 
  private:
   LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
-              const MemoryContext& memory, memory::OwnerId model_owner, Classifier classifier);
+              const MemoryContext& memory, memory::OwnerId model_owner, Classifier classifier,
+              memory::MemoryQuota quota);
 
   // Validates `request`: a QueuedRequest ready to submit, or nullopt once `done` has been
   // given the validation error (counted as a failure).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ledger_table.h"
+
 namespace vramd::python {
 
 VramdCode CodeFromTriton(int triton_code) {
@@ -57,16 +59,21 @@ std::string TypeName(py::handle object) {
 }
 
 std::string ErrorText(const py::error_already_set& error) {
+  std::string text;
   try {
     py::object lines = py::module_::import("traceback")
                            .attr("format_exception_only")(error.type(), error.value());
-    std::string text;
     for (py::handle line : lines) text += py::str(line).cast<std::string>();
     while (!text.empty() && text.back() == '\n') text.pop_back();
-    return text;
   } catch (...) {
-    return error.what();
+    text = error.what();
   }
+  // An allocation the server refused during the call is the likely cause (numpy and torch
+  // raise out-of-memory errors that name none).
+  if (std::string refused = TakeLedgerFailure(); !refused.empty()) {
+    text += " (the server refused an allocation: " + refused + ")";
+  }
+  return text;
 }
 
 std::string TracebackText(const py::error_already_set& error) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include "ledger_table.h"
+
 namespace vramd::python {
 namespace py = pybind11;
 namespace {
@@ -35,6 +37,7 @@ std::shared_ptr<ModelShared> FindByPackage(const std::string& package) {
 ContextScope::ContextScope(CallContext context)
     : context_(std::move(context)), previous_(tls_scope) {
   tls_scope = &context_;
+  ClearLedgerFailure();  // a failure belongs to the call it happened in (ErrorText)
 }
 
 ContextScope::~ContextScope() { tls_scope = previous_; }

@@ -1,8 +1,10 @@
 #include "ledger_table.h"
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 #include <vector>
 
 namespace vramd::python {
@@ -23,6 +25,7 @@ std::vector<LedgerTable*>& Tables() {  // the live tables
   return *tables;
 }
 std::atomic<uint64_t> orphaned_frees{0};
+thread_local std::string t_failure;  // TakeLedgerFailure
 
 }  // namespace
 
@@ -56,13 +59,18 @@ void* LedgerAllocate(LedgerTable* table, VramdOwner owner, VramdDeviceKind kind,
   std::shared_lock<std::shared_mutex> lock(table->mu);
   if (table->api == nullptr) return nullptr;
   VramdError local{};
+  VramdError* said = error != nullptr ? error : &local;
   void* out = nullptr;
-  if (table->api->allocate(table->api->server, owner, kind, device, size, stream, &out,
-                           error != nullptr ? error : &local) != VRAMD_OK) {
+  if (table->api->allocate(table->api->server, owner, kind, device, size, stream, &out, said) !=
+      VRAMD_OK) {
+    t_failure.assign(said->message, strnlen(said->message, sizeof said->message));
     return nullptr;
   }
   return out;
 }
+
+std::string TakeLedgerFailure() { return std::exchange(t_failure, std::string()); }
+void ClearLedgerFailure() { t_failure.clear(); }
 
 void LedgerFree(LedgerTable* table, VramdDeviceKind kind, int32_t device, void* ptr) {
   if (ptr == nullptr) return;

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "vramd/backend.h"
 
@@ -34,6 +35,12 @@ void* LedgerAllocate(LedgerTable* table, VramdOwner owner, VramdDeviceKind kind,
                      size_t size, void* stream, VramdError* error);
 // VramdServerApi::free through `table`, or another live table once `table` is gone.
 void LedgerFree(LedgerTable* table, VramdDeviceKind kind, int32_t device, void* ptr);
+
+// The server's message for the last allocation through a table that failed on this thread (a
+// quota's refusal, a full device), cleared by taking it. numpy's MemoryError and torch's
+// OutOfMemoryError name no cause: ErrorText adds this one to the exception a model raised.
+std::string TakeLedgerFailure();
+void ClearLedgerFailure();
 
 // Frees that found no live table (the memory stays allocated).
 uint64_t LedgerOrphanedFrees();

@@ -69,10 +69,15 @@ void* Allocate(size_t size, bool zero) {
   VramdOwner owner = 0;
   if (!ChargeOf(size, &table, &owner)) return MallocBlock(size, zero);
   if (size > SIZE_MAX - kLedgerOffset) return nullptr;
+  VramdError error{};
   void* base = LedgerAllocate(table, owner, VRAMD_DEVICE_CPU, -1, size + kLedgerOffset, nullptr,
-                              nullptr);
-  // The model is gone (its bound thread outlived it): uncharged.
-  if (base == nullptr) return MallocBlock(size, zero);
+                              &error);
+  if (base == nullptr) {
+    // Refused (a quota, or no host memory left): numpy raises MemoryError, to which the
+    // backend adds the server's reason (TakeLedgerFailure).
+    if (error.message[0] != '\0') return nullptr;
+    return MallocBlock(size, zero);  // the model is gone (its bound thread outlived it)
+  }
   void* data = Finish(base, kLedgerOffset, table, size, kLedgerTag);
   if (zero) std::memset(data, 0, size);
   return data;

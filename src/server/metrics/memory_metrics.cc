@@ -4,8 +4,10 @@
 #include <map>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "memory/cuda_devices.h"
+#include "memory/quota.h"
 
 namespace vramd::metrics {
 namespace {
@@ -42,6 +44,35 @@ void CollectLiveBytes(const OwnerNode& node, OwnerLabels labels,
     out[{labels.model, labels.version, labels.instance, device.ToString()}] += bytes;
   }
   for (const OwnerNode& child : node.children) CollectLiveBytes(child, labels, out);
+}
+
+struct QuotaSample {
+  OwnerLabels labels;
+  memory::QuotaUse use;
+};
+
+// Each quota with the labels of the owner that set it (a model version, as configs give them).
+void CollectQuotas(const OwnerNode& node, OwnerLabels labels, std::vector<QuotaSample>& out) {
+  switch (node.owner.kind) {
+    case OwnerKind::kModel: labels = {node.owner.name, "", ""}; break;
+    case OwnerKind::kVersion: labels.version = node.owner.name; break;
+    case OwnerKind::kInstance: labels.instance = node.owner.name; break;
+    default: break;
+  }
+  for (const memory::QuotaUse& use : node.owner.quota) out.push_back({labels, use});
+  for (const OwnerNode& child : node.children) CollectQuotas(child, labels, out);
+}
+
+void QuotaFamily(PrometheusText& out, const std::vector<QuotaSample>& quotas,
+                 std::string_view name, std::string_view help, MetricType type,
+                 const std::function<double(const memory::QuotaUse&)>& value) {
+  out.Family(name, help, type);
+  for (const QuotaSample& q : quotas) {
+    out.Sample({{"device", memory::QuotaDeviceName(q.use.device)},
+                {"model", q.labels.model},
+                {"version", q.labels.version}},
+               value(q.use));
+  }
 }
 
 // A gauge family over the CUDA devices that have the figure; nothing when none has.
@@ -83,6 +114,18 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
     out.Sample({{"model", model}, {"version", version}, {"instance", instance}, {"device", device}},
                bytes);
   }
+
+  std::vector<QuotaSample> quotas;
+  if (report.owners) CollectQuotas(*report.owners, {}, quotas);
+  QuotaFamily(out, quotas, "vramd_memory_quota_bytes",
+              "A model version's memory quota on a device (parameter vramd.memory_quota).",
+              kGauge, [](const memory::QuotaUse& q) { return static_cast<double>(q.limit_bytes); });
+  QuotaFamily(out, quotas, "vramd_memory_quota_used_bytes",
+              "Live bytes counted against a model version's memory quota on a device.", kGauge,
+              [](const memory::QuotaUse& q) { return static_cast<double>(q.used_bytes); });
+  QuotaFamily(out, quotas, "vramd_memory_quota_refusals_total",
+              "Allocations a model version's memory quota refused on a device.", kCounter,
+              [](const memory::QuotaUse& q) { return static_cast<double>(q.refusals); });
 
   out.Family("vramd_memory_leaked_bytes_total",
              "Bytes still held by owners when they closed, summed over every leak report.",

@@ -7,6 +7,10 @@
  * Failures, for tests, from model config parameters (string values):
  *   fail_create  = "<message>"  model_create fails with that message;
  *   fail_execute = "true"       every execute fails;
+ * and growth, for tests of memory quotas:
+ *   keep_bytes = "<n>"          each execute allocates n bytes charged to its request and keeps
+ *                               them until the instance is destroyed (a model that keeps what
+ *                               its requests made: each is that request's leak);
  * and an input whose first byte is ECHO_FAIL_BYTE (0xEE) fails that execute.
  * Built with -DECHO_WRONG_ABI it claims another ABI version, with -DECHO_NULL_TABLE its entry
  * point returns NULL, with -DECHO_SMALL_TABLE its table ends before execute, and with
@@ -38,11 +42,15 @@
 typedef struct EchoModel {
   const VramdServerApi* server; /* valid until model_destroy returns */
   int fail_execute;
+  size_t keep_bytes; /* 0: keeps nothing */
 } EchoModel;
 
 typedef struct EchoInstance {
   EchoModel* model;
   void* workspace;
+  void** kept; /* keep_bytes blocks, freed with the instance */
+  size_t kept_count;
+  size_t kept_capacity;
 } EchoInstance;
 
 static void set_error(VramdError* error, const char* message) {
@@ -89,6 +97,9 @@ static VramdCode model_create(const VramdModelInfo* info, void** model, VramdErr
   m->server = info->server;
   m->fail_execute = find_parameter(info->config_json, "fail_execute", value, sizeof value) &&
                     strcmp(value, "true") == 0;
+  if (find_parameter(info->config_json, "keep_bytes", value, sizeof value)) {
+    m->keep_bytes = (size_t)strtoull(value, NULL, 10);
+  }
   info->server->log(info->server->server, VRAMD_LOG_INFO, "echo_c model created");
   *model = m;
   return VRAMD_OK;
@@ -119,6 +130,10 @@ static VramdCode instance_create(void* model, const VramdInstanceInfo* info, voi
 static void instance_destroy(void* instance) {
   EchoInstance* inst = (EchoInstance*)instance;
   const VramdServerApi* server = inst->model->server;
+  for (size_t i = 0; i < inst->kept_count; ++i) {
+    server->free(server->server, VRAMD_DEVICE_CPU, -1, inst->kept[i]);
+  }
+  free(inst->kept);
   server->free(server->server, VRAMD_DEVICE_CPU, -1, inst->workspace);
   free(inst);
 }
@@ -130,6 +145,25 @@ static VramdCode execute(void* instance, const VramdRequest* request, const Vram
   if (inst->model->fail_execute) {
     set_error(error, "echo_c: execute failed because the model sets fail_execute");
     return VRAMD_INTERNAL;
+  }
+  if (inst->model->keep_bytes > 0) {
+    if (inst->kept_count == inst->kept_capacity) {
+      size_t capacity = inst->kept_capacity == 0 ? 16 : 2 * inst->kept_capacity;
+      void** grown = (void**)realloc(inst->kept, capacity * sizeof(void*));
+      if (grown == NULL) {
+        set_error(error, "echo_c: out of memory");
+        return VRAMD_RESOURCE_EXHAUSTED;
+      }
+      inst->kept = grown;
+      inst->kept_capacity = capacity;
+    }
+    void* kept = NULL;
+    /* The server's error (a quota's refusal names the model and the request) is passed on. */
+    VramdCode code = server->allocate(server->server, request->owner, VRAMD_DEVICE_CPU, -1,
+                                      inst->model->keep_bytes, NULL, &kept, error);
+    if (code != VRAMD_OK) return code;
+    memset(kept, 0x5A, inst->model->keep_bytes);
+    inst->kept[inst->kept_count++] = kept;
   }
   for (size_t i = 0; i < request->input_count; ++i) {
     const VramdTensor* in = &request->inputs[i];

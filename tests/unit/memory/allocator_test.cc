@@ -67,5 +67,47 @@ TEST(AllocatorTest, OutOfMemoryListsAtMostFiveHolders) {
   for (OwnerId o : owners) EXPECT_TRUE(ledger.CloseOwner(o).empty());
 }
 
+TEST(AllocatorTest, AQuotaRefusesBeforeThePoolIsAsked) {
+  Ledger ledger;
+  Allocator allocator(&ledger);
+  const OwnerId version =
+      ledger.OpenOwner(ledger.root(), OwnerKind::kVersion, "1", {{Device::Cpu(), 2 * kAllocMiB}});
+  auto first = allocator.Allocate(Device::Cpu(), kAllocMiB, 0, version);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const uint64_t pool_allocations = (*allocator.Pool(Device::Cpu()))->Stats().total_allocations;
+
+  auto refused = allocator.AllocateRaw(Device::Cpu(), 2 * kAllocMiB, 0, version);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("memory quota of server/version:1 refuses 2.0 MiB on cpu for "
+                        "server/version:1: it holds 1.0 MiB of its 2.0 MiB there"));
+  EXPECT_EQ((*allocator.Pool(Device::Cpu()))->Stats().total_allocations, pool_allocations);
+
+  // Freed, the room is back; the pool is asked again.
+  first->Reset();
+  auto second = allocator.Allocate(Device::Cpu(), 2 * kAllocMiB, 0, version);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  second->Reset();
+  EXPECT_TRUE(ledger.CloseOwner(version).empty());
+}
+
+TEST(AllocatorTest, AFailedAllocationGivesItsQuotaShareBack) {
+  Ledger ledger;
+  Allocator allocator(&ledger);
+  const OwnerId version = ledger.OpenOwner(ledger.root(), OwnerKind::kVersion, "1",
+                                           {{Device::Cpu(), size_t{1} << 62}});
+  allocator.InjectFailure(1);
+  ASSERT_FALSE(allocator.Allocate(Device::Cpu(), kAllocMiB, 0, version).ok());
+  ASSERT_FALSE(allocator.Allocate(Device::Cpu(), (size_t{1} << 62) - 1, 0, version).ok());
+  auto snapshot = ledger.Snapshot();
+  for (const OwnerSnapshot& owner : snapshot) {
+    if (owner.id != version) continue;
+    ASSERT_EQ(owner.quota.size(), 1u);
+    EXPECT_EQ(owner.quota[0].used_bytes, 0);  // neither the injected nor the pool's failure
+    EXPECT_EQ(owner.quota[0].refusals, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace vramd::memory

@@ -644,5 +644,211 @@ TEST(LedgerStressTest, CloseRacesWithAllocationsAndFrees) {
   EXPECT_EQ(ledger.Snapshot().size(), 2u + kThreads * (kRounds / 4));
 }
 
+// ---- Quotas (memory/quota.h) ----
+
+const QuotaUse* UseOn(const OwnerSnapshot& owner, Device device) {
+  for (const QuotaUse& use : owner.quota) {
+    if (use.device == device) return &use;
+  }
+  return nullptr;
+}
+
+TEST(LedgerQuotaTest, ARefusedChargeLeavesNoTraceAndNamesWhoAsked) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", {{Device::Cpu(), 1000}});
+  OwnerId request = ledger.OpenOwner(version, OwnerKind::kRequest, "r7");
+  {
+    auto first = ledger.Charge(Device::Cpu(), 600, request);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ledger.Commit(std::move(first).value(), Addr(1));
+  }
+  auto refused = ledger.Charge(Device::Cpu(), 500, request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status().message(),
+            "memory quota of server/version:1 refuses 500 B on cpu for server/version:1/request:r7:"
+            " it holds 600 B of its 1000 B there");
+  // Not even the peak saw the refused bytes.
+  OwnerStats stats = StatsOrDie(ledger, request);
+  EXPECT_EQ(stats.live_bytes, 600);
+  EXPECT_EQ(stats.peak_bytes, 600);
+  EXPECT_EQ(stats.total_allocations, 1);
+  EXPECT_EQ(ledger.quota_refusals_total(), 1u);
+  // What fits still fits, to the byte.
+  auto exact = ledger.Charge(Device::Cpu(), 400, request);
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+  ledger.Commit(std::move(exact).value(), Addr(2));
+  auto snapshot = ledger.Snapshot();
+  const QuotaUse* use = UseOn(*Find(snapshot, version), Device::Cpu());
+  ASSERT_NE(use, nullptr);
+  EXPECT_EQ(use->limit_bytes, 1000);
+  EXPECT_EQ(use->used_bytes, 1000);
+  EXPECT_EQ(use->refusals, 1u);
+  EXPECT_TRUE(Find(snapshot, request)->quota.empty());  // the owner that set it shows it
+}
+
+TEST(LedgerQuotaTest, FreesAndUncommittedChargesGiveTheRoomBack) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", {{Device::Cpu(), 1000}});
+  {
+    auto pending = ledger.Charge(Device::Cpu(), 1000, version);
+    ASSERT_TRUE(pending.ok());
+    // Dropped uncommitted: the memory could not be made.
+  }
+  EXPECT_EQ(StatsOrDie(ledger, version).live_bytes, 0);
+  EXPECT_EQ(StatsOrDie(ledger, version).total_allocations, 0);
+  auto full = ledger.Charge(Device::Cpu(), 1000, version);
+  ASSERT_TRUE(full.ok());
+  ledger.Commit(std::move(full).value(), Addr(1));
+  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 1, version).ok());
+  ledger.RecordFree(Addr(1));
+  EXPECT_TRUE(ledger.Charge(Device::Cpu(), 1000, version).ok());
+}
+
+TEST(LedgerQuotaTest, EachDeviceIsBoundedAloneAndOthersAreFree) {
+  Ledger ledger;
+  auto quota = ParseMemoryQuota("1000B, cuda:1=300B");
+  ASSERT_TRUE(quota.ok());
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", *quota);
+  OwnerId other = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "other");
+  uintptr_t n = 0;
+  auto charge = [&](Device device, size_t size, OwnerId owner) {
+    auto c = ledger.Charge(device, size, owner);
+    if (!c.ok()) return false;
+    ledger.Commit(std::move(c).value(), Addr(++n));
+    return true;
+  };
+  EXPECT_TRUE(charge(Device::Cuda(0), 1000, version));
+  EXPECT_FALSE(charge(Device::Cuda(0), 1, version));
+  EXPECT_TRUE(charge(Device::Cuda(2), 1000, version));  // each GPU has its own 1000
+  EXPECT_TRUE(charge(Device::Cuda(1), 300, version));
+  EXPECT_FALSE(charge(Device::Cuda(1), 1, version));
+  EXPECT_TRUE(charge(Device::Cpu(), 1 << 20, version));  // no limit on host memory
+  EXPECT_TRUE(charge(Device::Cuda(0), 1 << 20, other));   // another owner is untouched
+  auto snapshot = ledger.Snapshot();
+  const OwnerSnapshot& v = *Find(snapshot, version);
+  ASSERT_NE(UseOn(v, Device::Cuda(0)), nullptr);
+  EXPECT_EQ(UseOn(v, Device::Cuda(0))->used_bytes, 1000);
+  EXPECT_EQ(UseOn(v, Device::Cuda(0))->refusals, 1u);
+  EXPECT_EQ(UseOn(v, Device::Cuda(2))->used_bytes, 1000);
+  EXPECT_EQ(UseOn(v, Device::Cuda(1))->used_bytes, 300);
+  EXPECT_EQ(UseOn(v, Device::Cuda(1))->limit_bytes, 300);
+  EXPECT_EQ(UseOn(v, Device::Cuda(3)), nullptr);  // unused GPUs are not listed one by one
+  EXPECT_EQ(UseOn(v, Device::Cpu()), nullptr);
+  EXPECT_TRUE(Find(snapshot, other)->quota.empty());
+}
+
+TEST(LedgerQuotaTest, AnUnusedEachGpuLimitShowsOnce) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", *ParseMemoryQuota("1GiB"));
+  auto snapshot = ledger.Snapshot();
+  const OwnerSnapshot& v = *Find(snapshot, version);
+  ASSERT_EQ(v.quota.size(), 1u);
+  EXPECT_EQ(QuotaDeviceName(v.quota[0].device), "cuda:*");
+  EXPECT_EQ(v.quota[0].limit_bytes, int64_t{1} << 30);
+  EXPECT_EQ(v.quota[0].used_bytes, 0);
+}
+
+TEST(LedgerQuotaTest, DescendantsShareTheQuotaAndAnOwnQuotaReplacesIt) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", {{Device::Cpu(), 1000}});
+  OwnerId a = ledger.OpenOwner(version, OwnerKind::kInstance, "a");
+  OwnerId b = ledger.OpenOwner(version, OwnerKind::kInstance, "b");
+  OwnerId b_request = ledger.OpenOwner(b, OwnerKind::kRequest, "r");
+  OwnerId own = ledger.OpenOwner(a, OwnerKind::kScope, "own", {{Device::Cpu(), 50}});
+  auto c1 = ledger.Charge(Device::Cpu(), 600, a);
+  ASSERT_TRUE(c1.ok());
+  ledger.Commit(std::move(c1).value(), Addr(1));
+  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 500, b_request).ok());  // 600 + 500 > 1000
+  EXPECT_TRUE(ledger.Charge(Device::Cpu(), 400, b_request).ok());
+  // The nearest quota alone: 50, whatever the version's room.
+  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 51, own).ok());
+  EXPECT_TRUE(ledger.Charge(Device::Cpu(), 50, own).ok());
+}
+
+TEST(LedgerQuotaTest, RecordedMemoryAndRechargesAreCountedNeverRefused) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", {{Device::Cpu(), 1000}});
+  OwnerId free_owner = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "free");
+  // Memory that exists already (an import, a framework's own) cannot be refused: it is counted,
+  // and what is left for allocations shrinks.
+  ledger.RecordAllocation(Addr(1), 1500, Device::Cpu(), version);
+  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 1, version).ok());
+  // Moved out of the quota's subtree, it no longer counts there; moved back, it does again.
+  ASSERT_TRUE(ledger.Recharge(Addr(1), free_owner).ok());
+  EXPECT_TRUE(ledger.Charge(Device::Cpu(), 1000, version).ok());
+  ASSERT_TRUE(ledger.Recharge(Addr(1), version).ok());
+  auto snapshot = ledger.Snapshot();
+  EXPECT_EQ(UseOn(*Find(snapshot, version), Device::Cpu())->used_bytes, 1500);
+  ledger.RecordFree(Addr(1));
+  snapshot = ledger.Snapshot();
+  EXPECT_EQ(UseOn(*Find(snapshot, version), Device::Cpu())->used_bytes, 0);
+}
+
+TEST(LedgerQuotaTest, AClosedOwnersLeakStaysCountedUntilFreed) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", {{Device::Cpu(), 1000}});
+  OwnerId request = ledger.OpenOwner(version, OwnerKind::kRequest, "leaky");
+  auto c = ledger.Charge(Device::Cpu(), 800, request);
+  ASSERT_TRUE(c.ok());
+  ledger.Commit(std::move(c).value(), Addr(1));
+  EXPECT_EQ(ledger.CloseOwner(request).size(), 1u);  // a leak report
+  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 300, version).ok());
+  // Charges of the closed request go to the version, within the same quota.
+  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 300, request).ok());
+  ledger.RecordFree(Addr(1));
+  EXPECT_TRUE(ledger.Charge(Device::Cpu(), 1000, version).ok());
+}
+
+TEST(LedgerQuotaTest, ConcurrentChargesNeverPassTheLimit) {
+  Ledger ledger;
+  constexpr int64_t kLimit = 40 * 1000;  // one thread alone holds up to 50 blocks
+  OwnerId version =
+      ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", {{Device::Cpu(), kLimit}});
+  std::atomic<int64_t> held{0};
+  std::atomic<int64_t> worst{0};
+  std::atomic<int> refusals{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      OwnerId mine = ledger.OpenOwner(version, OwnerKind::kInstance, std::to_string(t));
+      std::vector<uintptr_t> live;
+      for (int i = 0; i < 2000; ++i) {
+        const uintptr_t address =
+            1 + static_cast<uintptr_t>(t) * 100000 + static_cast<uintptr_t>(i);
+        // `held` rises after a charge and falls before a free, so it never exceeds what the
+        // quota counts.
+        if (live.size() >= 50 || (i % 3 == 2 && !live.empty())) {
+          held.fetch_sub(1000);
+          ledger.RecordFree(Addr(live.back()));
+          live.pop_back();
+          continue;
+        }
+        auto c = ledger.Charge(Device::Cpu(), 1000, mine);
+        if (!c.ok()) {
+          refusals.fetch_add(1);
+          continue;
+        }
+        const int64_t now = held.fetch_add(1000) + 1000;
+        int64_t w = worst.load();
+        while (now > w && !worst.compare_exchange_weak(w, now)) {
+        }
+        ledger.Commit(std::move(c).value(), Addr(address));
+        live.push_back(address);
+      }
+      for (uintptr_t address : live) {
+        held.fetch_sub(1000);
+        ledger.RecordFree(Addr(address));
+      }
+      ledger.CloseOwner(mine);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_LE(worst.load(), kLimit);
+  EXPECT_GT(refusals.load(), 0);
+  auto snapshot = ledger.Snapshot();
+  EXPECT_EQ(UseOn(*Find(snapshot, version), Device::Cpu())->used_bytes, 0);
+}
+
 }  // namespace
 }  // namespace vramd::memory

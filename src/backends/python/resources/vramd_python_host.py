@@ -20,8 +20,8 @@ model ever sees another's. ``importlib.import_module("util")`` is not redirected
 go through ``__import__``).
 """
 
-import asyncio
 import builtins
+import collections.abc
 import importlib
 import importlib.machinery
 import importlib.util
@@ -189,7 +189,9 @@ def format_exception(error):
 
 
 def is_coroutine(value):
-    return asyncio.iscoroutine(value)
+    # What asyncio.iscoroutine answers for a model's execute, without importing asyncio: that
+    # import is a tenth of a stub host's start-up, and most models never return a coroutine.
+    return isinstance(value, collections.abc.Coroutine)
 
 
 class InstanceLoop:
@@ -197,6 +199,8 @@ class InstanceLoop:
     per instance too). `bind` runs first on that thread (it sets the instance's context)."""
 
     def __init__(self, name, bind):
+        import asyncio  # on first use: see is_coroutine
+        self._asyncio = asyncio
         self._loop = asyncio.new_event_loop()
         self._futures = set()
         self._started = threading.Event()
@@ -207,7 +211,7 @@ class InstanceLoop:
 
     def _run(self, bind):
         bind()
-        asyncio.set_event_loop(self._loop)
+        self._asyncio.set_event_loop(self._loop)
         self._started.set()
         self._loop.run_forever()
 
@@ -217,11 +221,11 @@ class InstanceLoop:
 
     def run(self, coroutine):
         """Runs `coroutine` to completion and returns its result (raises its exception)."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        return self._asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def submit(self, coroutine, on_error):
         """Runs `coroutine` in the background; `on_error(text)` gets a failure's traceback."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        future = self._asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         self._futures.add(future)
 
         def done(f):
