@@ -21,6 +21,9 @@ The models are model.py files written here (torch on cuda:0, KIND_GPU):
   - py_torch_leaky: the same (a stream per instance), keeping a 16 MiB tensor per request in
     self.history (the planted leak): the growth warning names the model and its instance, and
     the instance's cuda:0 bytes rose by at least 16 MiB per request;
+  - py_torch_quota: py_torch_leaky under vramd.memory_quota "cuda:0=96MiB": after a few kept
+    tensors a request fails with torch's out-of-memory error naming the quota, py_torch serves
+    on beside it, and /v2/memory shows the quota on cuda:0 with its refusals;
   - py_torch_off: py_torch with VRAMD_PYTHON_LEDGER_TORCH "off": torch's default pool takes its
     memory outside vramd's pools, and that shows under its instance as measured native memory
     (native_measured_bytes, src/memory/native_memory.h); it still answers;
@@ -122,7 +125,7 @@ instance_group [ {{ kind: KIND_GPU count: {count} gpus: [ 0 ] }} ]
 parameters [ {{ key: "LEAK" value: {{ string_value: "{leak}" }} }},
              {{ key: "VRAMD_PYTHON_LEDGER_TORCH" value: {{ string_value: "{ledger}" }} }},
              {{ key: "VRAMD_PYTHON_TORCH_INSTANCE_STREAM" value: {{ string_value: "{stream}" }} }},
-             {{ key: "VRAMD_PYTHON_HOSTING" value: {{ string_value: "{hosting}" }} }} ]
+             {{ key: "VRAMD_PYTHON_HOSTING" value: {{ string_value: "{hosting}" }} }}{extra} ]
 '''
 
 BLS_GPU_MODEL = '''import torch
@@ -426,13 +429,18 @@ def main():
         return 1
 
     repo = tempfile.mkdtemp(prefix="python-gpu-")
-    def torch_model(name, count, leak, ledger, stream, hosting="in_process"):
+    def torch_model(name, count, leak, ledger, stream, hosting="in_process", extra=""):
         write(repo, name, TORCH_CONFIG.format(name=name, count=count, leak=leak, ledger=ledger,
-                                              stream=stream, hosting=hosting), TORCH_MODEL)
+                                              stream=stream, hosting=hosting, extra=extra),
+              TORCH_MODEL)
 
     torch_model("py_torch", 2, "no", "on", "off")
     torch_model("py_torch_stream", 2, "no", "on", "on")
     torch_model("py_torch_leaky", 1, "yes", "on", "on")
+    # The planted leak under a quota (docs/memory.md, "Quotas"): 16 MiB of weights, 8 MiB of
+    # scratch and 16 MiB kept per request against 96 MiB.
+    torch_model("py_torch_quota", 1, "yes", "on", "on",
+                extra=', { key: "vramd.memory_quota" value: { string_value: "cuda:0=96MiB" } }')
     torch_model("py_torch_off", 1, "no", "off", "off")
     torch_model("py_torch_stub", 2, "no", "on", "on", hosting="stub")
     for name, hosting in (("py_bls_gpu", "in_process"), ("py_bls_gpu_stub", "stub")):
@@ -454,7 +462,7 @@ def main():
 
     server = Server(args.vramd, args.backend_directory, repo, args.log)
     try:
-        for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_off",
+        for m in ("py_torch", "py_torch_stream", "py_torch_leaky", "py_torch_quota", "py_torch_off",
                   "py_numpy_leaky", "py_torch_stub", "py_bls_gpu", "py_bls_gpu_stub",
                   "py_gpu_echo", "py_gpu_echo_stub", "py_gpu_caller", "py_gpu_caller_stub",
                   "py_torch_seq"):
@@ -535,6 +543,35 @@ def main():
               + (": " + line.group(0) if line else ""))
         check(not re.search(r"memory growth: server/model:py_torch/", server.text()),
               "py_torch: no growth warning")
+
+        # 3b. The leak under a quota: torch's memory through the ledger is held to it. The
+        # request past it fails alone, with torch's out-of-memory error naming the quota, and the
+        # model beside it goes on serving.
+        served, refused = 0, None
+        for _ in range(12):
+            status, body = server.call("POST", "/v2/models/py_torch_quota/infer", {
+                "inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape),
+                            "data": x.reshape(-1).tolist()}]})
+            if status != 200:
+                refused = (status, body)
+                break
+            served += 1
+        message = (refused[1] or {}).get("error", "") if refused else ""
+        say("#", "py_torch_quota: %d requests served, then %s" % (served, refused))
+        check(refused is not None and 1 <= served <= 4 and
+              "memory quota of server/model:py_torch_quota/version:1" in message and
+              "on cuda:0" in message,
+              "py_torch_quota: after %d kept tensors a request fails naming the quota: %s"
+              % (served, message[:400]))
+        out = server.infer("py_torch", "X", x, "FP32")
+        check(np.allclose(out["Y"], want, rtol=1e-3, atol=1e-3),
+              "py_torch still answers beside the model past its quota")
+        report = server.memory()
+        quota = next((n.get("quota") for n in walk(report["owners"])
+                      if n["path"] == "server/model:py_torch_quota/version:1"), None)
+        check(bool(quota) and quota[0]["device"] == "cuda:0" and
+              quota[0]["used_bytes"] <= 96 * MIB and quota[0]["refusals"] >= 1,
+              "py_torch_quota: /v2/memory shows its quota on cuda:0 (%s)" % quota)
 
         # 4. Off: torch's own pool.
         out = server.infer("py_torch_off", "X", x, "FP32")
@@ -713,7 +750,8 @@ def main():
               and int(again["STREAM"][0]) != 0,
               "py_torch_stream unloaded and loaded again answers on a stream of its own (%s)"
               % (body if status != 200 else int(again["STREAM"][0])))
-        unloaded = ("py_torch", "py_torch_leaky", "py_torch_stream", "py_torch_stub")
+        unloaded = ("py_torch", "py_torch_leaky", "py_torch_quota", "py_torch_stream",
+                    "py_torch_stub")
         for m in unloaded:
             server.call("POST", "/v2/repository/models/%s/unload" % m)
         deadline = time.time() + 30
