@@ -160,6 +160,17 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::memory::LiveMemoryReportSource memory_report(
       &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
       report_options);
+  // A GPU's out-of-memory message ends with NVML's view of it: free memory, and what of the
+  // process's use is outside the pools. Taken back before memory_report goes (the manager, whose
+  // models allocate, is declared below and gone by then).
+  allocator.SetDeviceNote([&memory_report](vramd::memory::Device device) {
+    return device.is_cuda() ? vramd::memory::DeviceMemoryNote(memory_report.Build(), device)
+                            : std::string();
+  });
+  struct DeviceNoteReset {
+    vramd::memory::Allocator* allocator;
+    ~DeviceNoteReset() { allocator->SetDeviceNote(nullptr); }
+  } device_note_reset{&allocator};
 
   // Backends that are not built in load from here; set before the manager loads any model.
   vramd::backends::SetBackendDirectory(options.backend_directory);

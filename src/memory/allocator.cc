@@ -68,6 +68,9 @@ std::string Allocator::HoldersOf(Device device) const {
   }
   if (holders.size() > kHoldersNamed) text += fmt::format("; and {} more", holders.size() - kHoldersNamed);
   text += " (GET /v2/memory has the whole tree).";
+  if (device_note_) {
+    if (std::string note = device_note_(device); !note.empty()) text += " " + note;
+  }
   return text;
 }
 

@@ -8,8 +8,10 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/mutex.h"
@@ -81,6 +83,12 @@ class Allocator {
   // The pool of `device`, created if needed; Unavailable if the device does not exist.
   Result<CachingPool*> Pool(Device device) EXCLUDES(mu_);
 
+  // A line about `device` that out-of-memory messages end with, for what the ledger cannot say
+  // (NVML's free memory, memory outside the pools: DeviceMemoryNote). Set once, before the
+  // allocator is shared; `note` must be safe from any thread and may allocate nothing through
+  // this allocator.
+  void SetDeviceNote(std::function<std::string(Device)> note) { device_note_ = std::move(note); }
+
   // Fault injection, for tests of what a failed allocation leaves behind: the `nth` allocation
   // from now (1 = the next one) answers ResourceExhausted "injected allocation failure"; later
   // ones succeed again. 0 cancels a pending injection.
@@ -91,6 +99,7 @@ class Allocator {
   std::string HoldersOf(Device device) const;
 
   Ledger* const ledger_;
+  std::function<std::string(Device)> device_note_;  // set before sharing; then read-only
   std::atomic<uint64_t> fail_countdown_{0};  // 0: none pending
   // Pool() is on every allocation and free; the pools of the first kFastIndices ordinals of each
   // device type are also kept here, read without mu_ (a pool, once made, lives as long as the

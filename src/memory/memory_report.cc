@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/json_write.h"
+#include "memory/byte_size.h"
 #include "memory/cuda_devices.h"
 #include "memory/quota.h"
 
@@ -333,6 +334,43 @@ MemoryReport BuildMemoryReport(const Ledger& ledger, std::vector<PoolStats> pool
   r.unknown_frees = ledger.unknown_frees();
   r.quota_refusals_total = ledger.quota_refusals_total();
   return r;
+}
+
+std::string DeviceMemoryNote(const MemoryReport& report, Device device) {
+  const DeviceMemoryReport* d = nullptr;
+  for (const DeviceMemoryReport& candidate : report.devices) {
+    if (candidate.device == device) d = &candidate;
+  }
+  if (d == nullptr) return "";
+  auto bytes = [](int64_t n) {
+    return FormatBytes(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  };
+  std::string note;
+  if (d->nvml_memory) {
+    note = fmt::format("NVML: {} has {} free of {}", device.ToString(),
+                       bytes(static_cast<int64_t>(d->nvml_memory->free_bytes)),
+                       bytes(static_cast<int64_t>(d->nvml_memory->total_bytes)));
+  } else {
+    note = fmt::format("NVML: no figure for {} ({})", device.ToString(), d->nvml_reason);
+  }
+  if (d->process_used_bytes) {
+    note += fmt::format("; this process uses {}: {} in vramd's pool",
+                        bytes(*d->process_used_bytes),
+                        bytes(d->pool ? static_cast<int64_t>(d->pool->reserved_bytes) : 0));
+    if (d->context_baseline_bytes) {
+      note += fmt::format(", {} its CUDA context", bytes(*d->context_baseline_bytes));
+    }
+    if (d->native_measured_bytes > 0) {
+      note += fmt::format(", {} libraries' own, charged", bytes(d->native_measured_bytes));
+    }
+    if (d->unattributed_bytes) {
+      note += fmt::format(", {} unattributed", bytes(*d->unattributed_bytes));
+    }
+  }
+  if (d->hosted_used_bytes > 0) {
+    note += fmt::format("; backend host processes use {}", bytes(d->hosted_used_bytes));
+  }
+  return note + ".";
 }
 
 std::string MemoryReportToJson(const MemoryReport& report) {

@@ -123,6 +123,12 @@ MemoryReport BuildMemoryReport(const Ledger& ledger, std::vector<PoolStats> pool
                                const Nvml* nvml, const std::vector<ContextBaseline>& baselines,
                                const MemoryReportOptions& options = {});
 
+// One line on `device` for an out-of-memory message, what the ledger's holders cannot say:
+// NVML's free memory of the device, and how this process's use splits into the pools, the
+// context, measured native memory and unattributed memory. "" for a device the report does not
+// list (the CPU, cuda_host) and "NVML: ..." with the reason when NVML has no figure.
+std::string DeviceMemoryNote(const MemoryReport& report, Device device);
+
 // The report as JSON; the shape is documented in docs/memory.md, "The memory report".
 std::string MemoryReportToJson(const MemoryReport& report);
 

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "memory/ledger.h"
@@ -107,6 +108,28 @@ TEST(AllocatorTest, AFailedAllocationGivesItsQuotaShareBack) {
     EXPECT_EQ(owner.quota[0].used_bytes, 0);  // neither the injected nor the pool's failure
     EXPECT_EQ(owner.quota[0].refusals, 0u);
   }
+}
+
+TEST(AllocatorTest, OutOfMemoryEndsWithTheDeviceNote) {
+  Ledger ledger;
+  Allocator allocator(&ledger);
+  std::vector<Device> asked;
+  allocator.SetDeviceNote([&asked](Device device) {
+    asked.push_back(device);
+    return std::string("NVML: 3 bytes free.");
+  });
+  auto huge = allocator.Allocate(Device::Cpu(), size_t{1} << 62);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.status().message(),
+              HasSubstr("(GET /v2/memory has the whole tree). NVML: 3 bytes free."));
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], Device::Cpu());
+  // A quota's refusal is about the model, not the device: no note.
+  const OwnerId version =
+      ledger.OpenOwner(ledger.root(), OwnerKind::kVersion, "1", {{Device::Cpu(), 1}});
+  EXPECT_FALSE(allocator.Allocate(Device::Cpu(), 2, 0, version).ok());
+  EXPECT_EQ(asked.size(), 1u);
+  allocator.SetDeviceNote(nullptr);
 }
 
 }  // namespace

@@ -102,6 +102,20 @@ TEST(MemoryReportTest, OwnerTreeNestsModelVersionInstanceWithLiveAndPeak) {
   EXPECT_EQ(doc["leaked_bytes_total"].GetUint64(), 0u);
 }
 
+TEST(MemoryReportTest, DeviceNoteSaysWhatTheHoldersCannot) {
+  Ledger ledger;
+  FakeNvml nvml(1024 * kMiB);
+  std::vector<ContextBaseline> baselines{{0, 500 * kMiB, ""}};
+  MemoryReport report =
+      BuildMemoryReport(ledger, {CudaPool(64 * kMiB, 40 * kMiB)}, &nvml, baselines);
+  EXPECT_EQ(DeviceMemoryNote(report, Device::Cuda(0)),
+            "NVML: cuda:0 has 70.00 GiB free of 80.00 GiB; this process uses 1.00 GiB: 64.0 MiB "
+            "in vramd's pool, 500.0 MiB its CUDA context, 460.0 MiB unattributed.");
+  // Devices the report does not list have nothing to add.
+  EXPECT_EQ(DeviceMemoryNote(report, Device::Cpu()), "");
+  EXPECT_EQ(DeviceMemoryNote(report, Device::Cuda(3)), "");
+}
+
 TEST(MemoryReportTest, ClosedOwnerHoldingMemoryIsListedAsALeak) {
   Ledger ledger;
   Allocator allocator(&ledger);
