@@ -11,8 +11,8 @@ stands for a GPU here: the quota's check is the same code for every device."""
 import os
 import pathlib
 import re
+import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -74,12 +74,14 @@ def quota_server(start_server, tmp_path_factory):
     repo = tmp_path_factory.mktemp("quota-repo")
     add_model(repo, "keeper", parameter("keep_bytes", KEEP),
               parameter("vramd.memory_quota", "cpu=1MiB"))
+    add_model(repo, "keeper_grpc", parameter("keep_bytes", KEEP),
+              parameter("vramd.memory_quota", "cpu=1MiB"))
     add_model(repo, "steady", parameter("keep_bytes", "0"))
     add_model(repo, "bad_size", parameter("vramd.memory_quota", "cpu=lots"))
     add_model(repo, "bad_device", parameter("vramd.memory_quota", "gpu0=1GiB"))
     add_model(repo, "twice", parameter("vramd.memory_quota", "cpu=1MiB, cpu=2MiB"))
     return start_server([repo], ["--backend-directory", BACKENDS_DIR], name="quota",
-                        ready_models=["keeper", "steady"])
+                        ready_models=["keeper", "keeper_grpc", "steady"])
 
 
 @needs_echo_c
@@ -152,6 +154,29 @@ def test_a_model_past_its_quota_fails_alone(quota_server):
         assert sample(text, "vramd_memory_quota_refusals_total", **labels) == 2
     finally:
         client.close()
+
+
+@needs_echo_c
+def test_over_grpc_the_refusal_is_resource_exhausted(quota_server):
+    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
+    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR") or ".")
+    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
+        pytest.skip("no generated gRPC stubs at %s (set VRAMD_GRPC_PYTHON_DIR)" % grpc_py)
+    sys.path.insert(0, str(grpc_py))
+    from server.grpc import grpc_service_pb2 as pb
+    from server.grpc import grpc_service_pb2_grpc as pb_grpc
+    with grpc.insecure_channel("127.0.0.1:%d" % quota_server.grpc_port()) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        request = pb.ModelInferRequest(model_name="keeper_grpc", id="grpc-over")
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[4])
+        request.raw_input_contents.append(values().tobytes())
+        for _ in range((QUOTA - WORKSPACE) // KEEP):
+            stub.ModelInfer(request, timeout=30)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(request, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+    assert "memory quota of server/model:keeper_grpc/version:1" in refused.value.details()
+    assert "/request:grpc-over:" in refused.value.details(), refused.value.details()
 
 
 @needs_echo_c
