@@ -28,6 +28,7 @@
 #include "memory/ledger.h"
 #include "memory/memory_report.h"
 #include "memory/nvml.h"
+#include "memory/quota.h"
 #include "runtime/custom_metrics.h"
 #include "runtime/model_manager.h"
 #include "server/grpc/grpc_routes.h"
@@ -67,6 +68,7 @@ struct ServeOptions {
   std::string metrics_address;  // empty: the HTTP address
   int metrics_port = 8002;
   int memory_growth_requests = 16;
+  std::string memory_budget;  // --memory-budget, memory/quota.h's form; empty: none
   int exit_timeout_secs = 30;
   std::string model_control_mode = "none";
   std::vector<std::string> load_models;  // explicit mode: loaded at start-up ("*": all)
@@ -129,7 +131,17 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   spdlog::info("vramd {} starting; {}", VRAMD_VERSION, vramd::memory::CudaDescription());
 
   // The memory system outlives everything that allocates: it is declared before the models.
-  vramd::memory::Ledger ledger({.trace = options.memory_trace});
+  vramd::memory::Ledger::Options ledger_options{.trace = options.memory_trace};
+  if (!options.memory_budget.empty()) {
+    auto budget = vramd::memory::ParseMemoryQuota(options.memory_budget);
+    if (!budget.ok()) {
+      spdlog::error("--memory-budget: {}", budget.status().message());
+      return 1;
+    }
+    ledger_options.budget = std::move(budget).value();
+    spdlog::info("memory budget: {}", vramd::memory::FormatMemoryQuota(ledger_options.budget));
+  }
+  vramd::memory::Ledger ledger(ledger_options);
   ledger.SetLeakCallback([](const vramd::memory::LeakReport& leak) {
     spdlog::warn("memory leak: {} closed holding {} bytes in {} allocation(s){}", leak.owner_path,
                  leak.bytes, leak.count,
@@ -452,6 +464,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_flag("--memory-trace", options.memory_trace,
                   "Record a native backtrace with every allocation, shown in leak reports");
+  serve->add_option("--memory-budget", options.memory_budget,
+                    "What the server may hold per device, all models together: a size for each "
+                    "GPU (\"100GiB\") or DEVICE=SIZE,... (\"cuda:0=100GiB,cpu=64GiB\"); an "
+                    "allocation past it fails as a full device would");
   serve->add_option("--memory-growth-requests", options.memory_growth_requests,
                     "Flag an instance whose live memory rises over this many consecutive "
                     "requests (0 = off)")

@@ -39,14 +39,17 @@
 //   closed owner go to that ancestor, and closing a subtree never deletes a node it has not
 //   visited yet.
 //
-// Quotas (memory/quota.h). A QuotaState holds one quota's limits and its use per device slot.
-//   The owner opened with the quota and every node opened below it point at it (shared, set
-//   before the node is published in its shard, constant after), so the hot path reaches it with
-//   the node it already holds: one null check when there is none. A charge counts against the
-//   quota of the node it lands on, and the release of a record against the same node's, so the
-//   use equals what the subtree holds, recharges included. Charge checks the limit with a CAS
-//   under the owner shard's mutex, before pinning, so a refused allocation leaves no trace
-//   (not even in the peak). A refusal reads the paths it names after, under tree_mu_.
+// Quotas (memory/quota.h). A QuotaState holds one quota's limits and its use per device slot,
+//   and points at the quota enclosing it (the root's budget, Options::budget, encloses all):
+//   a chain a few long. The owner opened with a quota and every node opened below it point at
+//   its state (shared, set before the node is published in its shard, constant after), so the
+//   hot path reaches the chain from the node it already holds: one null check when there is
+//   none. A charge counts against every quota in the chain of the node it lands on, and the
+//   release of a record against the same node's, so each quota's use equals what its subtree
+//   holds, recharges included. Charge checks each limit with a CAS under the owner shard's
+//   mutex, before pinning, and undoes the quotas it passed when a later one refuses, so a
+//   refused allocation leaves no trace (not even in the peak). A refusal reads the paths it
+//   names after, under tree_mu_.
 //
 // Memory. A clean close deletes the node at once, so request churn does not grow the ledger.
 //   A leaking owner stays until its last allocation is freed. Leak history keeps the last
@@ -62,6 +65,7 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -143,7 +147,8 @@ void RaiseToAtLeast(std::atomic<int64_t>& peak, int64_t value) {
 }
 
 struct QuotaState {
-  QuotaState(OwnerId o, MemoryQuota q) : owner(o), spec(std::move(q)) {
+  QuotaState(OwnerId o, MemoryQuota q, std::shared_ptr<QuotaState> p)
+      : owner(o), spec(std::move(q)), parent(std::move(p)) {
     for (const QuotaLimit& l : spec) {
       if (l.device.is_cuda() && l.device.index == kEveryGpu) {
         for (int slot = kFirstCudaSlot; slot <= kLastCudaSlot; ++slot) {
@@ -160,11 +165,26 @@ struct QuotaState {
   // Constant after construction.
   const OwnerId owner;
   const MemoryQuota spec;
+  const std::shared_ptr<QuotaState> parent;  // the enclosing quota; null for the outermost
   std::array<int64_t, kDeviceSlots> limit{};  // 0: none on that slot
 
   std::array<std::atomic<int64_t>, kDeviceSlots> used{};
   std::array<std::atomic<uint64_t>, kDeviceSlots> refusals{};
+  // MarkPeaks: `used` then, and the most `used` has been since.
+  std::array<std::atomic<int64_t>, kDeviceSlots> mark{};
+  std::array<std::atomic<int64_t>, kDeviceSlots> peak{};
+
+  // LearnExecutionPeaks: (slot, batch size) -> the largest rise an execution made.
+  Mutex learned_mu;
+  std::map<std::pair<int, int64_t>, int64_t> learned GUARDED_BY(learned_mu);
 };
+
+// The owning pointer to `which`, a state in the chain that starts at `first`.
+std::shared_ptr<QuotaState> QuotaInChain(std::shared_ptr<QuotaState> first,
+                                         const QuotaState* which) {
+  while (first != nullptr && first.get() != which) first = first->parent;
+  return first;
+}
 
 struct OwnerNode {
   OwnerNode(OwnerId i, OwnerKind k, std::string n) : id(i), kind(k), name(std::move(n)) {}
@@ -253,6 +273,9 @@ class Ledger::Impl {
       EXCLUDES(tree_mu_);
   // Undoes a charge that was never committed.
   void Undo(OwnerNode* node, size_t size, Device device) EXCLUDES(tree_mu_);
+  void MarkPeaks(OwnerId owner) EXCLUDES(tree_mu_);
+  void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size)
+      EXCLUDES(tree_mu_);
   OwnerId RecordFree(const void* ptr) EXCLUDES(tree_mu_);
   Status Recharge(const void* ptr, OwnerId owner) EXCLUDES(tree_mu_);
   bool Knows(const void* ptr);
@@ -294,6 +317,9 @@ class Ledger::Impl {
 
   // nullptr when absent; takes the owner shard.
   OwnerNode* FindLocked(OwnerId id) const REQUIRES(tree_mu_);
+  // The quota `id` opened with itself (null for none, or for an unknown owner); takes the
+  // owner shard.
+  std::shared_ptr<QuotaState> OwnQuota(OwnerId id) const;
   void DropIfDoneLocked(OwnerNode* node) REQUIRES(tree_mu_);
   std::string PathLocked(const OwnerNode* node) const REQUIRES(tree_mu_);
   // Fills each pending leak's largest allocations; takes each record shard in turn.
@@ -333,6 +359,9 @@ Ledger::Impl::Impl(Options options)
     : max_frames_(std::clamp(options.max_frames, 0, Backtrace::kMaxFrames)),
       trace_(options.trace) {
   root_ = new OwnerNode(g_next_owner_id.fetch_add(1), OwnerKind::kServer, "server");
+  if (!options.budget.empty()) {
+    root_->quota = std::make_shared<QuotaState>(root_->id, std::move(options.budget), nullptr);
+  }
   OwnerShardFor(root_->id).owners.emplace(root_->id, root_);
   set_trace(options.trace);
 }
@@ -358,12 +387,12 @@ OwnerId Ledger::Impl::OpenOwner(OwnerId parent_id, OwnerKind kind, std::string n
                                 MemoryQuota quota) {
   const OwnerId id = g_next_owner_id.fetch_add(1, std::memory_order_relaxed);
   auto* node = new OwnerNode(id, kind, std::move(name));
-  if (!quota.empty()) node->quota = std::make_shared<QuotaState>(id, std::move(quota));
   MutexLock tree(tree_mu_);
   OwnerNode* parent = parent_id == kNoOwner ? root_ : FindLocked(parent_id);
   if (parent == nullptr) parent = root_;
   while (parent->closed()) parent = parent->parent;  // the root never closes
-  if (node->quota == nullptr) node->quota = parent->quota;
+  node->quota = quota.empty() ? parent->quota
+                              : std::make_shared<QuotaState>(id, std::move(quota), parent->quota);
   LinkLocked(parent, node);
   OwnerShard& shard = OwnerShardFor(id);
   MutexLock lock(shard.mu);
@@ -517,10 +546,13 @@ Result<Ledger::PendingCharge> Ledger::Impl::Charge(Device device, size_t size, O
     quota_refusals_.fetch_add(1, std::memory_order_relaxed);
     const int slot = DeviceSlot(device);
     const int64_t used = refused_by->used[slot].load(std::memory_order_relaxed);
+    const bool budget = refused_by->owner == root_->id;
     return Status::ResourceExhausted(fmt::format(
-        "memory quota of {} refuses {} on {} for {}: it holds {} of its {} there",
-        OwnerPath(refused_by->owner), FormatBytes(size), device.ToString(),
-        owner == kNoOwner ? std::string("server") : OwnerPath(owner),
+        "{} refuses {} on {} for {}: {} holds {} of its {} there",
+        budget ? std::string("the server's memory budget (--memory-budget)")
+               : "memory quota of " + OwnerPath(refused_by->owner),
+        FormatBytes(size), device.ToString(),
+        owner == kNoOwner ? std::string("server") : OwnerPath(owner), budget ? "the server" : "it",
         FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
         FormatBytes(static_cast<size_t>(refused_by->limit[slot]))));
   }
@@ -558,27 +590,79 @@ void Ledger::Impl::Undo(OwnerNode* node, size_t size, Device device) {
   Release(Record{node, size, device, 0, {}});
 }
 
+std::shared_ptr<QuotaState> Ledger::Impl::OwnQuota(OwnerId id) const {
+  OwnerShard& shard = OwnerShardFor(id);
+  MutexLock lock(shard.mu);
+  auto it = shard.owners.find(id);
+  if (it == shard.owners.end() || it->second->quota == nullptr ||
+      it->second->quota->owner != id) {
+    return nullptr;
+  }
+  return it->second->quota;
+}
+
+void Ledger::Impl::MarkPeaks(OwnerId owner) {
+  std::shared_ptr<QuotaState> q = OwnQuota(owner);
+  if (q == nullptr) return;
+  for (int slot = 0; slot < kDeviceSlots; ++slot) {
+    const int64_t now = q->used[slot].load(std::memory_order_relaxed);
+    q->mark[slot].store(now, std::memory_order_relaxed);
+    q->peak[slot].store(now, std::memory_order_relaxed);
+  }
+}
+
+void Ledger::Impl::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size) {
+  std::shared_ptr<QuotaState> from = OwnQuota(measured);
+  std::shared_ptr<QuotaState> to = OwnQuota(learner);
+  if (from == nullptr || to == nullptr) return;
+  std::array<int64_t, kDeviceSlots> rise{};
+  bool any = false;
+  for (int slot = 0; slot < kDeviceSlots; ++slot) {
+    rise[slot] = from->peak[slot].load(std::memory_order_relaxed) -
+                 from->mark[slot].load(std::memory_order_relaxed);
+    any |= rise[slot] > 0;
+  }
+  if (!any) return;
+  MutexLock lock(to->learned_mu);
+  for (int slot = 0; slot < kDeviceSlots; ++slot) {
+    if (rise[slot] <= 0) continue;
+    int64_t& learned = to->learned[{slot, batch_size}];
+    learned = std::max(learned, rise[slot]);
+  }
+}
+
 OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool count,
                                       bool enforce, std::shared_ptr<QuotaState>* refused_by) {
-  // The quota's share first: a refusal must leave the node untouched.
+  // The quotas' shares first: a refusal must leave the node untouched.
   auto admit = [&](OwnerNode* node) {
-    QuotaState* quota = node->quota.get();
-    if (quota == nullptr) return true;
     const auto bytes = static_cast<int64_t>(size);
-    std::atomic<int64_t>& used = quota->used[slot];
-    const int64_t limit = quota->limit[slot];
-    if (!enforce || limit == 0) {
-      used.fetch_add(bytes, std::memory_order_relaxed);
-      return true;
-    }
-    int64_t current = used.load(std::memory_order_relaxed);
-    do {
-      if (current + bytes > limit) {
-        quota->refusals[slot].fetch_add(1, std::memory_order_relaxed);
-        *refused_by = node->quota;
-        return false;
+    for (QuotaState* quota = node->quota.get(); quota != nullptr; quota = quota->parent.get()) {
+      std::atomic<int64_t>& used = quota->used[slot];
+      const int64_t limit = quota->limit[slot];
+      if (!enforce || limit == 0) {
+        const int64_t now = used.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+        RaiseToAtLeast(quota->peak[slot], now);
+        continue;
       }
-    } while (!used.compare_exchange_weak(current, current + bytes, std::memory_order_relaxed));
+      int64_t current = used.load(std::memory_order_relaxed);
+      bool fits = true;
+      do {
+        if (current + bytes > limit) {
+          fits = false;
+          break;
+        }
+      } while (!used.compare_exchange_weak(current, current + bytes, std::memory_order_relaxed));
+      if (fits) {
+        RaiseToAtLeast(quota->peak[slot], current + bytes);
+        continue;
+      }
+      quota->refusals[slot].fetch_add(1, std::memory_order_relaxed);
+      for (QuotaState* passed = node->quota.get(); passed != quota; passed = passed->parent.get()) {
+        passed->used[slot].fetch_sub(bytes, std::memory_order_relaxed);
+      }
+      *refused_by = QuotaInChain(node->quota, quota);
+      return false;
+    }
     return true;
   };
   auto charge = [&](OwnerNode* node) {
@@ -689,8 +773,8 @@ OwnerId Ledger::Impl::Release(const Record& record) {
   const auto bytes = static_cast<int64_t>(record.size);
   node->live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   node->device_bytes[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
-  if (node->quota != nullptr) {
-    node->quota->used[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
+  for (QuotaState* quota = node->quota.get(); quota != nullptr; quota = quota->parent.get()) {
+    quota->used[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
   }
   // The last access to `node`: once the count is down, another thread may delete it.
   if (node->state.fetch_sub(2, std::memory_order_acq_rel) == 3) DropIfDone(id);
@@ -823,6 +907,7 @@ std::vector<OwnerSnapshot> Ledger::Impl::Snapshot() const {
                         q.refusals[slot].load(std::memory_order_relaxed)};
       };
       for (const QuotaLimit& l : q.spec) {
+        if (l.bytes == 0) continue;  // measured only (MeasurePeaks)
         if (!(l.device.is_cuda() && l.device.index == kEveryGpu)) {
           s.quota.push_back(use(DeviceSlot(l.device), l.device));
           continue;
@@ -836,6 +921,13 @@ std::vector<OwnerSnapshot> Ledger::Impl::Snapshot() const {
           any = true;
         }
         if (!any) s.quota.push_back(QuotaUse{l.device, l.bytes, 0, 0});
+      }
+    }
+    if (node->quota != nullptr && node->quota->owner == node->id) {
+      QuotaState& q = *node->quota;
+      MutexLock learned(q.learned_mu);
+      for (const auto& [key, bytes] : q.learned) {
+        s.execution_peaks.push_back({SlotDevice(key.first), key.second, bytes});
       }
     }
     for (const OwnerNode* c = node->last_child; c != nullptr; c = c->prev_sibling) {
@@ -914,6 +1006,10 @@ Ledger::PendingCharge& Ledger::PendingCharge::operator=(PendingCharge&& other) n
   return *this;
 }
 
+void Ledger::MarkPeaks(OwnerId owner) { impl_->MarkPeaks(owner); }
+void Ledger::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size) {
+  impl_->LearnExecutionPeaks(measured, learner, batch_size);
+}
 OwnerId Ledger::RecordFree(const void* ptr) { return impl_->RecordFree(ptr); }
 Status Ledger::Recharge(const void* ptr, OwnerId owner) { return impl_->Recharge(ptr, owner); }
 bool Ledger::Knows(const void* ptr) const { return impl_->Knows(ptr); }

@@ -75,6 +75,14 @@ struct QuotaUse {
   uint64_t refusals = 0;   // allocations refused by this limit
 };
 
+// The largest rise of a measured owner's subtree on a device over one execution of a batch of
+// this size (Ledger::LearnExecutionPeaks).
+struct ExecutionPeak {
+  Device device;
+  int64_t batch_size = 0;
+  int64_t bytes = 0;
+};
+
 struct OwnerSnapshot {
   OwnerId id = kNoOwner;
   OwnerId parent = kNoOwner;  // kNoOwner for the root
@@ -90,6 +98,8 @@ struct OwnerSnapshot {
   // The owner's own quota (memory/quota.h), one entry per device it bounds; empty when the owner
   // opened with none (an inherited quota shows on the owner that set it).
   std::vector<QuotaUse> quota;
+  // What LearnExecutionPeaks learned for this owner, by device then batch size.
+  std::vector<ExecutionPeak> execution_peaks;
 };
 
 class Ledger {
@@ -97,6 +107,9 @@ class Ledger {
   struct Options {
     bool trace = false;  // capture a backtrace per allocation (--memory-trace)
     int max_frames = 32;
+    // The root's quota (--memory-budget): what the server may hold per device, every owner's
+    // charges together; inside it, model quotas apply as well.
+    MemoryQuota budget;
   };
 
   class Impl;
@@ -134,7 +147,7 @@ class Ledger {
   // ("add_sub", "1", "add_sub_0", a request id). Under a closed `parent` the owner opens under
   // its nearest open ancestor; under an unknown one, under the root.
   // `quota` (memory/quota.h), when not empty, bounds what the owner and every owner opened
-  // below it hold, per device; without one, an owner is bounded by its parent's.
+  // below it hold, per device, together with the quotas of its ancestors (each applies).
   OwnerId OpenOwner(OwnerId parent, OwnerKind kind, std::string name, MemoryQuota quota = {});
 
   // Closes `owner` and its open descendants (deepest first), filing one LeakReport for each
@@ -154,6 +167,15 @@ class Ledger {
   // bounds it, ResourceExhausted naming the quota's owner, its limit, what it holds and the
   // owner that asked; nothing is charged then.
   Result<PendingCharge> Charge(Device device, size_t size, OwnerId owner = kNoOwner);
+
+  // Execution peaks: what one execution needs, per device and batch size, learned from what
+  // it made. For owners opened with a quota (MeasurePeaks() for one without limits); others
+  // are ignored. MarkPeaks: `owner`'s subtree's peak starts again from what it holds now (an
+  // instance, before an execution: an instance runs one at a time). LearnExecutionPeaks:
+  // the rise of `measured`'s peak over its mark, per device, is kept for `learner` (the
+  // version) at `batch_size` when larger than what it kept; Snapshot shows it.
+  void MarkPeaks(OwnerId owner);
+  void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size);
   // The second half: the memory at `ptr` is recorded under the charge (as RecordAllocation
   // would). A null `ptr` or an empty charge does nothing.
   void Commit(PendingCharge charge, const void* ptr);

@@ -245,6 +245,18 @@ void WriteOwner(JsonWriter& w, const OwnerNode& node) {
     }
     w.EndArray();
   }
+  if (!o.execution_peaks.empty()) {
+    WriteJsonKey(w, "execution_peaks");
+    w.StartArray();
+    for (const ExecutionPeak& p : o.execution_peaks) {
+      w.StartObject();
+      Text(w, "device", p.device.ToString());
+      Int(w, "batch_size", p.batch_size);
+      Int(w, "bytes", p.bytes);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   WriteJsonKey(w, "children");
   w.StartArray();
   for (const OwnerNode& child : node.children) WriteOwner(w, child);

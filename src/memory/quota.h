@@ -6,8 +6,8 @@
 // that would pass a limit is refused before any memory is made (Ledger::Charge), and nothing
 // else is touched: other owners, and other devices of the same owner, go on as before.
 //
-// The nearest quota applies: an owner opened with its own quota below another's is bounded by
-// its own alone. Memory recorded without an allocation the server makes (RecordAllocation: an
+// Quotas nest: an owner opened with its own quota below another's is bounded by both (and the
+// server's budget, the root's quota, bounds every owner). Memory recorded without an allocation the server makes (RecordAllocation: an
 // import, a framework's own) and recharges are counted, never refused: they exist already.
 //
 // Thread safety: values; every function is safe from any thread.
@@ -31,8 +31,10 @@ struct QuotaLimit {
 };
 inline constexpr int kEveryGpu = -1;
 
-// Empty: no quota.
+// Empty: no quota. A limit of 0 bytes bounds nothing: the owner's use is counted (and its
+// peaks, Ledger::MarkPeaks), as MeasurePeaks() asks.
 using MemoryQuota = std::vector<QuotaLimit>;
+inline MemoryQuota MeasurePeaks() { return {QuotaLimit{Device::Cpu(), 0}}; }
 
 // "2GiB" bounds each GPU; "cuda:0=2GiB,cuda:1=512MiB,cpu=1GiB" names devices. Sizes are bytes
 // ("1048576") or a number with KiB, MiB, GiB or TiB ("1.5GiB"). InvalidArgument naming what is

@@ -123,8 +123,9 @@ LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int6
       memory_(memory),
       executor_(config_->name(), version, memory, &stats_, TensorReshape::From(*config_),
                 std::move(classifier)),
+      // Measured even without a quota: it learns its executions' peaks (LearnExecutionPeaks).
       owner_(memory.ledger, model_owner, memory::OwnerKind::kVersion, std::to_string(version),
-             std::move(quota)) {}
+             quota.empty() ? memory::MeasurePeaks() : std::move(quota)) {}
 
 LoadedModel::~LoadedModel() {
   Shutdown();
@@ -214,7 +215,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   for (auto& instance_ctx : *plan) {
     instance_ctx.timing = timing;
     memory::ScopedOwner owner(memory.ledger, ctx.owner, memory::OwnerKind::kInstance,
-                              instance_ctx.name);
+                              instance_ctx.name, memory::MeasurePeaks());
     instance_ctx.owner = owner.id();
     memory::OwnerScope scope(owner.id());
     memory::NativeCharges native;
@@ -309,6 +310,10 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
     hold.reset();  // else this instance thread may hold the last reference once they ran
   }
   Instance& instance = instances_[index];
+  int64_t samples = 0;  // the batch size an execution's peak is learned for
+  for (const auto& queued : batch) {
+    if (!queued.null_request) samples += static_cast<int64_t>(queued.batch_size);
+  }
   auto run = [&] {
     if (request_lists_) {
       executor_.RunRequests(*instance.backend, instance.owner.id(), decoupled_, std::move(batch));
@@ -316,12 +321,15 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
       executor_.Run(*instance.backend, instance.owner.id(), std::move(batch));
     }
   };
-  // One execution at a time per instance, so its count needs no lock.
+  // One execution at a time per instance, so its count needs no lock, and the rise of the
+  // instance's memory over its mark is this execution's.
+  memory_.ledger->MarkPeaks(instance.owner.id());
   if (memory::NativeMemoryMeter::WantsExecution(instance.native)) {
     instance.native.MeasureExecution(run);
   } else {
     run();
   }
+  memory_.ledger->LearnExecutionPeaks(instance.owner.id(), owner_.id(), samples);
 }
 
 std::optional<QueuedRequest> LoadedModel::Admit(std::shared_ptr<const InferRequest> request,

@@ -144,6 +144,14 @@ def test_a_model_past_its_quota_fails_alone(quota_server):
                                      "refusals": 2}], version["quota"]
         assert version["subtree_live_bytes"] == held, version
         assert report["quota_refusals_total"] == 2, report["quota_refusals_total"]
+        # Each version learned what one execution of a batch of 1 made (its peak rise, in
+        # the ledger): the kept block and the 16-byte scratch copy for keeper, the scratch alone
+        # for steady (issue 17's admission reads these).
+        assert version["execution_peaks"] == [
+            {"device": "cpu", "batch_size": 1, "bytes": KEEP + 16}], version
+        steady = owner_node(report, "server/model:steady/version:1")
+        assert steady["execution_peaks"] == [
+            {"device": "cpu", "batch_size": 1, "bytes": 16}], steady
         # The neighbour has no quota, and the quota's owner alone shows it.
         assert "quota" not in owner_node(report, "server/model:steady/version:1")
         assert "quota" not in owner_node(report, "server/model:keeper")
@@ -194,6 +202,66 @@ def test_a_quota_that_does_not_parse_fails_the_load_naming_it(quota_server, mode
         assert reason in rows[0]["reason"], rows
     finally:
         client.close()
+
+
+# The server's budget (--memory-budget) is the root's quota: every model's charges together.
+BUDGET = 1536 * KIB
+
+
+@pytest.fixture(scope="module")
+def budget_server(start_server, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("budget-repo")
+    add_model(repo, "keeper_a", parameter("keep_bytes", KEEP))
+    add_model(repo, "keeper_b", parameter("keep_bytes", KEEP),
+              parameter("vramd.memory_quota", "cpu=1MiB"))
+    add_model(repo, "steady", parameter("keep_bytes", "0"))
+    return start_server([repo], ["--backend-directory", BACKENDS_DIR,
+                                 "--memory-budget", "cpu=1.5MiB"],
+                        name="budget", ready_models=["keeper_a", "keeper_b", "steady"])
+
+
+@needs_echo_c
+def test_the_servers_budget_bounds_all_models_together(budget_server):
+    client = budget_server.client()
+    try:
+        # keeper_b's own quota (1 MiB) has room for three blocks, but the server's 1.5 MiB is
+        # shared with keeper_a: the models take turns until one is refused by the budget.
+        served = 0
+        refused = None
+        for i in range(8):
+            model = "keeper_a" if i % 2 == 0 else "keeper_b"
+            r = client.infer_raw(model, [Input("INPUT0", "FP32", values())])
+            if r.status != 200:
+                refused = (model, r)
+                break
+            served += 1
+        assert refused is not None, "8 blocks of 256 KiB fit a 1.5 MiB budget"
+        model, r = refused
+        message = r.error_message()
+        assert "the server's memory budget (--memory-budget) refuses 256.0 KiB on cpu" in message, \
+            message
+        assert "for server/model:%s/version:1/instance:" % model in message, message
+        assert "of its 1.5 MiB there" in message, message
+        # What needs no more than the room left is served.
+        np.testing.assert_array_equal(
+            client.infer("steady", [Input("INPUT0", "FP32", values())]).outputs["OUTPUT0"],
+            values())
+        report = client.get("/v2/memory").json()
+        (budget,) = report["owners"]["quota"]
+        assert budget["device"] == "cpu" and budget["limit_bytes"] == BUDGET, budget
+        assert served * KEEP <= budget["used_bytes"] <= BUDGET, (served, budget)
+        assert budget["refusals"] == 1, budget
+        # The budget counts every live byte on the device, whoever holds it.
+        cpu_live = sum(node["by_device"].get("cpu", 0) for node in walk(report["owners"]))
+        assert budget["used_bytes"] == cpu_live, (budget, cpu_live)
+    finally:
+        client.close()
+
+
+def walk(node):
+    yield node
+    for child in node["children"]:
+        yield from walk(child)
 
 
 # A model.py whose numpy arrays the ledger charges (in-process hosting: numpy_ledger.h) is held

@@ -749,21 +749,71 @@ TEST(LedgerQuotaTest, AnUnusedEachGpuLimitShowsOnce) {
   EXPECT_EQ(v.quota[0].used_bytes, 0);
 }
 
-TEST(LedgerQuotaTest, DescendantsShareTheQuotaAndAnOwnQuotaReplacesIt) {
+TEST(LedgerQuotaTest, DescendantsShareTheQuotaAndNestedQuotasEachApply) {
   Ledger ledger;
   OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", {{Device::Cpu(), 1000}});
   OwnerId a = ledger.OpenOwner(version, OwnerKind::kInstance, "a");
   OwnerId b = ledger.OpenOwner(version, OwnerKind::kInstance, "b");
   OwnerId b_request = ledger.OpenOwner(b, OwnerKind::kRequest, "r");
-  OwnerId own = ledger.OpenOwner(a, OwnerKind::kScope, "own", {{Device::Cpu(), 50}});
+  OwnerId own = ledger.OpenOwner(a, OwnerKind::kScope, "own", {{Device::Cpu(), 500}});
   auto c1 = ledger.Charge(Device::Cpu(), 600, a);
   ASSERT_TRUE(c1.ok());
   ledger.Commit(std::move(c1).value(), Addr(1));
   EXPECT_FALSE(ledger.Charge(Device::Cpu(), 500, b_request).ok());  // 600 + 500 > 1000
   EXPECT_TRUE(ledger.Charge(Device::Cpu(), 400, b_request).ok());
-  // The nearest quota alone: 50, whatever the version's room.
-  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 51, own).ok());
-  EXPECT_TRUE(ledger.Charge(Device::Cpu(), 50, own).ok());
+  // Its own 500 first, then the version's room: 450 fits the one, not the other.
+  auto inner = ledger.Charge(Device::Cpu(), 501, own);
+  ASSERT_FALSE(inner.ok());
+  EXPECT_NE(inner.status().message().find("memory quota of server/version:1/instance:a/scope:own"),
+            std::string::npos)
+      << inner.status().message();
+  auto outer = ledger.Charge(Device::Cpu(), 450, own);
+  ASSERT_FALSE(outer.ok());
+  EXPECT_NE(outer.status().message().find("memory quota of server/version:1 refuses"),
+            std::string::npos)
+      << outer.status().message();
+  // The inner quota passed, then the outer refused: the inner one's share was given back.
+  auto snapshot = ledger.Snapshot();
+  EXPECT_EQ(UseOn(*Find(snapshot, own), Device::Cpu())->used_bytes, 0);
+  EXPECT_EQ(UseOn(*Find(snapshot, own), Device::Cpu())->refusals, 1u);
+  EXPECT_EQ(UseOn(*Find(snapshot, version), Device::Cpu())->used_bytes, 600);
+  auto fits = ledger.Charge(Device::Cpu(), 400, own);
+  ASSERT_TRUE(fits.ok());
+  ledger.Commit(std::move(fits).value(), Addr(2));
+  snapshot = ledger.Snapshot();
+  EXPECT_EQ(UseOn(*Find(snapshot, own), Device::Cpu())->used_bytes, 400);
+  EXPECT_EQ(UseOn(*Find(snapshot, version), Device::Cpu())->used_bytes, 1000);
+  ledger.RecordFree(Addr(2));
+  snapshot = ledger.Snapshot();
+  EXPECT_EQ(UseOn(*Find(snapshot, own), Device::Cpu())->used_bytes, 0);
+  EXPECT_EQ(UseOn(*Find(snapshot, version), Device::Cpu())->used_bytes, 600);
+}
+
+TEST(LedgerQuotaTest, TheServersBudgetBoundsEveryOwnerTogether) {
+  Ledger::Options options;
+  options.budget = {{Device::Cpu(), 1000}};
+  Ledger ledger(options);
+  OwnerId a = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "a");
+  OwnerId b = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "b", {{Device::Cpu(), 800}});
+  auto first = ledger.Charge(Device::Cpu(), 700, a);
+  ASSERT_TRUE(first.ok());
+  ledger.Commit(std::move(first).value(), Addr(1));
+  auto refused = ledger.Charge(Device::Cpu(), 400, b);  // b's own 800 has room; the server not
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "the server's memory budget (--memory-budget) refuses 400 B on cpu for "
+            "server/version:b: the server holds 700 B of its 1000 B there");
+  EXPECT_TRUE(ledger.Charge(Device::Cpu(), 300, b).ok());
+  EXPECT_TRUE(ledger.Charge(Device::Cuda(0), 1 << 20, b).ok());  // no budget on cuda:0
+  // Memory charged to the root itself counts too.
+  ledger.RecordAllocation(Addr(2), 300, Device::Cpu());
+  EXPECT_FALSE(ledger.Charge(Device::Cpu(), 1, a).ok());
+  auto snapshot = ledger.Snapshot();
+  const QuotaUse* budget = UseOn(snapshot[0], Device::Cpu());  // the root comes first
+  ASSERT_NE(budget, nullptr);
+  EXPECT_EQ(budget->limit_bytes, 1000);
+  EXPECT_EQ(budget->used_bytes, 1000);
+  EXPECT_EQ(budget->refusals, 2u);
 }
 
 TEST(LedgerQuotaTest, RecordedMemoryAndRechargesAreCountedNeverRefused) {
@@ -798,6 +848,50 @@ TEST(LedgerQuotaTest, AClosedOwnersLeakStaysCountedUntilFreed) {
   EXPECT_FALSE(ledger.Charge(Device::Cpu(), 300, request).ok());
   ledger.RecordFree(Addr(1));
   EXPECT_TRUE(ledger.Charge(Device::Cpu(), 1000, version).ok());
+}
+
+TEST(LedgerQuotaTest, AnExecutionsPeakIsLearnedByBatchSize) {
+  Ledger ledger;
+  OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", MeasurePeaks());
+  OwnerId instance = ledger.OpenOwner(version, OwnerKind::kInstance, "i", MeasurePeaks());
+  ledger.RecordAllocation(Addr(1), 1000, Device::Cuda(0), instance);  // weights: not a rise
+  uintptr_t n = 1;
+  auto execute = [&](int64_t batch, std::vector<std::pair<Device, size_t>> made) {
+    ledger.MarkPeaks(instance);
+    OwnerId request = ledger.OpenOwner(instance, OwnerKind::kRequest, "r");
+    std::vector<uintptr_t> live;
+    for (const auto& [device, size] : made) {
+      auto charge = ledger.Charge(device, size, request);
+      ASSERT_TRUE(charge.ok());
+      ledger.Commit(std::move(charge).value(), Addr(++n));
+      live.push_back(n);
+      if (live.size() == 2) {  // the first block is freed once the second is made
+        ledger.RecordFree(Addr(live.front()));
+        live.erase(live.begin());
+      }
+    }
+    for (uintptr_t address : live) ledger.RecordFree(Addr(address));
+    ledger.CloseOwner(request);
+    ledger.LearnExecutionPeaks(instance, version, batch);
+  };
+  execute(4, {{Device::Cuda(0), 300}, {Device::Cuda(0), 200}, {Device::Cpu(), 100}});
+  execute(4, {{Device::Cuda(0), 50}});  // smaller: the largest is kept
+  execute(8, {{Device::Cuda(0), 900}});
+  execute(1, {});  // made nothing: nothing learned
+  auto snapshot = ledger.Snapshot();
+  const OwnerSnapshot& v = *Find(snapshot, version);
+  ASSERT_EQ(v.execution_peaks.size(), 3u);
+  EXPECT_EQ(v.execution_peaks[0].device, Device::Cpu());
+  EXPECT_EQ(v.execution_peaks[0].batch_size, 4);
+  EXPECT_EQ(v.execution_peaks[0].bytes, 100);
+  EXPECT_EQ(v.execution_peaks[1].device, Device::Cuda(0));
+  EXPECT_EQ(v.execution_peaks[1].batch_size, 4);
+  EXPECT_EQ(v.execution_peaks[1].bytes, 500);  // 300 and 200 live together
+  EXPECT_EQ(v.execution_peaks[2].batch_size, 8);
+  EXPECT_EQ(v.execution_peaks[2].bytes, 900);
+  // Measured, not bounded: no quota to show.
+  EXPECT_TRUE(v.quota.empty());
+  EXPECT_TRUE(Find(snapshot, instance)->execution_peaks.empty());
 }
 
 TEST(LedgerQuotaTest, ConcurrentChargesNeverPassTheLimit) {
