@@ -163,6 +163,27 @@ void CollectOwners(const Value& node, int depth, std::vector<OwnerLine>& lines) 
       line.devices += fmt::format("{} {}", m.name.GetString(), HumanBytes(m.value.GetInt64()));
     }
   }
+  // The owner's quota ("quota cpu 772.0 KiB of 1.0 MiB, 2 refused") and what one execution
+  // made ("per execution: cuda:0 batch 8 1.0 GiB").
+  if (const Value* quota = Array(node, "quota")) {
+    for (const Value& q : quota->GetArray()) {
+      line.devices += fmt::format("{}quota {} {} of {}", line.devices.empty() ? "" : "; ",
+                                  Str(q, "device"), Bytes(Int(q, "used_bytes")),
+                                  Bytes(Int(q, "limit_bytes")));
+      if (const int64_t refused = Int(q, "refusals").value_or(0); refused > 0) {
+        line.devices += fmt::format(", {} refused", refused);
+      }
+    }
+  }
+  if (const Value* peaks = Array(node, "execution_peaks"); peaks != nullptr && !peaks->Empty()) {
+    line.devices += line.devices.empty() ? "per execution:" : "; per execution:";
+    bool first = true;
+    for (const Value& p : peaks->GetArray()) {
+      line.devices += fmt::format("{} {} batch {} {}", first ? "" : ",", Str(p, "device"),
+                                  Int(p, "batch_size").value_or(0), Bytes(Int(p, "bytes")));
+      first = false;
+    }
+  }
   lines.push_back(std::move(line));
   if (const Value* children = Array(node, "children")) {
     for (const Value& child : children->GetArray()) CollectOwners(child, depth + 1, lines);

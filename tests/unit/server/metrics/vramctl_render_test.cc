@@ -49,7 +49,12 @@ constexpr const char* kReport = R"json({
        "by_device": {}, "children": [
          {"id": 3, "kind": "version", "name": "1", "path": "server/model:add_sub/version:1",
           "live_bytes": 1024, "peak_bytes": 1024, "subtree_live_bytes": 41944064,
-          "closed": false, "by_device": {"cpu": 1024}, "children": [
+          "closed": false, "by_device": {"cpu": 1024},
+          "quota": [{"device": "cuda:0", "limit_bytes": 67108864, "used_bytes": 41943040,
+                     "refusals": 2}],
+          "execution_peaks": [{"device": "cuda:0", "batch_size": 1, "bytes": 1048576},
+                              {"device": "cuda:0", "batch_size": 8, "bytes": 8388608}],
+          "children": [
             {"id": 4, "kind": "instance", "name": "add_sub_0",
              "path": "server/model:add_sub/version:1/instance:add_sub_0",
              "live_bytes": 41943040, "peak_bytes": 50331648, "subtree_live_bytes": 41943040,
@@ -111,7 +116,9 @@ TEST(VramctlRenderTest, OwnerTreeIsIndentedWithLivePeakAndSubtree) {
   ExpectLine(*text,
              "    model:add_sub                           0 B         0 B    40.0 MiB");
   ExpectLine(*text,
-             "      version:1                         1.0 KiB     1.0 KiB    40.0 MiB  cpu 1.0 KiB");
+             "      version:1                         1.0 KiB     1.0 KiB    40.0 MiB  cpu 1.0 KiB; "
+             "quota cuda:0 40.0 MiB of 64.0 MiB, 2 refused; per execution: cuda:0 batch 1 1.0 MiB, "
+             "cuda:0 batch 8 8.0 MiB");
   ExpectLine(*text,
              "        instance:add_sub_0 (closed)    40.0 MiB    48.0 MiB    40.0 MiB  cuda:0 "
              "40.0 MiB");
