@@ -22,6 +22,7 @@
 #include "cli/triton_flags.h"
 #include "core/crash_report.h"
 #include "core/log_format.h"
+#include "memory/admission.h"
 #include "memory/allocator.h"
 #include "memory/cuda_devices.h"
 #include "memory/growth_detector.h"
@@ -69,6 +70,8 @@ struct ServeOptions {
   int metrics_port = 8002;
   int memory_growth_requests = 16;
   std::string memory_budget;  // --memory-budget, memory/quota.h's form; empty: none
+  bool memory_admission = true;
+  int64_t memory_admission_wait_ms = 30000;
   int exit_timeout_secs = 30;
   std::string model_control_mode = "none";
   std::vector<std::string> load_models;  // explicit mode: loaded at start-up ("*": all)
@@ -151,6 +154,9 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
                                    fmt::join(leak.allocations[0].backtrace, " <- ")));
   });
   vramd::memory::Allocator allocator(&ledger);
+  // Executions wait for memory only where there is a budget to wait against.
+  std::optional<vramd::memory::Admission> admission;
+  if (options.memory_admission && !ledger_options.budget.empty()) admission.emplace(&ledger);
   std::optional<vramd::memory::GrowthDetector> growth;
   if (options.memory_growth_requests > 0) growth.emplace(options.memory_growth_requests);
 
@@ -169,6 +175,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   report_options.native = &native_meter;
   // Stub and process-per-instance hosts, shown per PID under the models they serve.
   report_options.hosted = &vramd::memory::HostedProcesses::Global();
+  report_options.admission = admission ? &*admission : nullptr;
   vramd::memory::LiveMemoryReportSource memory_report(
       &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
       report_options);
@@ -206,6 +213,11 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   manager_options.exit_on_error = options.exit_on_error;
   manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr, nvml_ptr,
                             &native_meter};
+  if (admission) {
+    manager_options.memory.admission = &*admission;
+    manager_options.memory.admission_wait =
+        std::chrono::milliseconds(options.memory_admission_wait_ms);
+  }
   manager_options.model_control_mode =
       options.model_control_mode == "explicit" ? vramd::runtime::ModelControlMode::kExplicit
       : options.model_control_mode == "poll"   ? vramd::runtime::ModelControlMode::kPoll
@@ -468,6 +480,15 @@ int main(int argc, char** argv) {
                     "What the server may hold per device, all models together: a size for each "
                     "GPU (\"100GiB\") or DEVICE=SIZE,... (\"cuda:0=100GiB,cpu=64GiB\"); an "
                     "allocation past it fails as a full device would");
+  serve->add_option("--memory-admission", options.memory_admission,
+                    "On a device with a --memory-budget, start an execution only when what it "
+                    "is predicted to make fits, else wait (docs/memory.md, \"Admission\")")
+      ->capture_default_str();
+  serve->add_option("--memory-admission-wait-ms", options.memory_admission_wait_ms,
+                    "The longest an execution waits for memory when its requests have no "
+                    "earlier deadline")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   serve->add_option("--memory-growth-requests", options.memory_growth_requests,
                     "Flag an instance whose live memory rises over this many consecutive "
                     "requests (0 = off)")

@@ -276,6 +276,10 @@ class Ledger::Impl {
   void MarkPeaks(OwnerId owner) EXCLUDES(tree_mu_);
   void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size)
       EXCLUDES(tree_mu_);
+  int64_t PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const
+      EXCLUDES(tree_mu_);
+  std::pair<int64_t, int64_t> BudgetOf(Device device) const;
+  int64_t MadeSinceMark(OwnerId owner, Device device) const;
   OwnerId RecordFree(const void* ptr) EXCLUDES(tree_mu_);
   Status Recharge(const void* ptr, OwnerId owner) EXCLUDES(tree_mu_);
   bool Knows(const void* ptr);
@@ -588,6 +592,35 @@ void Ledger::Impl::Commit(OwnerNode* node, size_t size, Device device, const voi
 
 void Ledger::Impl::Undo(OwnerNode* node, size_t size, Device device) {
   Release(Record{node, size, device, 0, {}});
+}
+
+int64_t Ledger::Impl::PredictExecutionPeak(OwnerId learner, Device device,
+                                           int64_t batch_size) const {
+  std::shared_ptr<QuotaState> q = OwnQuota(learner);
+  if (q == nullptr) return 0;
+  const int slot = DeviceSlot(device);
+  MutexLock lock(q->learned_mu);
+  auto it = q->learned.lower_bound({slot, batch_size});
+  if (it != q->learned.end() && it->first.first == slot) return it->second;  // this size or larger
+  if (it == q->learned.begin()) return 0;
+  --it;  // the largest smaller size
+  if (it->first.first != slot || it->first.second <= 0) return 0;
+  return it->second * batch_size / it->first.second;
+}
+
+int64_t Ledger::Impl::MadeSinceMark(OwnerId owner, Device device) const {
+  std::shared_ptr<QuotaState> q = OwnQuota(owner);
+  if (q == nullptr) return 0;
+  const int slot = DeviceSlot(device);
+  return std::max<int64_t>(0, q->used[slot].load(std::memory_order_relaxed) -
+                                  q->mark[slot].load(std::memory_order_relaxed));
+}
+
+std::pair<int64_t, int64_t> Ledger::Impl::BudgetOf(Device device) const {
+  const QuotaState* budget = root_->quota.get();
+  if (budget == nullptr) return {0, 0};
+  const int slot = DeviceSlot(device);
+  return {budget->used[slot].load(std::memory_order_relaxed), budget->limit[slot]};
 }
 
 std::shared_ptr<QuotaState> Ledger::Impl::OwnQuota(OwnerId id) const {
@@ -1007,6 +1040,15 @@ Ledger::PendingCharge& Ledger::PendingCharge::operator=(PendingCharge&& other) n
 }
 
 void Ledger::MarkPeaks(OwnerId owner) { impl_->MarkPeaks(owner); }
+int64_t Ledger::PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const {
+  return impl_->PredictExecutionPeak(learner, device, batch_size);
+}
+int64_t Ledger::MadeSinceMark(OwnerId owner, Device device) const {
+  return impl_->MadeSinceMark(owner, device);
+}
+std::pair<int64_t, int64_t> Ledger::BudgetOf(Device device) const {
+  return impl_->BudgetOf(device);
+}
 void Ledger::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size) {
   impl_->LearnExecutionPeaks(measured, learner, batch_size);
 }

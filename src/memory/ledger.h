@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -176,6 +177,16 @@ class Ledger {
   // version) at `batch_size` when larger than what it kept; Snapshot shows it.
   void MarkPeaks(OwnerId owner);
   void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size);
+  // What an execution of `batch_size` under `learner` is expected to make on `device`: the
+  // figure learned at that batch size; else the one at the nearest larger size learned; else
+  // the one at the largest smaller size, scaled up in proportion; 0 with nothing learned.
+  int64_t PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const;
+  // What `owner`'s subtree holds on `device` above its mark now (0 for an owner not measured).
+  int64_t MadeSinceMark(OwnerId owner, Device device) const;
+
+  // The server's budget on `device` (Options::budget): {what every owner holds there, the
+  // limit}; {0, 0} without one.
+  std::pair<int64_t, int64_t> BudgetOf(Device device) const;
   // The second half: the memory at `ptr` is recorded under the charge (as RecordAllocation
   // would). A null `ptr` or an empty charge does nothing.
   void Commit(PendingCharge charge, const void* ptr);

@@ -345,6 +345,7 @@ MemoryReport BuildMemoryReport(const Ledger& ledger, std::vector<PoolStats> pool
   r.leak_reports_total = ledger.leak_reports_total();
   r.unknown_frees = ledger.unknown_frees();
   r.quota_refusals_total = ledger.quota_refusals_total();
+  if (options.admission != nullptr) r.admission = options.admission->Stats();
   return r;
 }
 
@@ -414,6 +415,19 @@ std::string MemoryReportToJson(const MemoryReport& report) {
   Uint(w, "leak_reports_total", report.leak_reports_total);
   Uint(w, "unknown_frees", report.unknown_frees);
   Uint(w, "quota_refusals_total", report.quota_refusals_total);
+  WriteJsonKey(w, "admission");
+  w.StartArray();
+  for (const Admission::DeviceStats& a : report.admission) {
+    w.StartObject();
+    Text(w, "device", a.device.ToString());
+    Int(w, "reserved_bytes", a.reserved_bytes);
+    Uint(w, "admitted", a.admitted);
+    Uint(w, "waited", a.waited);
+    Uint(w, "timed_out", a.timed_out);
+    Int(w, "wait_ns", a.wait_ns);
+    w.EndObject();
+  }
+  w.EndArray();
   WriteJsonKey(w, "unattributed");
   w.StartArray();
   for (const DeviceMemoryReport& d : report.devices) {

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/admission.h"
 #include "memory/allocator.h"
 #include "memory/caching_pool.h"
 #include "memory/device.h"
@@ -95,6 +96,7 @@ struct MemoryReport {
   uint64_t leak_reports_total = 0;
   uint64_t unknown_frees = 0;
   uint64_t quota_refusals_total = 0;  // allocations refused by a quota (memory/quota.h)
+  std::vector<Admission::DeviceStats> admission;  // devices with a budget, when admission is on
 };
 
 struct MemoryReportOptions {
@@ -110,6 +112,8 @@ struct MemoryReportOptions {
   // The server's backend host processes (hosted_processes.h); null: none listed. Must outlive
   // the report source.
   const HostedProcesses* hosted = nullptr;
+  // Memory-aware admission (admission.h); null: none. Must outlive the report source.
+  const Admission* admission = nullptr;
 };
 
 // Reads the ledger, the allocator's pools and NVML (null: unavailable). `baselines` come from

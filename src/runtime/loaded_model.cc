@@ -229,8 +229,11 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
       return instance.status().WithContext(
           fmt::format("{}: instance '{}'", where, instance_ctx.name));
     }
+    const memory::Device device = instance_ctx.kind == backends::DeviceKind::kGpu
+                                      ? memory::Device::Cuda(instance_ctx.device_id)
+                                      : memory::Device::Cpu();
     model->instances_.emplace_back(std::move(owner), std::move(instance).value(),
-                                   std::move(native));
+                                   std::move(native), device);
   }
   // A joined batch (dynamic batching without request lists) is assembled with memcpy: its
   // inputs come to the host first, whatever the backend takes.
@@ -260,8 +263,13 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     options.queue_policy =
         RequestQueue::PolicyFrom(config->dynamic_batching().default_queue_policy());
   }
-  // A backend with per-thread state runs on its instances' threads only (backend.h).
-  options.inline_execution = !(*backend)->ExecutesOnInstanceThreads();
+  // A backend with per-thread state runs on its instances' threads only (backend.h); so does
+  // one whose executions may wait for memory, which must not hold the caller's I/O thread.
+  bool admitted = false;
+  for (const Instance& instance : model->instances_) {
+    admitted |= memory.admission != nullptr && memory.admission->Governs(instance.device);
+  }
+  options.inline_execution = !(*backend)->ExecutesOnInstanceThreads() && !admitted;
   options.idle_spin = Scheduler::DefaultIdleSpin();
   if ((*backend)->ChecksReadiness()) {
     LoadedModel* self = model.get();  // the probe goes before the instances (destructor)
@@ -322,8 +330,36 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
     }
   };
   // One execution at a time per instance, so its count needs no lock, and the rise of the
-  // instance's memory over its mark is this execution's.
+  // instance's memory over its mark is this execution's (marked before admission, which reads
+  // what it has made since).
   memory_.ledger->MarkPeaks(instance.owner.id());
+  // On a device with a budget the execution waits until what it is predicted to make fits
+  // (memory/admission.h), at most until its earliest request's deadline.
+  memory::Admission::Ticket admitted;
+  if (memory_.admission != nullptr) {
+    const int64_t predicted =
+        memory_.ledger->PredictExecutionPeak(owner_.id(), instance.device, samples);
+    auto deadline = SchedulerClock::now() + memory_.admission_wait;
+    for (const auto& queued : batch) deadline = std::min(deadline, queued.deadline);
+    auto ticket = memory_.admission->Admit(instance.device, predicted, instance.owner.id(),
+                                           deadline,
+                                           fmt::format("model '{}' version {}", config_->name(),
+                                                       version_));
+    if (!ticket.ok()) {
+      for (auto& queued : batch) {
+        if (!queued.null_request) {
+          stats_.RecordFailure(static_cast<uint64_t>(
+                                   std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       SchedulerClock::now() - queued.arrival)
+                                       .count()),
+                               FailureReason::kRejected);
+        }
+        queued.done(ticket.status());
+      }
+      return;
+    }
+    admitted = std::move(ticket).value();
+  }
   if (memory::NativeMemoryMeter::WantsExecution(instance.native)) {
     instance.native.MeasureExecution(run);
   } else {

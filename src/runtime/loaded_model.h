@@ -203,9 +203,10 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
     std::unique_ptr<backends::BackendInstance> backend;
     // What its libraries took outside the pools (released first, before the owner closes).
     memory::NativeCharges native;
+    memory::Device device;  // where its executions' memory is admitted (memory/admission.h)
     Instance(memory::ScopedOwner o, std::unique_ptr<backends::BackendInstance> b,
-             memory::NativeCharges n)
-        : owner(std::move(o)), backend(std::move(b)), native(std::move(n)) {}
+             memory::NativeCharges n, memory::Device d)
+        : owner(std::move(o)), backend(std::move(b)), native(std::move(n)), device(d) {}
   };
 
   // First, so destroyed last: signals the end of the whole destruction.

@@ -3,6 +3,9 @@
 // every model.
 #pragma once
 
+#include <chrono>
+
+#include "memory/admission.h"
 #include "memory/allocator.h"
 #include "memory/growth_detector.h"
 #include "memory/ledger.h"
@@ -21,6 +24,11 @@ struct MemoryContext {
   // Optional: measures what GPU instances' libraries take outside the pools while they are
   // created and run their first executions, and charges it to them (native_memory.h).
   memory::NativeMemoryMeter* native = nullptr;
+  // Optional: memory-aware admission of executions on devices with a budget (admission.h).
+  memory::Admission* admission = nullptr;
+  // The longest an execution waits for memory when none of its requests has an earlier
+  // deadline.
+  std::chrono::milliseconds admission_wait{30000};
 };
 
 }  // namespace vramd::runtime

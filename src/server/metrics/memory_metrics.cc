@@ -127,6 +127,26 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
               "Allocations a model version's memory quota refused on a device.", kCounter,
               [](const memory::QuotaUse& q) { return static_cast<double>(q.refusals); });
 
+  if (!report.admission.empty()) {
+    out.Family("vramd_memory_admission_reserved_bytes",
+               "Predicted peaks of the executions admitted on a device with a budget and not yet "
+               "ended.",
+               kGauge);
+    for (const auto& a : report.admission) {
+      out.Sample({{"device", a.device.ToString()}}, static_cast<double>(a.reserved_bytes));
+    }
+    out.Family("vramd_memory_admission_waits_total",
+               "Executions that waited for memory before they started.", kCounter);
+    for (const auto& a : report.admission) {
+      out.Sample({{"device", a.device.ToString()}}, static_cast<double>(a.waited));
+    }
+    out.Family("vramd_memory_admission_timeouts_total",
+               "Executions whose deadline came while they waited for memory.", kCounter);
+    for (const auto& a : report.admission) {
+      out.Sample({{"device", a.device.ToString()}}, static_cast<double>(a.timed_out));
+    }
+  }
+
   out.Family("vramd_memory_leaked_bytes_total",
              "Bytes still held by owners when they closed, summed over every leak report.",
              kCounter);

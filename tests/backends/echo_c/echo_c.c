@@ -11,6 +11,8 @@
  *   keep_bytes = "<n>"          each execute allocates n bytes charged to its request and keeps
  *                               them until the instance is destroyed (a model that keeps what
  *                               its requests made: each is that request's leak);
+ *   execute_delay_us = "<n>"    each execute holds its scratch copies that long (a model
+ *                               whose executions overlap, for tests of memory admission);
  * and an input whose first byte is ECHO_FAIL_BYTE (0xEE) fails that execute.
  * Built with -DECHO_WRONG_ABI it claims another ABI version, with -DECHO_NULL_TABLE its entry
  * point returns NULL, with -DECHO_SMALL_TABLE its table ends before execute, and with
@@ -19,10 +21,13 @@
  * struct_size ends before that field, as a library built before it was appended, while the
  * memory past it says 1: vramd must load it and not read the field. ECHO_BACKEND_NAME sets the
  * name the table reports (the library's directory name). */
+/* nanosleep */
+#define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vramd/backend.h"
 
@@ -43,6 +48,7 @@ typedef struct EchoModel {
   const VramdServerApi* server; /* valid until model_destroy returns */
   int fail_execute;
   size_t keep_bytes; /* 0: keeps nothing */
+  long execute_delay_us;
 } EchoModel;
 
 typedef struct EchoInstance {
@@ -99,6 +105,9 @@ static VramdCode model_create(const VramdModelInfo* info, void** model, VramdErr
                     strcmp(value, "true") == 0;
   if (find_parameter(info->config_json, "keep_bytes", value, sizeof value)) {
     m->keep_bytes = (size_t)strtoull(value, NULL, 10);
+  }
+  if (find_parameter(info->config_json, "execute_delay_us", value, sizeof value)) {
+    m->execute_delay_us = strtol(value, NULL, 10);
   }
   info->server->log(info->server->server, VRAMD_LOG_INFO, "echo_c model created");
   *model = m;
@@ -192,6 +201,11 @@ static VramdCode execute(void* instance, const VramdRequest* request, const Vram
     code = outputs->add(outputs->outputs, out_name, in->datatype, in->shape, in->rank,
                         in->byte_size, &data, error);
     if (code == VRAMD_OK && in->byte_size > 0) memcpy(data, scratch, in->byte_size);
+    if (inst->model->execute_delay_us > 0) {
+      struct timespec delay = {inst->model->execute_delay_us / 1000000,
+                               (inst->model->execute_delay_us % 1000000) * 1000};
+      nanosleep(&delay, NULL);
+    }
     if (scratch != NULL) server->free(server->server, VRAMD_DEVICE_CPU, -1, scratch);
     if (code != VRAMD_OK) return code;
   }

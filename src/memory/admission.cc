@@ -1,0 +1,125 @@
+#include "memory/admission.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "memory/byte_size.h"
+
+namespace vramd::memory {
+
+Admission::Ticket::Ticket(Ticket&& other) noexcept
+    : admission_(std::exchange(other.admission_, nullptr)), slot_(other.slot_), id_(other.id_) {}
+
+Admission::Ticket& Admission::Ticket::operator=(Ticket&& other) noexcept {
+  if (this != &other) {
+    Release();
+    admission_ = std::exchange(other.admission_, nullptr);
+    slot_ = other.slot_;
+    id_ = other.id_;
+  }
+  return *this;
+}
+
+void Admission::Ticket::Release() {
+  if (admission_ != nullptr) std::exchange(admission_, nullptr)->Release(slot_, id_);
+}
+
+Admission::Admission(Ledger* ledger) : ledger_(ledger) {
+  MutexLock lock(mu_);
+  for (int slot = 0; slot < kSlots; ++slot) {
+    stats_[slot].device = slot == 0                ? Device::Cpu()
+                          : slot == kSlots - 1     ? Device::CudaHost()
+                                                   : Device::Cuda(slot - 1);
+  }
+}
+
+int Admission::SlotOf(Device device) {
+  switch (device.type) {
+    case DeviceType::kCpu: return 0;
+    case DeviceType::kCudaHost: return kSlots - 1;
+    case DeviceType::kCuda: return 1 + std::clamp(device.index, 0, kSlots - 3);
+  }
+  return 0;
+}
+
+bool Admission::Governs(Device device) const { return ledger_->BudgetOf(device).second > 0; }
+
+int64_t Admission::OutstandingLocked(int slot, Device device) const {
+  int64_t outstanding = 0;
+  for (const Admitted& a : admitted_[slot]) {
+    outstanding += std::max<int64_t>(0, a.bytes - ledger_->MadeSinceMark(a.measured, device));
+  }
+  return outstanding;
+}
+
+Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId measured,
+                                           Clock::time_point deadline, const std::string& what) {
+  Ticket ticket;
+  if (bytes <= 0 || !Governs(device)) return ticket;
+  const int slot = SlotOf(device);
+  const auto start = Clock::now();
+  MutexLock lock(mu_);
+  // The ledger's figure changes without telling us; what frees room for a waiter is an
+  // admitted execution ending, which notifies `ended_`, and nothing waits unless one runs.
+  auto fits = [&]() REQUIRES(mu_) {
+    const auto [used, limit] = ledger_->BudgetOf(device);
+    return admitted_[slot].empty() || used + OutstandingLocked(slot, device) + bytes <= limit;
+  };
+  bool waited = false;
+  if (!fits()) {
+    waited = true;
+    if (!lock.WaitUntil(ended_, deadline, fits)) {
+      ++stats_[slot].timed_out;
+      stats_[slot].wait_ns += (Clock::now() - start).count();
+      const auto [used, limit] = ledger_->BudgetOf(device);
+      return Status::Unavailable(fmt::format(
+          "{}: an execution needing {} on {} waited {} ms for memory and its deadline came "
+          "first: the server holds {} of its {} budget there and running executions are "
+          "predicted to make {} more",
+          what, FormatBytes(static_cast<size_t>(bytes)), device.ToString(),
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count(),
+          FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
+          FormatBytes(static_cast<size_t>(limit)),
+          FormatBytes(static_cast<size_t>(OutstandingLocked(slot, device)))));
+    }
+  }
+  const uint64_t id = next_id_++;
+  admitted_[slot].push_back({id, measured, bytes});
+  DeviceStats& stats = stats_[slot];
+  ++stats.admitted;
+  if (waited) {
+    ++stats.waited;
+    stats.wait_ns += (Clock::now() - start).count();
+  }
+  ticket.admission_ = this;
+  ticket.slot_ = slot;
+  ticket.id_ = id;
+  return ticket;
+}
+
+void Admission::Release(int slot, uint64_t id) {
+  {
+    MutexLock lock(mu_);
+    auto& admitted = admitted_[slot];
+    admitted.erase(std::remove_if(admitted.begin(), admitted.end(),
+                                  [id](const Admitted& a) { return a.id == id; }),
+                   admitted.end());
+  }
+  ended_.notify_all();
+}
+
+std::vector<Admission::DeviceStats> Admission::Stats() const {
+  std::vector<DeviceStats> out;
+  MutexLock lock(mu_);
+  for (int slot = 0; slot < kSlots; ++slot) {
+    if (!Governs(stats_[slot].device)) continue;
+    DeviceStats s = stats_[slot];
+    s.reserved_bytes = OutstandingLocked(slot, s.device);
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace vramd::memory

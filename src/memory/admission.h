@@ -1,0 +1,103 @@
+// Admission: memory-aware admission of executions (issue 17, item 2; docs/memory.md,
+// "Admission").
+//
+// On a device with a budget (--memory-budget, the ledger root's quota), an execution starts only
+// when what the server holds there, plus what the executions admitted and not yet ended are
+// still predicted to make, plus its own predicted peak (Ledger::PredictExecutionPeak), fits the
+// budget. Otherwise it waits for an admitted execution to end, up to its deadline. With none
+// admitted it starts whatever its prediction: nothing running would free memory for it, and
+// its allocations then fail as they would have (the budget still refuses them).
+//
+// "Still to make": an admitted execution's prediction less what its instance has made since
+// its mark (Ledger::MadeSinceMark), so that memory it already holds is not counted twice (once
+// in the server's use, once in its reservation). A prediction is the largest peak seen at that
+// batch size, so the sum errs high: a burst runs fewer at once than would fit, not more.
+//
+// Thread safety: every method is safe from any thread. A Ticket is used by one thread.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/mutex.h"
+#include "core/status.h"
+#include "memory/device.h"
+#include "memory/ledger.h"
+
+namespace vramd::memory {
+
+class Admission {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `ledger` must outlive this object; its budget (Options::budget) is what is admitted against.
+  explicit Admission(Ledger* ledger);
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+
+  // An admitted execution's reservation, released (waking waiters) when destroyed.
+  class Ticket {
+   public:
+    Ticket() = default;
+    ~Ticket() { Release(); }
+    Ticket(Ticket&& other) noexcept;
+    Ticket& operator=(Ticket&& other) noexcept;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    void Release();
+
+   private:
+    friend class Admission;
+    Admission* admission_ = nullptr;
+    int slot_ = 0;
+    uint64_t id_ = 0;
+  };
+
+  // Whether `device` has a budget to admit against.
+  bool Governs(Device device) const;
+
+  // Admits an execution predicted to make `bytes` on `device`: at once when it fits (or when
+  // the device has no budget, or nothing is predicted), else after admitted executions end;
+  // Unavailable naming `what`, the prediction and the device's figures when `deadline` comes
+  // first.
+  // `measured` is the instance that will run it, marked (Ledger::MarkPeaks) before it starts.
+  Result<Ticket> Admit(Device device, int64_t bytes, OwnerId measured, Clock::time_point deadline,
+                       const std::string& what) EXCLUDES(mu_);
+
+  struct DeviceStats {
+    Device device;
+    int64_t reserved_bytes = 0;  // what admitted executions are still predicted to make
+    uint64_t admitted = 0;       // executions admitted with a prediction
+    uint64_t waited = 0;         // of those, admitted after waiting
+    uint64_t timed_out = 0;      // deadlines that came first
+    int64_t wait_ns = 0;         // time spent waiting, all executions
+  };
+  // Devices with a budget only.
+  std::vector<DeviceStats> Stats() const EXCLUDES(mu_);
+
+ private:
+  static constexpr int kSlots = 19;  // cpu, cuda:0..16, cuda_host: the ledger's slots
+  static int SlotOf(Device device);
+  void Release(int slot, uint64_t id) EXCLUDES(mu_);
+  // What the admitted executions on `slot` are still predicted to make.
+  int64_t OutstandingLocked(int slot, Device device) const REQUIRES(mu_);
+
+  struct Admitted {
+    uint64_t id;
+    OwnerId measured;
+    int64_t bytes;
+  };
+
+  Ledger* const ledger_;
+  mutable Mutex mu_;
+  std::condition_variable ended_;  // an admitted execution ended; waited on with mu_
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::array<std::vector<Admitted>, kSlots> admitted_ GUARDED_BY(mu_);
+  std::array<DeviceStats, kSlots> stats_ GUARDED_BY(mu_){};
+};
+
+}  // namespace vramd::memory

@@ -1,0 +1,125 @@
+"""Memory-aware admission (docs/memory.md, "Admission"; issue 17, item 2): on a device with a
+budget (--memory-budget), an execution starts only when what it is predicted to make (learned
+per batch size from the ledger) fits beside what the server holds, and otherwise waits. A burst
+then queues instead of failing.
+
+The model is the echo_c test backend: each execution copies its 512 KiB input into scratch
+memory charged to the request and holds it for 100 ms (execute_delay_us), on 4 instances. The
+budget, 1.25 MiB of host memory ("cpu" stands for a GPU: the same code), holds two such copies
+beside the instances' workspaces, not three. The same burst against the same server with
+admission off (--memory-admission=false) fails in part: the burst does exceed the budget."""
+
+import os
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+
+from v2client import InferResult, Input
+
+BACKENDS_DIR = os.environ.get("VRAMD_TEST_BACKENDS_DIR")
+ECHO_LIBRARY = pathlib.Path(BACKENDS_DIR or ".") / "echo_c" / "libvramd_echo_c.so"
+
+pytestmark = pytest.mark.skipif(
+    not BACKENDS_DIR or not ECHO_LIBRARY.is_file(),
+    reason="VRAMD_TEST_BACKENDS_DIR is not set or holds no echo_c/libvramd_echo_c.so "
+           "(build the vramd_backend_echo_c target and run through ctest)")
+
+SCRATCH = 512 * 1024
+BURST = 8
+
+CONFIG = """
+backend: "echo_c"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 4 } ]
+parameters { key: "execute_delay_us" value { string_value: "100000" } }
+"""
+
+
+def start(start_server, tmp_path_factory, admission):
+    repo = tmp_path_factory.mktemp("admission-repo")
+    (repo / "burst" / "1").mkdir(parents=True)
+    (repo / "burst" / "config.pbtxt").write_text(CONFIG)
+    return start_server([repo], ["--backend-directory", BACKENDS_DIR,
+                                 "--memory-budget", "cpu=1.25MiB",
+                                 "--memory-admission=%s" % ("true" if admission else "false")],
+                        name="admission-%s" % admission, ready_models=["burst"])
+
+
+def burst(server):
+    """One request alone (the model learns its peak), then BURST at once; the answers."""
+    values = np.arange(SCRATCH // 4, dtype=np.float32)
+    client = server.client()
+    try:
+        first = client.infer_raw("burst", [Input("INPUT0", "FP32", values, binary=True)])
+        assert first.status == 200, first
+    finally:
+        client.close()
+    answers = [None] * BURST
+    go = threading.Barrier(BURST)
+
+    def send(i):
+        c = server.client()
+        try:
+            go.wait()
+            answers[i] = c.infer_raw("burst", [Input("INPUT0", "FP32", values + i, binary=True)])
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(BURST)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return values, answers
+
+
+def test_a_burst_past_the_budget_queues_instead_of_failing(start_server, tmp_path_factory):
+    server = start(start_server, tmp_path_factory, admission=True)
+    values, answers = burst(server)
+    failed = [(i, a.status, a.error_message()) for i, a in enumerate(answers) if a.status != 200]
+    assert not failed, failed
+    for i, a in enumerate(answers):
+        np.testing.assert_array_equal(InferResult(a).outputs["OUTPUT0"], values + i)
+    client = server.client()
+    try:
+        report = client.get("/v2/memory").json()
+    finally:
+        client.close()
+    version = next(n for n in walk(report["owners"]) if n["path"] == "server/model:burst/version:1")
+    assert version["execution_peaks"] == [
+        {"device": "cpu", "batch_size": 1, "bytes": SCRATCH}], version
+    (admission,) = report["admission"]
+    assert admission["device"] == "cpu", admission
+    # The first request alone had no prediction; the burst's eight had one, and those that did
+    # not fit beside two running waited.
+    assert admission["admitted"] == BURST, admission
+    assert admission["waited"] >= 1, admission
+    assert admission["timed_out"] == 0 and admission["reserved_bytes"] == 0, admission
+    (budget,) = report["owners"]["quota"]
+    assert budget["refusals"] == 0, budget
+
+
+def test_the_same_burst_without_admission_fails_in_part(start_server, tmp_path_factory):
+    server = start(start_server, tmp_path_factory, admission=False)
+    _, answers = burst(server)
+    failed = [a for a in answers if a.status != 200]
+    assert failed, "the burst fit the budget without admission: the test shows nothing"
+    for a in failed:
+        assert "the server's memory budget (--memory-budget) refuses 512.0 KiB on cpu" in \
+            a.error_message(), a.error_message()
+    client = server.client()
+    try:
+        report = client.get("/v2/memory").json()
+    finally:
+        client.close()
+    assert report["admission"] == [], report["admission"]
+
+
+def walk(node):
+    yield node
+    for child in node["children"]:
+        yield from walk(child)

@@ -1,0 +1,129 @@
+#include "memory/admission.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "memory/ledger.h"
+
+namespace vramd::memory {
+namespace {
+
+using std::chrono::milliseconds;
+
+const void* AdmissionAddr(uintptr_t n) {
+  return reinterpret_cast<const void*>(0x20000000 + n * 256);
+}
+
+Ledger::Options BudgetOf1000() {
+  Ledger::Options options;
+  options.budget = {{Device::Cpu(), 1000}};
+  return options;
+}
+
+Admission::Clock::time_point DeadlineIn(milliseconds ms) { return Admission::Clock::now() + ms; }
+
+TEST(AdmissionTest, WithoutABudgetOrAPredictionEverythingStartsAtOnce) {
+  Ledger ledger;
+  Admission admission(&ledger);
+  EXPECT_FALSE(admission.Governs(Device::Cpu()));
+  EXPECT_TRUE(admission.Admit(Device::Cpu(), 1 << 30, kNoOwner, DeadlineIn(milliseconds(0)), "m").ok());
+  Ledger budgeted(BudgetOf1000());
+  Admission governed(&budgeted);
+  EXPECT_TRUE(governed.Governs(Device::Cpu()));
+  EXPECT_FALSE(governed.Governs(Device::Cuda(0)));
+  auto unpredicted = governed.Admit(Device::Cpu(), 0, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+  ASSERT_TRUE(unpredicted.ok());
+  EXPECT_TRUE(governed.Stats().at(0).admitted == 0);
+}
+
+TEST(AdmissionTest, AnExecutionThatDoesNotFitWaitsForOneToEnd) {
+  Ledger ledger(BudgetOf1000());
+  Admission admission(&ledger);
+  const OwnerId a = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "a", MeasurePeaks());
+  const OwnerId b = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "b", MeasurePeaks());
+  ledger.MarkPeaks(a);
+  auto first = admission.Admit(Device::Cpu(), 600, a, DeadlineIn(milliseconds(1000)), "m");
+  ASSERT_TRUE(first.ok());
+  std::atomic<bool> second_started{false};
+  std::thread second([&] {
+    ledger.MarkPeaks(b);
+    auto ticket = admission.Admit(Device::Cpu(), 600, b, DeadlineIn(milliseconds(10000)), "m");
+    EXPECT_TRUE(ticket.ok()) << ticket.status().ToString();
+    second_started = true;
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(second_started.load());  // 600 + 600 > 1000
+  first->Release();
+  second.join();
+  EXPECT_TRUE(second_started.load());
+  auto stats = admission.Stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].admitted, 2u);
+  EXPECT_EQ(stats[0].waited, 1u);
+  EXPECT_GT(stats[0].wait_ns, 0);
+  EXPECT_EQ(stats[0].reserved_bytes, 0);
+}
+
+TEST(AdmissionTest, ADeadlineThatComesFirstFailsNamingTheFigures) {
+  Ledger ledger(BudgetOf1000());
+  Admission admission(&ledger);
+  const OwnerId a = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "a", MeasurePeaks());
+  ledger.MarkPeaks(a);
+  auto first = admission.Admit(Device::Cpu(), 600, a, DeadlineIn(milliseconds(1000)), "m");
+  ASSERT_TRUE(first.ok());
+  auto late = admission.Admit(Device::Cpu(), 500, kNoOwner, DeadlineIn(milliseconds(50)),
+                              "model 'x' version 1");
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
+  const std::string& m = late.status().message();
+  EXPECT_NE(m.find("model 'x' version 1: an execution needing 500 B on cpu waited"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("the server holds 0 B of its 1000 B budget there and running executions are "
+                   "predicted to make 600 B more"),
+            std::string::npos) << m;
+  EXPECT_EQ(admission.Stats()[0].timed_out, 1u);
+}
+
+TEST(AdmissionTest, WhatARunningExecutionAlreadyMadeIsNotCountedTwice) {
+  Ledger ledger(BudgetOf1000());
+  Admission admission(&ledger);
+  const OwnerId a = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "a", MeasurePeaks());
+  ledger.MarkPeaks(a);
+  auto first = admission.Admit(Device::Cpu(), 600, a, DeadlineIn(milliseconds(1000)), "m");
+  ASSERT_TRUE(first.ok());
+  // It made 500 of its 600: the server holds 500, and it may make 100 more.
+  ledger.RecordAllocation(AdmissionAddr(1), 500, Device::Cpu(), a);
+  auto fits = admission.Admit(Device::Cpu(), 400, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+  EXPECT_TRUE(fits.ok()) << fits.status().ToString();  // 500 + 100 + 400 <= 1000
+  auto does_not = admission.Admit(Device::Cpu(), 1, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+  EXPECT_FALSE(does_not.ok());
+  ledger.RecordFree(AdmissionAddr(1));
+}
+
+TEST(AdmissionTest, PredictionsComeFromTheLearnedBatchSizes) {
+  Ledger ledger;
+  const OwnerId version = ledger.OpenOwner(kNoOwner, OwnerKind::kVersion, "1", MeasurePeaks());
+  const OwnerId instance = ledger.OpenOwner(version, OwnerKind::kInstance, "i", MeasurePeaks());
+  auto learn = [&](int64_t batch, size_t bytes, uintptr_t n) {
+    ledger.MarkPeaks(instance);
+    ledger.RecordAllocation(AdmissionAddr(n), bytes, Device::Cuda(0), instance);
+    ledger.RecordFree(AdmissionAddr(n));
+    ledger.LearnExecutionPeaks(instance, version, batch);
+  };
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 4), 0);  // nothing learned
+  learn(4, 400, 1);
+  learn(8, 1000, 2);
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 4), 400);
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 2), 400);    // next larger
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 6), 1000);   // next larger
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 16), 2000);  // scaled up
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(1), 4), 0);
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cpu(), 4), 0);
+}
+
+}  // namespace
+}  // namespace vramd::memory
