@@ -34,6 +34,13 @@ PYTHON_BACKEND_DIR = pathlib.Path(os.environ.get("VRAMD_PYTHON_BACKEND_DIR")
                                   or (VRAMD_BIN.resolve().parent.parent.parent / "backends"))
 PYTHON_LIBRARY = PYTHON_BACKEND_DIR / "python" / "libvramd_python.so"
 BACKEND_HOST = PYTHON_BACKEND_DIR / "vramd_backend_host"
+# Test backends loaded through the C ABI (tests/backends; set by tests/CMakeLists.txt).
+TEST_BACKENDS_DIR = os.environ.get("VRAMD_TEST_BACKENDS_DIR")
+ECHO_LIBRARY = pathlib.Path(TEST_BACKENDS_DIR or ".") / "echo_c" / "libvramd_echo_c.so"
+needs_echo_c = pytest.mark.skipif(
+    not TEST_BACKENDS_DIR or not ECHO_LIBRARY.is_file(),
+    reason="VRAMD_TEST_BACKENDS_DIR is not set or holds no echo_c/libvramd_echo_c.so "
+           "(build the vramd_backend_echo_c target and run through ctest)")
 
 
 def skip_module_without_python_backend(host=False):

@@ -9,22 +9,16 @@ budget, 1.25 MiB of host memory ("cpu" stands for a GPU: the same code), holds t
 beside the instances' workspaces, not three. The same burst against the same server with
 admission off (--memory-admission=false) fails in part: the burst does exceed the budget."""
 
-import os
-import pathlib
 import threading
 
 import numpy as np
 import pytest
 
+from e2e_helpers import TEST_BACKENDS_DIR, needs_echo_c
 from v2client import InferResult, Input
 
-BACKENDS_DIR = os.environ.get("VRAMD_TEST_BACKENDS_DIR")
-ECHO_LIBRARY = pathlib.Path(BACKENDS_DIR or ".") / "echo_c" / "libvramd_echo_c.so"
 
-pytestmark = pytest.mark.skipif(
-    not BACKENDS_DIR or not ECHO_LIBRARY.is_file(),
-    reason="VRAMD_TEST_BACKENDS_DIR is not set or holds no echo_c/libvramd_echo_c.so "
-           "(build the vramd_backend_echo_c target and run through ctest)")
+pytestmark = needs_echo_c
 
 SCRATCH = 512 * 1024
 BURST = 8
@@ -43,7 +37,7 @@ def start(start_server, tmp_path_factory, admission):
     repo = tmp_path_factory.mktemp("admission-repo")
     (repo / "burst" / "1").mkdir(parents=True)
     (repo / "burst" / "config.pbtxt").write_text(CONFIG)
-    return start_server([repo], ["--backend-directory", BACKENDS_DIR,
+    return start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
                                  "--memory-budget", "cpu=1.25MiB",
                                  "--memory-admission=%s" % ("true" if admission else "false")],
                         name="admission-%s" % admission, ready_models=["burst"])

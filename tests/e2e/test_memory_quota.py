@@ -17,19 +17,14 @@ import threading
 import numpy as np
 import pytest
 
-from e2e_helpers import PYTHON_BACKEND_DIR, PYTHON_LIBRARY, copy_model, index_rows
+from e2e_helpers import (PYTHON_BACKEND_DIR, PYTHON_LIBRARY, TEST_BACKENDS_DIR, copy_model,
+                         index_rows, needs_echo_c)
 from test_stats_metrics import metrics_page, sample
 from v2client import Input
 
-BACKENDS_DIR = os.environ.get("VRAMD_TEST_BACKENDS_DIR")
-ECHO_LIBRARY = pathlib.Path(BACKENDS_DIR or ".") / "echo_c" / "libvramd_echo_c.so"
 
 PYTHON_MODELS = pathlib.Path(__file__).parent / "python_models"
 
-needs_echo_c = pytest.mark.skipif(
-    not BACKENDS_DIR or not ECHO_LIBRARY.is_file(),
-    reason="VRAMD_TEST_BACKENDS_DIR is not set or holds no echo_c/libvramd_echo_c.so "
-           "(build the vramd_backend_echo_c target and run through ctest)")
 
 KIB = 1024
 KEEP = 256 * KIB
@@ -80,7 +75,7 @@ def quota_server(start_server, tmp_path_factory):
     add_model(repo, "bad_size", parameter("vramd.memory_quota", "cpu=lots"))
     add_model(repo, "bad_device", parameter("vramd.memory_quota", "gpu0=1GiB"))
     add_model(repo, "twice", parameter("vramd.memory_quota", "cpu=1MiB, cpu=2MiB"))
-    return start_server([repo], ["--backend-directory", BACKENDS_DIR], name="quota",
+    return start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR], name="quota",
                         ready_models=["keeper", "keeper_grpc", "steady"])
 
 
@@ -215,7 +210,7 @@ def budget_server(start_server, tmp_path_factory):
     add_model(repo, "keeper_b", parameter("keep_bytes", KEEP),
               parameter("vramd.memory_quota", "cpu=1MiB"))
     add_model(repo, "steady", parameter("keep_bytes", "0"))
-    return start_server([repo], ["--backend-directory", BACKENDS_DIR,
+    return start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
                                  "--memory-budget", "cpu=1.5MiB"],
                         name="budget", ready_models=["keeper_a", "keeper_b", "steady"])
 
