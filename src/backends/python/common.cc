@@ -69,9 +69,10 @@ std::string ErrorText(const py::error_already_set& error) {
     text = error.what();
   }
   // An allocation the server refused during the call is the likely cause (numpy and torch
-  // raise out-of-memory errors that name none).
+  // raise out-of-memory errors that name none). First, since errors are cut to a fixed size on
+  // their way out (torch's own text runs to several hundred characters).
   if (std::string refused = TakeLedgerFailure(); !refused.empty()) {
-    text += " (the server refused an allocation: " + refused + ")";
+    text = "the server refused an allocation (" + refused + "); the model raised " + text;
   }
   return text;
 }
