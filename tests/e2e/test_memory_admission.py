@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from e2e_helpers import TEST_BACKENDS_DIR, needs_echo_c
+from e2e_helpers import TEST_BACKENDS_DIR, needs_echo_c, wait_for
 from v2client import InferResult, Input
 
 
@@ -50,6 +50,10 @@ def burst(server):
     try:
         first = client.infer_raw("burst", [Input("INPUT0", "FP32", values, binary=True)])
         assert first.status == 200, first
+        # Learned once the execution has returned, which is after its answer was sent: a
+        # request sent at once may still find nothing learned, and run unpredicted.
+        wait_for(lambda: learned(client.get("/v2/memory").json()), timeout=10,
+                 what="the burst model's learned execution peak")
     finally:
         client.close()
     answers = [None] * BURST
@@ -111,6 +115,12 @@ def test_the_same_burst_without_admission_fails_in_part(start_server, tmp_path_f
     finally:
         client.close()
     assert report["admission"] == [], report["admission"]
+
+
+def learned(report):
+    version = next((n for n in walk(report["owners"])
+                    if n["path"] == "server/model:burst/version:1"), None)
+    return version is not None and version.get("execution_peaks")
 
 
 def walk(node):
