@@ -4,23 +4,13 @@ whose library is missing or of another ABI version fails alone, with the reason 
 
 Needs VRAMD_TEST_BACKENDS_DIR (set by tests/CMakeLists.txt); skipped without it."""
 
-import os
-import pathlib
-
 import numpy as np
 import pytest
 
-from e2e_helpers import index_rows
+from e2e_helpers import TEST_BACKENDS_DIR, index_rows, needs_echo_c
 from v2client import Input
 
-BACKENDS_DIR = os.environ.get("VRAMD_TEST_BACKENDS_DIR")
-
-ECHO_LIBRARY = pathlib.Path(BACKENDS_DIR or ".") / "echo_c" / "libvramd_echo_c.so"
-
-pytestmark = pytest.mark.skipif(
-    not BACKENDS_DIR or not ECHO_LIBRARY.is_file(),
-    reason="VRAMD_TEST_BACKENDS_DIR is not set or holds no echo_c/libvramd_echo_c.so "
-           "(build the vramd_backend_echo_c target and run through ctest)")
+pytestmark = needs_echo_c
 
 ECHO_CONFIG = """
 backend: "%s"
@@ -44,7 +34,7 @@ def library_server(start_server, tmp_path_factory):
     _add_model(repo, "echo", "echo_c")
     _add_model(repo, "old_abi", "wrong_abi")
     _add_model(repo, "no_library", "missing")
-    return start_server([repo], ["--backend-directory", BACKENDS_DIR], name="backend-library",
+    return start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR], name="backend-library",
                         ready_models=["echo"])
 
 
