@@ -49,6 +49,9 @@
  * moves to host what a consumer cannot take). A BLS call whose caller keeps its inputs
  * (VramdInferCall::inputs_outlive_call) is read in place, with no copy.
  *
+ * Sleeping models (appended within version 1): VramdBackendApi::model_sleep and model_wake
+ * give a model's device memory back while it is idle and bring it back on demand.
+ *
  * Readiness and auto-complete (appended within version 1): VramdBackendApi::instance_ready
  * answers whether an instance can serve (the model ready endpoint), and
  * VramdBackendApi::auto_complete_config completes a config before it is validated.
@@ -523,6 +526,27 @@ typedef struct VramdBackendApi {
    * preferred_output_memory) receives inputs in GPU memory where they are (input_memory says
    * which); zero: vramd copies every GPU input to host memory before the call. */
   int32_t accepts_gpu_inputs;
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdBackendApi,
+   * model_wake) (older libraries end before them; vramd then reads both as NULL). Optional,
+   * both or neither: NULL means the backend's models cannot sleep (a sleep request is refused
+   * naming the backend).
+   * Sleeping models (vramd's POST /v2/repository/models/{m}/sleep, an idle time, memory
+   * pressure): model_sleep gives the devices back what the model keeps there (its weights),
+   * keeping its instances, streams, handles and compiled state. `level` 1: keep a copy in host
+   * memory (allocate with VRAMD_DEVICE_CUDA_HOST, charged to the version's owner, so the copy
+   * back runs at the DMA rate); 2: keep nothing and read it again from the model's files on
+   * wake. vramd then returns its pools' cached memory to the driver. model_wake brings back
+   * what model_sleep gave up, on the same devices, so that answers after it equal answers
+   * before; the backend updates whatever its instances read the weights through (the memory
+   * may come back at other addresses). vramd calls them on any thread, never while an execute
+   * (or execute_requests) of the model's instances runs, and starts none until they return;
+   * a backend whose execute_requests answers later must itself finish that work first. A
+   * failed model_sleep must leave the model as it was (serving); a failed model_wake leaves it
+   * asleep (vramd answers the requests that waited for it with the error, and tries again on
+   * the next request). */
+  VramdCode (*model_sleep)(void* model, int32_t level, VramdError* error);
+  VramdCode (*model_wake)(void* model, VramdError* error);
 } VramdBackendApi;
 
 /* The entry point: `server_abi_version` is vramd's VRAMD_BACKEND_ABI_VERSION. Returns the table

@@ -127,9 +127,25 @@ class BackendInstance {
   virtual Status Available() const { return Status::Ok(); }
 };
 
+// How deeply a model sleeps (docs/memory.md, "Sleeping models"), vLLM's levels: kHostCopy keeps
+// what it held on devices in host memory (pinned where it goes back to a GPU) and copies it
+// back on wake; kDiscard keeps nothing and reads it again from the model's files on wake.
+enum class SleepLevel { kHostCopy = 1, kDiscard = 2 };
+
 class BackendModel {
  public:
   virtual ~BackendModel() = default;
+  // Sleeping: whether the model can (the backend opts in); Sleep gives the devices back what
+  // the version holds there (its weights; the context, streams, handles and compiled state
+  // stay) and Wake brings it back, so that answers after it equal answers before. The runtime
+  // calls them with no execution of the version in flight and none starting until they return
+  // (runtime/sleep_gate.h). A failed Sleep leaves the model awake and serving; a failed Wake
+  // leaves it asleep, and the requests that wanted it get the error.
+  virtual bool CanSleep() const { return false; }
+  virtual Status Sleep(SleepLevel level) {
+    return Status::Unsupported("this backend's models cannot sleep");
+  }
+  virtual Status Wake() { return Status::Unsupported("this backend's models cannot sleep"); }
   virtual Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) = 0;
   // Whether its instances (of a backend that TakesRequestLists()) take inputs in GPU memory
   // where they are (Tensor::gpu); false: the runtime moves them to host first. Per model, not

@@ -137,6 +137,26 @@ int Control(const std::string& url_text, const std::string& model, bool load,
   return 0;
 }
 
+// vramctl sleep / wake: POST .../sleep with the level, or .../wake.
+int SleepControl(const std::string& url_text, const std::string& model, bool sleep, int level,
+                 int timeout_ms) {
+  auto url = vramd::cli::ParseUrl(url_text);
+  if (!url.ok()) {
+    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  const std::string body =
+      sleep ? "{\"parameters\": {\"level\": " + std::to_string(level) + "}}" : "{}";
+  const std::string target = url->path + "/v2/repository/models/" + EncodeSegment(model) +
+                             (sleep ? "/sleep" : "/wake");
+  // A wake copies the weights back, a sleep may wait for executions in flight (30 s).
+  auto response = vramd::cli::HttpPost(*url, target, body, std::chrono::milliseconds(timeout_ms),
+                                       std::chrono::milliseconds(timeout_ms) * 10);
+  if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
+  std::printf("%s '%s'\n", sleep ? "asleep:" : "awake:", model.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,7 +184,17 @@ int main(int argc, char** argv) {
       "lifecycle", "Print a model's state, its last load (policy, footprint, phases) and "
                    "recent transitions");
   lifecycle->add_flag("--json", raw_json, "Print the server's JSON");
-  for (CLI::App* sub : {load, unload, lifecycle}) {
+  CLI::App* sleep = app.add_subcommand(
+      "sleep", "Put a model to sleep: its device memory goes back to the driver until a request "
+               "or `vramctl wake` wakes it");
+  int sleep_level = 1;
+  sleep->add_option("--level", sleep_level,
+                    "1: keep its weights in host memory; 2: read them again from the repository "
+                    "on wake")
+      ->check(CLI::Range(1, 2))
+      ->capture_default_str();
+  CLI::App* wake = app.add_subcommand("wake", "Wake a sleeping model");
+  for (CLI::App* sub : {load, unload, lifecycle, sleep, wake}) {
     sub->add_option("model", model, "The model's name")->required();
     sub->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
     sub->add_option("--timeout-ms", timeout_ms, "Deadline for each network step")
@@ -180,6 +210,8 @@ int main(int argc, char** argv) {
   }
   if (load->parsed()) return Control(url, model, true, config_file, timeout_ms);
   if (unload->parsed()) return Control(url, model, false, "", timeout_ms);
+  if (sleep->parsed()) return SleepControl(url, model, true, sleep_level, timeout_ms);
+  if (wake->parsed()) return SleepControl(url, model, false, 0, timeout_ms);
   if (lifecycle->parsed()) {
     return FetchAndPrint(url, "/v2/repository/models/" + EncodeSegment(model) + "/lifecycle",
                          raw_json, timeout_ms, [](std::string_view json) {

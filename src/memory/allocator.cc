@@ -98,6 +98,12 @@ Result<CachingPool*> Allocator::Pool(Device device) {
   return raw;
 }
 
+namespace {
+// The calling thread's ReliefScopes, and whether it is inside the relief callback.
+thread_local int relief_depth = 0;
+thread_local bool in_relief = false;
+}  // namespace
+
 Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream, OwnerId owner) {
   for (uint64_t n = fail_countdown_.load(); n > 0;) {
     if (fail_countdown_.compare_exchange_weak(n, n - 1)) {
@@ -109,8 +115,35 @@ Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream
     }
   }
   VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(device));
+  bool by_quota = false;
+  Result<void*> made = TryAllocate(pool, device, size, stream, owner, &by_quota);
+  if (made.ok() || relief_depth == 0 || in_relief) return made;
+  const OwnerId asking = owner != kNoOwner ? owner : OwnerScope::Current();
+  MutexLock lock(relief_mu_);
+  while (relief_ != nullptr && !made.ok() && Relievable(made.status(), by_quota, device, size)) {
+    in_relief = true;
+    const bool relieved = relief_->Relieve(device, size, asking);
+    in_relief = false;
+    if (!relieved) break;
+    made = TryAllocate(pool, device, size, stream, owner, &by_quota);
+  }
+  return made;
+}
+
+bool Allocator::Relievable(const Status& refusal, bool by_quota, Device device,
+                           size_t size) const {
+  if (refusal.code() != StatusCode::kResourceExhausted) return false;
+  if (!by_quota) return true;  // the device could not give it
+  // A quota: the server's budget, which others' memory counts against; not a model's own.
+  const auto [used, limit] = ledger_->BudgetOf(device);
+  return limit > 0 && used + static_cast<int64_t>(size) > limit;
+}
+
+Result<void*> Allocator::TryAllocate(CachingPool* pool, Device device, size_t size,
+                                     StreamId stream, OwnerId owner, bool* by_quota) {
   // Charged first, so that a quota refuses before the pool makes anything.
   Result<Ledger::PendingCharge> charge = ledger_->Charge(device, size, owner);
+  *by_quota = !charge.ok();
   if (!charge.ok()) {
     spdlog::warn("{}", charge.status().message());
     return charge.status();
@@ -129,6 +162,9 @@ Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream
   ledger_->Commit(std::move(*charge), *ptr);
   return *ptr;
 }
+
+Allocator::ReliefScope::ReliefScope() { ++relief_depth; }
+Allocator::ReliefScope::~ReliefScope() { --relief_depth; }
 
 Result<Buffer> Allocator::Allocate(Device device, size_t size, StreamId stream, OwnerId owner) {
   VRAMD_ASSIGN_OR_RETURN(void* ptr, AllocateRaw(device, size, stream, owner));

@@ -89,6 +89,36 @@ class Allocator {
   // this allocator.
   void SetDeviceNote(std::function<std::string(Device)> note) { device_note_ = std::move(note); }
 
+  // Memory pressure (docs/memory.md, "Sleeping models"): an allocation made on a thread inside
+  // a ReliefScope (a model's load, a model's wake) that the server's budget refuses, or that
+  // its device cannot give, calls `relief` (not owned; null removes it) with the device, the
+  // size and the owner asking, one call at a time; it puts one idle model using that device
+  // to sleep and returns true, or false when none could; the allocation is tried again after
+  // each true. An allocation it makes is never relieved in turn. SetPressureRelief waits for a
+  // call in progress, so `relief` may be destroyed once it is removed.
+  class PressureRelief {
+   public:
+    virtual ~PressureRelief() = default;
+    virtual bool Relieve(Device device, size_t size, OwnerId asking) = 0;
+  };
+  void SetPressureRelief(PressureRelief* relief) EXCLUDES(relief_mu_) {
+    MutexLock lock(relief_mu_);
+    relief_ = relief;
+  }
+  PressureRelief* pressure_relief() const EXCLUDES(relief_mu_) {
+    MutexLock lock(relief_mu_);
+    return relief_;
+  }
+  // Marks the calling thread's allocations as ones that may relieve memory pressure, for the
+  // scope's life (scopes nest).
+  class ReliefScope {
+   public:
+    ReliefScope();
+    ~ReliefScope();
+    ReliefScope(const ReliefScope&) = delete;
+    ReliefScope& operator=(const ReliefScope&) = delete;
+  };
+
   // Fault injection, for tests of what a failed allocation leaves behind: the `nth` allocation
   // from now (1 = the next one) answers ResourceExhausted "injected allocation failure"; later
   // ones succeed again. 0 cancels a pending injection.
@@ -100,6 +130,17 @@ class Allocator {
 
   Ledger* const ledger_;
   std::function<std::string(Device)> device_note_;  // set before sharing; then read-only
+  // Held while relief_ runs, so that relief calls are one at a time and SetPressureRelief
+  // waits for them. Taken before mu_ (Pool), never after.
+  mutable Mutex relief_mu_;
+  PressureRelief* relief_ GUARDED_BY(relief_mu_) = nullptr;
+  // One try of AllocateRaw: charge, then the pool.
+  // `*by_quota`: whether a quota refused it (else the pool did, or it was made).
+  Result<void*> TryAllocate(CachingPool* pool, Device device, size_t size, StreamId stream,
+                            OwnerId owner, bool* by_quota);
+  // Whether `refusal` of `size` bytes on `device` is the budget's or the device's, which
+  // sleeping another model can relieve (a model's own quota it cannot).
+  bool Relievable(const Status& refusal, bool by_quota, Device device, size_t size) const;
   std::atomic<uint64_t> fail_countdown_{0};  // 0: none pending
   // Pool() is on every allocation and free; the pools of the first kFastIndices ordinals of each
   // device type are also kept here, read without mu_ (a pool, once made, lives as long as the

@@ -117,10 +117,13 @@ Result<memory::MemoryQuota> MemoryQuotaOfConfig(const config::ModelConfig& confi
 
 LoadedModel::LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
                          const MemoryContext& memory, memory::OwnerId model_owner,
-                         Classifier classifier, memory::MemoryQuota quota)
+                         Classifier classifier, memory::MemoryQuota quota,
+                         SleepSettings sleep_settings)
     : config_(std::move(config)),
       version_(version),
       memory_(memory),
+      model_owner_(model_owner),
+      sleep_settings_(std::move(sleep_settings)),
       executor_(config_->name(), version, memory, &stats_, TensorReshape::From(*config_),
                 std::move(classifier)),
       // Measured even without a quota: it learns its executions' peaks (LearnExecutionPeaks).
@@ -154,9 +157,13 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   if (!classifier.ok()) return classifier.status().WithContext(where);
   auto quota = MemoryQuotaOfConfig(*config);
   if (!quota.ok()) return quota.status().WithContext(where);
+  auto sleep_settings = SleepSettingsOfConfig(*config);
+  if (!sleep_settings.ok()) return sleep_settings.status().WithContext(where);
+  // A load under memory pressure puts idle models to sleep first (memory/allocator.h).
+  memory::Allocator::ReliefScope relief;
   std::shared_ptr<LoadedModel> model(
       new LoadedModel(config, version, memory, model_owner, std::move(classifier).value(),
-                      std::move(quota).value()),
+                      std::move(quota).value(), std::move(sleep_settings).value()),
       [](LoadedModel* released) {
         std::unique_ptr<LoadedModel> doomed(released);
         if (doomed->reaper_ != nullptr && doomed->scheduler_ != nullptr &&
@@ -245,6 +252,32 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     timing->Add("instances", elapsed.count() - (h2d_seconds() - h2d_before));
   }
 
+  LoadedModel* gated = model.get();  // the gate outlives the scheduler (members' order)
+  const bool can_sleep = model->backend_model_->CanSleep();
+  if (model->sleep_settings_.configured && !can_sleep) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: parameters '{}' and '{}' ask for sleeping, but backend '{}' cannot sleep (it has "
+        "no model_sleep and model_wake)",
+        where, kSleepAfterIdleParameter, kSleepLevelParameter, (*backend)->name()));
+  }
+  SleepGate::Actions actions;
+  actions.name = where;
+  if (can_sleep) {
+    actions.sleep = [gated](backends::SleepLevel level) {
+      memory::OwnerScope scope(gated->owner_.id());  // what the backend keeps is the version's
+      Status slept = gated->backend_model_->Sleep(level);
+      // What it gave back is cached in the pools until trimmed: to the driver, as promised.
+      if (slept.ok()) gated->memory_.allocator->TrimAll();
+      return slept;
+    };
+    actions.wake = [gated] {
+      memory::OwnerScope scope(gated->owner_.id());
+      memory::Allocator::ReliefScope relief;  // may put other idle models to sleep
+      return gated->backend_model_->Wake();
+    };
+  }
+  model->sleep_ = std::make_unique<SleepGate>(std::move(actions));
+
   Scheduler::Options options;
   options.name = where;
   options.thread_name = config->name();
@@ -318,6 +351,25 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
     hold.reset();  // else this instance thread may hold the last reference once they ran
   }
   Instance& instance = instances_[index];
+  auto fail_batch = [&](const Status& error) {
+    for (auto& queued : batch) {
+      if (!queued.null_request) {
+        stats_.RecordFailure(static_cast<uint64_t>(
+                                 std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     SchedulerClock::now() - queued.arrival)
+                                     .count()),
+                             FailureReason::kRejected);
+      }
+      queued.done(error);
+    }
+  };
+  // A sleeping version wakes here, before anything of the execution is measured: the wait is
+  // the requests' queue time.
+  auto awake = sleep_->Enter();
+  if (!awake.ok()) {
+    fail_batch(awake.status());
+    return;
+  }
   int64_t samples = 0;  // the batch size an execution's peak is learned for
   for (const auto& queued : batch) {
     if (!queued.null_request) samples += static_cast<int64_t>(queued.batch_size);
@@ -346,16 +398,7 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
                                            fmt::format("model '{}' version {}", config_->name(),
                                                        version_));
     if (!ticket.ok()) {
-      for (auto& queued : batch) {
-        if (!queued.null_request) {
-          stats_.RecordFailure(static_cast<uint64_t>(
-                                   std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       SchedulerClock::now() - queued.arrival)
-                                       .count()),
-                               FailureReason::kRejected);
-        }
-        queued.done(ticket.status());
-      }
+      fail_batch(ticket.status());
       return;
     }
     admitted = std::move(ticket).value();
@@ -398,13 +441,28 @@ std::optional<QueuedRequest> LoadedModel::Admit(std::shared_ptr<const InferReque
 
 void LoadedModel::InferAsync(std::shared_ptr<const InferRequest> request, InferCallback done) {
   auto queued = Admit(std::move(request), std::move(done));
-  if (queued) scheduler_->Submit(std::move(*queued));
+  if (!queued) return;
+  if (sleep_->state() == SleepGate::State::kAwake) {
+    scheduler_->Submit(std::move(*queued));
+    return;
+  }
+  // Not inline: the wake must not hold the caller's thread.
+  auto refused = scheduler_->SubmitOrReturn(std::move(*queued), /*allow_inline=*/false);
+  if (refused) scheduler_->Submit(std::move(*refused));
+}
+
+bool LoadedModel::UsesDevice(memory::Device device) const {
+  for (const Instance& instance : instances_) {
+    if (instance.device == device) return true;
+  }
+  return false;
 }
 
 bool LoadedModel::TryInferAsync(const std::shared_ptr<const InferRequest>& request,
                                 InferCallback* done, bool allow_inline) {
   auto queued = Admit(request, std::move(*done));
   if (!queued) return true;
+  allow_inline = allow_inline && sleep_->state() == SleepGate::State::kAwake;
   auto refused = scheduler_->SubmitOrReturn(std::move(*queued), allow_inline);
   if (!refused) return true;
   *done = std::move(refused->done);

@@ -15,6 +15,11 @@
 //
 // Readiness: loaded is ready, unless the backend checks its instances (CheckReady).
 //
+// Sleeping (sleep_gate.h; docs/memory.md): a version whose backend can sleep may be put to
+// sleep (Sleep) and woken (Wake); an execution of a sleeping version wakes it first, on its
+// instance thread, and a sleeping version runs nothing inline on the caller's thread (the
+// wake may take seconds). Its sleep settings come from the config (sleep_settings.h).
+//
 // Statistics: every request submitted is counted once, as a success or a failure, in
 // statistics() (inference_statistics.h); so is every execution.
 //
@@ -58,6 +63,8 @@
 #include "runtime/request_owner.h"
 #include "runtime/request_scheduler.h"
 #include "runtime/scheduler.h"
+#include "runtime/sleep_gate.h"
+#include "runtime/sleep_settings.h"
 
 namespace vramd::runtime {
 
@@ -180,6 +187,21 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // once, before asking the backend; never blocks.
   Status Available() const;
 
+  // Sleeping: see the top of this file. Sleep waits until `deadline` for executions in flight
+  // (Unavailable after it); Unsupported for a version whose backend cannot sleep.
+  bool CanSleep() const { return sleep_->can_sleep(); }
+  Status Sleep(backends::SleepLevel level, SleepGate::Clock::time_point deadline) {
+    return sleep_->Sleep(level, deadline);
+  }
+  bool TrySleepIfIdle(backends::SleepLevel level) { return sleep_->TrySleepIfIdle(level); }
+  Status Wake() { return sleep_->Wake(); }
+  const SleepGate& sleep_gate() const { return *sleep_; }
+  const SleepSettings& sleep_settings() const { return sleep_settings_; }
+  // Whether an instance of this version runs on `device` (where its weights are).
+  bool UsesDevice(memory::Device device) const;
+  // The model's ledger owner (the version's parent).
+  memory::OwnerId model_owner() const { return model_owner_; }
+
   // Ready once this version's destruction is complete (its memory returned, its owners
   // closed); wait on it from any thread. Unlike a weak_ptr's expiry, which comes when the last
   // reference goes, before destruction has even begun (and the reaper may run it later, on
@@ -189,7 +211,7 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
  private:
   LoadedModel(std::shared_ptr<const config::ModelConfig> config, int64_t version,
               const MemoryContext& memory, memory::OwnerId model_owner, Classifier classifier,
-              memory::MemoryQuota quota);
+              memory::MemoryQuota quota, SleepSettings sleep_settings);
 
   // Validates `request`: a QueuedRequest ready to submit, or nullopt once `done` has been
   // given the validation error (counted as a failure).
@@ -218,6 +240,8 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   const std::shared_ptr<const config::ModelConfig> config_;
   const int64_t version_;
   const MemoryContext memory_;
+  const memory::OwnerId model_owner_;
+  const SleepSettings sleep_settings_;
   InferenceStatistics stats_;  // outlives the scheduler and the executor
   BatchExecutor executor_;
   // Constant after Load. Destroyed in reverse (after the destructor's Shutdown): the
@@ -225,6 +249,9 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   memory::ScopedOwner owner_;
   std::unique_ptr<backends::BackendModel> backend_model_;
   std::vector<Instance> instances_;
+  // Made by Load once the instances exist (never null afterwards); it outlives the scheduler,
+  // whose executions pass it.
+  std::unique_ptr<SleepGate> sleep_;
   // Scheduler, or SequenceBatcher for sequence_batching; null until Load has created every
   // instance.
   std::unique_ptr<RequestScheduler> scheduler_;

@@ -316,7 +316,15 @@ ModelManager::ModelManager(const Options& options)
       custom_metrics_(options.custom_metrics),
       services_(std::make_unique<ModelServices>(this, options.custom_metrics)),
       load_slots_(std::max(1, options.load_thread_count)),
-      releaser_([this](std::stop_token stop) { ReleaseParked(stop); }) {}
+      keeper_(std::make_unique<SleepKeeper>([this] { return LoadedVersions(); },
+                                            options.memory.ledger)),
+      releaser_([this](std::stop_token stop) { ReleaseParked(stop); }) {
+  // One manager per allocator relieves its pressure (tests may make several).
+  if (memory_.allocator->pressure_relief() == nullptr) {
+    memory_.allocator->SetPressureRelief(keeper_.get());
+    installed_relief_ = true;
+  }
+}
 
 Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& options) {
   if (options.memory.ledger == nullptr || options.memory.allocator == nullptr) {
@@ -416,6 +424,54 @@ ModelManager::~ModelManager() {
     left.swap(retired_);
   }
   left.clear();  // closes the owners (filing leak reports for what they still hold), unlocked
+  // Waits for a relief call in progress; none can start: no version of this manager is left.
+  if (installed_relief_) memory_.allocator->SetPressureRelief(nullptr);
+  keeper_.reset();
+}
+
+Result<std::vector<std::shared_ptr<LoadedModel>>> ModelManager::ReadyVersionsOf(
+    std::string_view name, int64_t version) const {
+  std::vector<std::shared_ptr<LoadedModel>> versions;
+  {
+    ReaderLock lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end() || it->second.serving.ready.empty()) {
+      return Status::NotFound(fmt::format("model '{}' is not loaded", name));
+    }
+    for (const auto& [v, model] : it->second.serving.ready) {
+      if (version == 0 || v == version) versions.push_back(model);
+    }
+  }
+  if (versions.empty()) {
+    return Status::NotFound(fmt::format("model '{}' has no ready version {}", name, version));
+  }
+  return versions;
+}
+
+Status ModelManager::Sleep(std::string_view name, int64_t version, backends::SleepLevel level,
+                           std::chrono::milliseconds wait) const {
+  VRAMD_ASSIGN_OR_RETURN(auto versions, ReadyVersionsOf(name, version));
+  const auto deadline = SleepGate::Clock::now() + wait;
+  for (const auto& model : versions) {
+    if (!model->CanSleep()) {
+      auto backend = backends::FindBackend(model->config());
+      return Status::Unsupported(fmt::format(
+          "model '{}' cannot sleep: backend '{}' has no model_sleep and model_wake", name,
+          backend.ok() ? std::string((*backend)->name()) : model->config().backend()));
+    }
+  }
+  for (const auto& model : versions) VRAMD_RETURN_IF_ERROR(model->Sleep(level, deadline));
+  return Status::Ok();
+}
+
+Status ModelManager::Wake(std::string_view name, int64_t version) const {
+  VRAMD_ASSIGN_OR_RETURN(auto versions, ReadyVersionsOf(name, version));
+  for (const auto& model : versions) {
+    if (!model->CanSleep()) continue;  // never asleep
+    VRAMD_RETURN_IF_ERROR(model->Wake());
+  }
+  keeper_->Poke();  // its idle time starts again
+  return Status::Ok();
 }
 
 Status ModelManager::CheckMode(std::string_view action) const {
@@ -873,7 +929,9 @@ Status ModelManager::LoadLocked(const std::string& name,
   if (load.DrainsFirst()) load.Drain();
   Versions attempt = load.Attempt();
   if (!attempt.failed.empty()) return load.Fail(std::move(attempt));
-  return load.Switch(std::move(attempt));
+  Status switched = load.Switch(std::move(attempt));
+  keeper_->Poke();  // new versions may have an idle time
+  return switched;
 }
 
 void ModelManager::LetGapWaitersLook(const std::string& name) {
@@ -1188,6 +1246,17 @@ std::vector<ModelIndexEntry> ModelManager::Index() const {
                  entry.lifecycle.reason()};
       // A ready version whose instances know they cannot serve (a hosted model restarting its
       // process) is not READY to a client; its lifecycle is unchanged (the manager did not move it).
+      if (m->CanSleep()) {
+        const SleepGate& gate = m->sleep_gate();
+        const SleepGate::State sleep = gate.state();
+        rows[v].sleep = SleepStateName(sleep);
+        if (serving_state == LifecycleState::kReady && sleep != SleepGate::State::kAwake) {
+          rows[v].reason = sleep == SleepGate::State::kAsleep
+                               ? fmt::format("sleeping (level {}); a request wakes it",
+                                             static_cast<int>(gate.level()))
+                               : std::string(SleepStateName(sleep));
+        }
+      }
       if (serving_state == LifecycleState::kReady) {
         if (Status available = m->Available(); !available.ok()) {
           rows[v].state = std::string(TritonStateName(LifecycleState::kFailed));

@@ -67,6 +67,7 @@
 #include "runtime/model_lifecycle.h"
 #include "runtime/override_directory.h"
 #include "runtime/reload_policy.h"
+#include "runtime/sleep_keeper.h"
 
 namespace vramd::repository {
 class RepositoryWatcher;
@@ -87,6 +88,10 @@ struct ModelIndexEntry {
   std::string state;  // Triton's: READY, LOADING, UNLOADING or UNAVAILABLE
   LifecycleState lifecycle = LifecycleState::kUnloaded;  // vramd's, exact
   std::string reason;
+  // A ready version whose backend can sleep: "awake", "asleep", "falling asleep" or "waking"
+  // (sleep_gate.h); empty otherwise. An asleep version is READY (a request wakes it), with the
+  // reason saying it sleeps.
+  std::string sleep;
 };
 
 // What a model's last load did: the policy and why, the footprint predicted and measured,
@@ -179,6 +184,17 @@ class ModelManager {
   Status Unload(std::string_view name, bool unload_dependents = false) EXCLUDES(action_, mu_);
 
   ModelControlMode model_control_mode() const { return mode_; }
+
+  // Sleeping models (docs/memory.md): puts the ready versions of `name` (`version` alone when
+  // not 0) to sleep at `level`, each waiting up to `wait` for its executions in flight; or
+  // wakes them. NotFound for a model or version that is not ready; Unsupported naming the
+  // backend when it cannot sleep; the backend's error otherwise (Sleep: the version stays
+  // awake; Wake: it stays asleep). Any control mode: sleeping loads and unloads nothing.
+  Status Sleep(std::string_view name, int64_t version, backends::SleepLevel level,
+               std::chrono::milliseconds wait) const EXCLUDES(mu_);
+  Status Wake(std::string_view name, int64_t version) const EXCLUDES(mu_);
+  // The keeper of idle and pressure sleeps (sleep_keeper.h), for its counters.
+  const SleepKeeper& sleep_keeper() const { return *keeper_; }
 
   // Options::custom_metrics, for the metrics page; may be null.
   CustomMetricsRegistry* custom_metrics() const { return custom_metrics_; }
@@ -361,6 +377,10 @@ class ModelManager {
   // REQUIRES(mu_) itself, as a wait's predicate does (core/mutex.h).
   void Update(const std::string& name, const std::function<void(ModelEntry&)>& change)
       EXCLUDES(mu_, parked_mu_);
+  // The ready versions of `name` (`version` alone when not 0); NotFound when there are none.
+  Result<std::vector<std::shared_ptr<LoadedModel>>> ReadyVersionsOf(std::string_view name,
+                                                                    int64_t version) const
+      EXCLUDES(mu_);
   // Find's answer without waiting.
   Result<std::shared_ptr<LoadedModel>> FindLocked(std::string_view name, int64_t version) const
       REQUIRES_SHARED(mu_);
@@ -416,6 +436,11 @@ class ModelManager {
   Mutex poll_mu_ ACQUIRED_BEFORE(action_, actions_mu_);
   // Poll mode only; set by Create before the polling thread starts, used under poll_mu_.
   std::unique_ptr<repository::RepositoryWatcher> watcher_ PT_GUARDED_BY(poll_mu_);
+
+  // Idle sleeps, and sleeps under memory pressure (the allocator's PressureRelief while
+  // installed_relief_): its thread stops before the versions unload.
+  std::unique_ptr<SleepKeeper> keeper_;
+  bool installed_relief_ = false;  // constant after construction
 
   // Threads, last: stopped (and joined) first.
   // Destroys a version whose last reference drops on one of its own instance threads

@@ -39,6 +39,7 @@ struct ModelHandle {
   void* model = nullptr;
   bool checks_readiness = false;  // AbiBackend::ChecksReadiness()
   bool gpu_inputs = false;        // the table's accepts_gpu_inputs
+  bool can_sleep = false;         // the table has model_sleep and model_wake
 
   ~ModelHandle() {
     if (model != nullptr) api->model_destroy(model);
@@ -364,7 +365,32 @@ class AbiModel final : public BackendModel {
 
   bool TakesGpuInputs() const override { return model_->gpu_inputs; }
 
+  bool CanSleep() const override { return model_->can_sleep; }
+
+  Status Sleep(SleepLevel level) override {
+    if (!model_->can_sleep) return CannotSleep();
+    VramdError error{};
+    const VramdCode code =
+        model_->api->model_sleep(model_->model, static_cast<int32_t>(level), &error);
+    if (code != VRAMD_OK) return abi::FromVramd(code, error, model_->error_context);
+    return Status::Ok();
+  }
+
+  Status Wake() override {
+    if (!model_->can_sleep) return CannotSleep();
+    VramdError error{};
+    const VramdCode code = model_->api->model_wake(model_->model, &error);
+    if (code != VRAMD_OK) return abi::FromVramd(code, error, model_->error_context);
+    return Status::Ok();
+  }
+
  private:
+  Status CannotSleep() const {
+    return Status::Unsupported(fmt::format(
+        "model '{}' cannot sleep: backend '{}' has no model_sleep and model_wake", model_->name,
+        model_->backend));
+  }
+
   const std::shared_ptr<ModelHandle> model_;
 };
 
@@ -424,6 +450,12 @@ bool AbiBackend::AcceptsGpuInputs() const {
   constexpr size_t kEnd = offsetof(VramdBackendApi, accepts_gpu_inputs) +
                           sizeof(VramdBackendApi::accepts_gpu_inputs);
   return api_->struct_size >= kEnd && api_->accepts_gpu_inputs != 0;
+}
+
+bool AbiBackend::ModelsCanSleep() const {
+  constexpr size_t kEnd =
+      offsetof(VramdBackendApi, model_wake) + sizeof(VramdBackendApi::model_wake);
+  return api_->struct_size >= kEnd && api_->model_sleep != nullptr && api_->model_wake != nullptr;
 }
 
 bool AbiBackend::ChecksReadiness() const {
@@ -501,6 +533,7 @@ Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& 
     handle->config_json = config::ModelConfigToJson(*ctx.config);
     handle->checks_readiness = ChecksReadiness();
     handle->gpu_inputs = AcceptsGpuInputs();
+    handle->can_sleep = ModelsCanSleep();
 
     VramdModelInfo info{};
     info.struct_size = sizeof(VramdModelInfo);

@@ -54,6 +54,8 @@ class AbiBackend final : public Backend {
   bool AcceptsGpuInputs() const override;
   // Whether the table sets instance_ready (a table that ends before it does not).
   bool ChecksReadiness() const override;
+  // Whether the table has model_sleep and model_wake (BackendModel::CanSleep, per model).
+  bool ModelsCanSleep() const;
   // The table's auto_complete_config, when it sets one: the config as JSON in, the completed
   // JSON parsed back (unvalidated: the caller validates). Its errors are the backend's (named,
   // for a library; the caller names the model); a reply that is not a config is

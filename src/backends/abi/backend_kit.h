@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -41,6 +42,9 @@ VramdCode ReturnCurrentException(VramdError* error, const char* entry) noexcept;
 //   static Result<std::unique_ptr<Model>> Model::Create(const VramdModelInfo&);
 //   Result<std::unique_ptr<Model::Instance>> Model::CreateInstance(const VramdInstanceInfo&);
 //   Status Model::Instance::Execute(const VramdRequest&, const VramdOutputs&);
+// and, for a model that can sleep (the table's model_sleep and model_wake), both of
+//   Status Model::Sleep(int level);   // 1 or 2, as include/vramd/backend.h defines them
+//   Status Model::Wake();
 // `name` must outlive the process (a literal). One table per Model type, made on first use.
 template <typename Model>
 const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu,
@@ -149,6 +153,47 @@ template <typename Model>
 struct EntryPoints {
   using Instance = typename Model::Instance;
 
+  static constexpr bool kCanSleep = requires(Model& m) {
+    { m.Sleep(1) } -> std::same_as<Status>;
+    { m.Wake() } -> std::same_as<Status>;
+  };
+
+  static VramdCode ModelSleep(void* model, int32_t level, VramdError* error) {
+    try {
+      if (model == nullptr) {
+        return ReturnStatus(Status::InvalidArgument("model_sleep: `model` is NULL"), error);
+      }
+      if (level != 1 && level != 2) {
+        return ReturnStatus(Status::InvalidArgument(
+                                "model_sleep: level " + std::to_string(level) +
+                                " is not one of 1 (a host copy) or 2 (read again on wake)"),
+                            error);
+      }
+      if constexpr (kCanSleep) {
+        return ReturnStatus(static_cast<Model*>(model)->Sleep(level), error);
+      } else {
+        return ReturnStatus(Status::Unsupported("model_sleep: this model cannot sleep"), error);
+      }
+    } catch (...) {
+      return ReturnCurrentException(error, "model_sleep");
+    }
+  }
+
+  static VramdCode ModelWake(void* model, VramdError* error) {
+    try {
+      if (model == nullptr) {
+        return ReturnStatus(Status::InvalidArgument("model_wake: `model` is NULL"), error);
+      }
+      if constexpr (kCanSleep) {
+        return ReturnStatus(static_cast<Model*>(model)->Wake(), error);
+      } else {
+        return ReturnStatus(Status::Unsupported("model_wake: this model cannot sleep"), error);
+      }
+    } catch (...) {
+      return ReturnCurrentException(error, "model_wake");
+    }
+  }
+
   static VramdCode ModelCreate(const VramdModelInfo* info, void** model, VramdError* error) {
     try {
       if (info == nullptr || model == nullptr) {
@@ -231,6 +276,9 @@ const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu,
       // once created; a config as written).
       nullptr, nullptr, nullptr,
       accepts_gpu_inputs ? 1 : 0,
+      // model_sleep, model_wake: where Model has Sleep and Wake.
+      Entry::kCanSleep ? &Entry::ModelSleep : nullptr,
+      Entry::kCanSleep ? &Entry::ModelWake : nullptr,
   };
   return &api;
 }

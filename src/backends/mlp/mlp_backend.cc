@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -58,7 +59,7 @@ class MlpModel {
   static Result<std::unique_ptr<MlpModel>> Create(const VramdModelInfo& info);
 
   MlpModel(std::shared_ptr<const MlpPlan> plan, const VramdServerApi* server, VramdOwner owner,
-           std::shared_ptr<const mlp::CpuWeights> cpu_weights, mlp::PackedLayout gpu_layout,
+           std::shared_ptr<mlp::CpuWeights> cpu_weights, mlp::PackedLayout gpu_layout,
            abi::Allocation gpu_image)
       : plan_(std::move(plan)),
         server_(server),
@@ -66,6 +67,48 @@ class MlpModel {
         cpu_weights_(std::move(cpu_weights)),
         gpu_layout_(std::move(gpu_layout)),
         gpu_image_(std::move(gpu_image)) {}
+
+  // Sleeping: every copy of the weights leaves its device; the instances (workspaces, streams,
+  // the cuBLAS handles) stay, and read the weights through the same GpuWeights and CpuWeights
+  // objects, whose buffers Wake refills. Level 1 keeps one host image of the GPU weights
+  // (pinned, charged to the version) that Wake uploads to each device; level 2 keeps nothing
+  // and Wake reads the file again. CPU weights are host memory already, so a sleeping model
+  // drops them at either level, and Wake reads them from the file.
+  Status Sleep(int level) {
+    std::lock_guard lock(mu_);
+    if (asleep_) return Status::Ok();
+#if VRAMD_WITH_CUDA
+    if (level == 1 && !gpu_devices_.empty()) {
+      const mlp::GpuWeights& first = *gpu_devices_.begin()->second.weights;
+      VRAMD_ASSIGN_OR_RETURN(abi::Allocation image,
+                             AllocateStagingImage(server_, first.layout.total_bytes, owner_,
+                                                  plan_->model));
+      VRAMD_RETURN_IF_ERROR(mlp::SaveGpuWeights(first, image.data()));
+      gpu_image_ = std::move(image);
+    }
+    for (auto& [device, state] : gpu_devices_) state.weights->buffer.Reset();
+#endif
+    if (cpu_weights_ != nullptr) cpu_weights_->buffer.Reset();
+    asleep_ = true;
+    return Status::Ok();
+  }
+
+  Status Wake() {
+    std::lock_guard lock(mu_);
+    if (!asleep_) return Status::Ok();
+    Status woken = WakeLocked();
+    if (!woken.ok()) {
+      // Still asleep: nothing stays on a device until the next try.
+#if VRAMD_WITH_CUDA
+      for (auto& [device, state] : gpu_devices_) state.weights->buffer.Reset();
+#endif
+      if (cpu_weights_ != nullptr) cpu_weights_->buffer.Reset();
+      return woken.WithContext(fmt::format("model '{}': waking", plan_->model));
+    }
+    gpu_image_.Reset();
+    asleep_ = false;
+    return Status::Ok();
+  }
 
   Result<std::unique_ptr<Instance>> CreateInstance(const VramdInstanceInfo& info) {
     if (info.kind == VRAMD_DEVICE_CPU) {
@@ -88,6 +131,62 @@ class MlpModel {
   }
 
  private:
+  // Wake's work, under mu_: the file is read once when anything must come from it.
+  Status WakeLocked() {
+    std::optional<safetensors::File> file;
+    bool gpu_from_file = false;
+#if VRAMD_WITH_CUDA
+    gpu_from_file = !gpu_devices_.empty() && !gpu_image_;
+#endif
+    if (cpu_weights_ != nullptr || gpu_from_file) {
+      auto read = ReadWeights(plan_->weights_path, server_);
+      if (!read.ok()) return read.status().WithContext("reading the weights again");
+      file.emplace(std::move(read).value());
+      // The images are packed with the plan made at load: a file that changed since would be
+      // read out of its bounds.
+      mlp::MlpPlan now = *plan_;
+      now.layers.clear();
+      Status same = mlp::PlanLayers(*file, &now);
+      auto same_layers = [&] {
+        if (now.weight_type != plan_->weight_type || now.layers.size() != plan_->layers.size()) {
+          return false;
+        }
+        for (size_t i = 0; i < now.layers.size(); ++i) {
+          const mlp::Layer& read = now.layers[i];
+          const mlp::Layer& loaded = plan_->layers[i];
+          if (read.in != loaded.in || read.out != loaded.out) {
+            return false;
+          }
+        }
+        return true;
+      };
+      if (same.ok() && !same_layers()) {
+        same = Status::InvalidArgument("its layers differ from those loaded");
+      }
+      if (!same.ok()) {
+        return same.WithContext(fmt::format(
+            "{} changed since the model loaded, so it cannot wake from it (load the model again)",
+            plan_->weights_path.string()));
+      }
+    }
+    if (cpu_weights_ != nullptr) {
+      VRAMD_ASSIGN_OR_RETURN(auto fresh, mlp::MakeCpuWeights(*file, *plan_, server_, owner_));
+      cpu_weights_->buffer = std::move(fresh->buffer);
+    }
+#if VRAMD_WITH_CUDA
+    if (gpu_from_file) {
+      VRAMD_ASSIGN_OR_RETURN(gpu_image_, AllocateStagingImage(server_, gpu_layout_.total_bytes,
+                                                              owner_, plan_->model));
+      mlp::PackWeights(*file, *plan_, gpu_layout_, static_cast<std::byte*>(gpu_image_.data()));
+    }
+    for (auto& [device, state] : gpu_devices_) {
+      VRAMD_RETURN_IF_ERROR(
+          mlp::RestoreGpuWeights(*state.weights, gpu_image_.data(), server_, owner_));
+    }
+#endif
+    return Status::Ok();
+  }
+
 #if VRAMD_WITH_CUDA
   // The weights and cuBLAS handle on `device`, made by the first caller for that device, whose
   // copy is recorded as a phase of the load in progress.
@@ -124,11 +223,15 @@ class MlpModel {
   const std::shared_ptr<const MlpPlan> plan_;
   const VramdServerApi* const server_;  // valid until model_destroy returns
   const VramdOwner owner_;              // the version's
-  const std::shared_ptr<const mlp::CpuWeights> cpu_weights_;  // null without CPU groups
+  // Null without CPU groups; its buffer is empty while the model sleeps (guarded by mu_ then:
+  // the instances read it only while the model is awake).
+  const std::shared_ptr<mlp::CpuWeights> cpu_weights_;
   const mlp::PackedLayout gpu_layout_;  // the file's element size
 
   std::mutex mu_;
-  abi::Allocation gpu_image_;  // guarded by mu_; pinned host, until the first GPU upload
+  // Guarded by mu_: pinned host, until the first GPU upload, and while asleep at level 1.
+  abi::Allocation gpu_image_;
+  bool asleep_ = false;  // guarded by mu_
 #if VRAMD_WITH_CUDA
   std::map<int, mlp::GpuDevice> gpu_devices_;  // guarded by mu_
 #endif
@@ -155,7 +258,7 @@ Result<std::unique_ptr<MlpModel>> MlpModel::Create(const VramdModelInfo& info) {
   // upload's image), allocation and pinning included; its bytes are those images' sizes.
   const size_t staged_bytes = (plan.needs_cpu ? mlp::MakeLayout(plan, 4).total_bytes : 0) +
                               (plan.needs_gpu ? gpu_layout.total_bytes : 0);
-  std::shared_ptr<const mlp::CpuWeights> cpu_weights;
+  std::shared_ptr<mlp::CpuWeights> cpu_weights;
   abi::Allocation gpu_image;
   {
     abi::LoadPhaseScope phase(server, "host_stage", staged_bytes);

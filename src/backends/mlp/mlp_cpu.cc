@@ -69,7 +69,7 @@ class CpuInstance final : public MlpInstance {
 
 }  // namespace
 
-Result<std::shared_ptr<const CpuWeights>> MakeCpuWeights(const safetensors::File& file,
+Result<std::shared_ptr<CpuWeights>> MakeCpuWeights(const safetensors::File& file,
                                                          const MlpPlan& plan,
                                                          const VramdServerApi* server,
                                                          VramdOwner owner) {
@@ -79,7 +79,7 @@ Result<std::shared_ptr<const CpuWeights>> MakeCpuWeights(const safetensors::File
                          abi::Allocation::Make(server, owner, VRAMD_DEVICE_CPU, -1,
                                                weights->layout.total_bytes));
   PackWeights(file, plan, weights->layout, static_cast<std::byte*>(weights->buffer.data()));
-  return std::shared_ptr<const CpuWeights>(std::move(weights));
+  return weights;
 }
 
 Result<std::unique_ptr<MlpInstance>> CreateCpuInstance(std::shared_ptr<const MlpPlan> plan,

@@ -6,7 +6,8 @@
 // buffers of max_batch_size x max_width floats, charged to the instance's owner. Execute
 // allocates only its output (VramdOutputs::add).
 //
-// Thread safety: CpuWeights is immutable; an instance is used by one thread at a time (the C
+// Thread safety: CpuWeights changes only while its model sleeps or wakes, when no instance runs;
+// otherwise it is only read. An instance is used by one thread at a time (the C
 // ABI's contract). OpenBLAS may be called from several instances at once.
 #pragma once
 
@@ -29,7 +30,7 @@ struct CpuWeights {
 
 // Packs `file`'s weights as FP32 into host memory charged to `owner`. ResourceExhausted when the
 // host allocation fails.
-Result<std::shared_ptr<const CpuWeights>> MakeCpuWeights(const safetensors::File& file,
+Result<std::shared_ptr<CpuWeights>> MakeCpuWeights(const safetensors::File& file,
                                                          const MlpPlan& plan,
                                                          const VramdServerApi* server,
                                                          VramdOwner owner);

@@ -184,7 +184,7 @@ Result<std::shared_ptr<GpuWeights>> AllocateGpuWeights(const PackedLayout& layou
 
 }  // namespace
 
-Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
+Result<std::shared_ptr<GpuWeights>> UploadGpuWeights(const void* host_image,
                                                            const PackedLayout& layout, int device,
                                                            const VramdServerApi* server,
                                                            VramdOwner owner) {
@@ -203,10 +203,10 @@ Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_imag
     // the phase, so its time is the whole copy.
     VRAMD_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(nullptr), call));
   }
-  return std::shared_ptr<const GpuWeights>(std::move(weights));
+  return weights;
 }
 
-Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
+Result<std::shared_ptr<GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
                                                          const VramdServerApi* server,
                                                          VramdOwner owner) {
   DeviceGuard guard;
@@ -220,10 +220,39 @@ Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& sourc
                                                   source.layout.total_bytes),
                                    call));
   VRAMD_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), call));
-  return std::shared_ptr<const GpuWeights>(std::move(weights));
+  return weights;
 }
 
-Result<GpuDevice> MakeGpuDevice(std::shared_ptr<const GpuWeights> weights) {
+Status SaveGpuWeights(const GpuWeights& weights, void* host) {
+  DeviceGuard guard;
+  VRAMD_RETURN_IF_ERROR(guard.Set(weights.device));
+  const std::string call = fmt::format("cudaMemcpy (weights from cuda:{} to host)", weights.device);
+  // The instances' streams are idle (the runtime runs no execution while a model sleeps), and
+  // the legacy stream's copy waits for whatever the upload left on it.
+  VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(host, weights.buffer.data(),
+                                              weights.layout.total_bytes, cudaMemcpyDeviceToHost),
+                                   call));
+  return CudaStatus(cudaStreamSynchronize(nullptr), call);
+}
+
+Status RestoreGpuWeights(GpuWeights& weights, const void* host_image,
+                         const VramdServerApi* server, VramdOwner owner) {
+  DeviceGuard guard;
+  VRAMD_RETURN_IF_ERROR(guard.Set(weights.device));
+  VRAMD_ASSIGN_OR_RETURN(abi::Allocation buffer,
+                         abi::Allocation::Make(server, owner, VRAMD_DEVICE_GPU, weights.device,
+                                               weights.layout.total_bytes));
+  const std::string call = fmt::format("cudaMemcpy (weights to cuda:{})", weights.device);
+  VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(buffer.data(), host_image,
+                                              weights.layout.total_bytes, cudaMemcpyHostToDevice),
+                                   call));
+  // As UploadGpuWeights: the instances read from non-blocking streams.
+  VRAMD_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(nullptr), call));
+  weights.buffer = std::move(buffer);
+  return Status::Ok();
+}
+
+Result<GpuDevice> MakeGpuDevice(std::shared_ptr<GpuWeights> weights) {
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(weights->device));
   auto blas = std::make_shared<SharedCublas>();

@@ -24,7 +24,8 @@
 // for both operands), the GEMM accumulates in FP32 (CUBLAS_COMPUTE_32F, FP32 output), and bias
 // and ReLU are applied in FP32. The output is FP32.
 //
-// Thread safety: GpuWeights is immutable; an instance is used by one thread at a time, and
+// Thread safety: GpuWeights changes only while its model sleeps or wakes, when no instance runs
+// (SaveGpuWeights); otherwise it is only read. An instance is used by one thread at a time, and
 // sets its device on the calling thread for each call (restoring the previous one).
 #pragma once
 
@@ -49,7 +50,7 @@ struct GpuWeights {
 // through `server`'s record_load_phase as phase "h2d" with layout.total_bytes; the device
 // allocation is not part of it. ResourceExhausted when the device is full; Internal for a CUDA
 // error.
-Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_image,
+Result<std::shared_ptr<GpuWeights>> UploadGpuWeights(const void* host_image,
                                                            const PackedLayout& layout, int device,
                                                            const VramdServerApi* server,
                                                            VramdOwner owner);
@@ -57,7 +58,7 @@ Result<std::shared_ptr<const GpuWeights>> UploadGpuWeights(const void* host_imag
 // The same, copied from another device's copy (cudaMemcpyPeer), so the host image need not be
 // kept once one device holds the weights. Recorded as phase "d2d", not "h2d": a peer copy runs
 // over NVLink or PCIe peer-to-peer at its own rate, and would make h2d's rate meaningless.
-Result<std::shared_ptr<const GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
+Result<std::shared_ptr<GpuWeights>> CopyGpuWeights(const GpuWeights& source, int device,
                                                          const VramdServerApi* server,
                                                          VramdOwner owner);
 
@@ -66,12 +67,21 @@ struct SharedCublas;
 
 // What a model keeps per device: its weights and its cuBLAS handle.
 struct GpuDevice {
-  std::shared_ptr<const GpuWeights> weights;
+  std::shared_ptr<GpuWeights> weights;  // the instances read it through a const view
   std::shared_ptr<SharedCublas> blas;
 };
 
 // Creates the cuBLAS handle for `weights`' device. Internal for a CUDA or cuBLAS error.
-Result<GpuDevice> MakeGpuDevice(std::shared_ptr<const GpuWeights> weights);
+Result<GpuDevice> MakeGpuDevice(std::shared_ptr<GpuWeights> weights);
+
+// Sleeping (the model's Sleep and Wake, include/vramd/backend.h's model_sleep): SaveGpuWeights
+// copies `weights` to `host` (layout.total_bytes; pinned for the DMA rate), complete on return.
+// RestoreGpuWeights gives `weights`, whose buffer was freed, new device memory charged to
+// `owner` holding `host_image`; on failure `weights` is left without memory. Neither may run
+// while an instance reads the weights.
+Status SaveGpuWeights(const GpuWeights& weights, void* host);
+Status RestoreGpuWeights(GpuWeights& weights, const void* host_image,
+                         const VramdServerApi* server, VramdOwner owner);
 
 // A GPU instance on `device`; its memory is charged to info.owner.
 Result<std::unique_ptr<MlpInstance>> CreateGpuInstance(std::shared_ptr<const MlpPlan> plan,

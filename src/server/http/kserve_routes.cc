@@ -207,7 +207,8 @@ void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
     const auto parts = SplitPath(request.target);
     if (control_ != nullptr && parts.size() == 5 && parts[0] == "v2" &&
         parts[1] == "repository" && parts[2] == "models" &&
-        (parts[4] == "load" || parts[4] == "unload")) {
+        (parts[4] == "load" || parts[4] == "unload" || parts[4] == "sleep" ||
+         parts[4] == "wake")) {
       control_->Post([this, request = std::move(request), respond = std::move(respond)] {
         respond(Route(request));
       });
@@ -285,6 +286,11 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
   if (parts[1] == "repository" && parts.size() == 5 && parts[2] == "models" &&
       (parts[4] == "load" || parts[4] == "unload")) {
     return post ? RepositoryControl(request, PercentDecode(parts[3]), parts[4] == "load")
+                : method_not_allowed();
+  }
+  if (parts[1] == "repository" && parts.size() == 5 && parts[2] == "models" &&
+      (parts[4] == "sleep" || parts[4] == "wake")) {
+    return post ? SleepControl(request, PercentDecode(parts[3]), parts[4] == "sleep")
                 : method_not_allowed();
   }
   if (parts[1] == "models" && parts.size() == 3 && parts[2] == "stats") {
@@ -705,11 +711,43 @@ HttpResponse KServeRoutes::RepositoryIndex(const HttpRequest& request) const {
     WriteJsonString(w, entry.reason);
     w.Key("lifecycle");  // vramd's exact state (docs/model-control.md); clients ignore it
     WriteJsonString(w, runtime::LifecycleStateName(entry.lifecycle));
+    if (!entry.sleep.empty()) {  // docs/memory.md, "Sleeping models"
+      w.Key("sleep");
+      WriteJsonString(w, entry.sleep);
+    }
     w.EndObject();
   }
   w.EndArray();
   return Json(200, sb.GetString());
 }
+
+namespace {
+
+// The "parameters" object of a repository action's optional JSON body ({"parameters": {...}}),
+// as its own document; an empty object without a body or without "parameters". InvalidArgument
+// naming the action `what` for a body that is not such an object.
+Result<rapidjson::Document> ControlParameters(const HttpRequest& request, const char* what) {
+  rapidjson::Document parameters;
+  parameters.SetObject();
+  if (!request.body || request.body->empty()) return parameters;
+  VRAMD_ASSIGN_OR_RETURN(rapidjson::Document doc,
+                         ParseJson(*request.body,
+                                   fmt::format("repository {} request body", what)));
+  if (!doc.IsObject()) {
+    return Status::InvalidArgument(
+        fmt::format("repository {} request body must be a JSON object", what));
+  }
+  auto given = doc.FindMember("parameters");
+  if (given == doc.MemberEnd()) return parameters;
+  if (!given->value.IsObject()) {
+    return Status::InvalidArgument(
+        fmt::format("repository {}: 'parameters' must be an object", what));
+  }
+  parameters.CopyFrom(given->value, parameters.GetAllocator());
+  return parameters;
+}
+
+}  // namespace
 
 // Body (optional): {"parameters": {...}}. On load, "config" is a config override: a JSON
 // ModelConfig (as GET .../config writes it) used instead of config.pbtxt, and each
@@ -721,65 +759,101 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
   std::shared_ptr<const config::ModelConfig> config_override;
   runtime::ModelFileOverrides files;
   bool unload_dependents = false;
-  if (request.body && !request.body->empty()) {
-    auto parsed = ParseJson(*request.body, fmt::format("repository {} request body", what));
-    if (!parsed.ok()) return Error(parsed.status());
-    const rapidjson::Document& doc = *parsed;
-    if (!doc.IsObject()) {
-      return Error(400, fmt::format("repository {} request body must be a JSON object", what));
+  auto parameters = ControlParameters(request, what);
+  if (!parameters.ok()) return Error(parameters.status());
+  const rapidjson::Value& given = *parameters;
+  for (const auto& p : given.GetObject()) {
+    std::string_view key(p.name.GetString(), p.name.GetStringLength());
+    if (load && key.substr(0, 5) == "file:") {
+      if (!p.value.IsString()) {
+        return Error(400, fmt::format(
+                              "failed to load '{}': parameter '{}' must be a string holding "
+                              "the file's bytes as base64",
+                              model, key));
+      }
+      auto bytes = DecodeBase64(
+          std::string_view(p.value.GetString(), p.value.GetStringLength()));
+      if (!bytes.ok()) {
+        return Error(bytes.status().WithContext(
+            fmt::format("failed to load '{}': parameter '{}'", model, key)));
+      }
+      files.emplace_back(std::string(key.substr(5)), std::move(bytes).value());
     }
-    auto params = doc.FindMember("parameters");
-    if (params != doc.MemberEnd()) {
-      if (!params->value.IsObject()) {
-        return Error(400, fmt::format("repository {}: 'parameters' must be an object", what));
-      }
-      for (const auto& p : params->value.GetObject()) {
-        std::string_view key(p.name.GetString(), p.name.GetStringLength());
-        if (load && key.substr(0, 5) == "file:") {
-          if (!p.value.IsString()) {
-            return Error(400, fmt::format(
-                                  "failed to load '{}': parameter '{}' must be a string holding "
-                                  "the file's bytes as base64",
-                                  model, key));
-          }
-          auto bytes = DecodeBase64(
-              std::string_view(p.value.GetString(), p.value.GetStringLength()));
-          if (!bytes.ok()) {
-            return Error(bytes.status().WithContext(
-                fmt::format("failed to load '{}': parameter '{}'", model, key)));
-          }
-          files.emplace_back(std::string(key.substr(5)), std::move(bytes).value());
-        }
-      }
-      auto dependents = params->value.FindMember("unload_dependents");
-      if (!load && dependents != params->value.MemberEnd()) {
-        if (!dependents->value.IsBool()) {
-          return Error(400, "repository unload: parameter 'unload_dependents' must be a boolean");
-        }
-        unload_dependents = dependents->value.GetBool();
-      }
-      auto config = params->value.FindMember("config");
-      if (load && config != params->value.MemberEnd()) {
-        if (!config->value.IsString()) {
-          return Error(400, fmt::format("failed to load '{}': parameter 'config' must be a "
-                                        "string holding the model configuration as JSON",
-                                        model));
-        }
-        auto parsed = config::ModelConfigFromJson(
-            std::string_view(config->value.GetString(), config->value.GetStringLength()));
-        if (!parsed.ok()) {
-          return Error(Status::InvalidArgument(fmt::format(
-              "failed to load '{}': parameter 'config': {}", model, parsed.status().message())));
-        }
-        config_override = std::make_shared<const config::ModelConfig>(std::move(parsed).value());
-      }
+  }
+  auto dependents = given.FindMember("unload_dependents");
+  if (!load && dependents != given.MemberEnd()) {
+    if (!dependents->value.IsBool()) {
+      return Error(400, "repository unload: parameter 'unload_dependents' must be a boolean");
     }
+    unload_dependents = dependents->value.GetBool();
+  }
+  auto config = given.FindMember("config");
+  if (load && config != given.MemberEnd()) {
+    if (!config->value.IsString()) {
+      return Error(400, fmt::format("failed to load '{}': parameter 'config' must be a "
+                                    "string holding the model configuration as JSON",
+                                    model));
+    }
+    auto parsed = config::ModelConfigFromJson(
+        std::string_view(config->value.GetString(), config->value.GetStringLength()));
+    if (!parsed.ok()) {
+      return Error(Status::InvalidArgument(fmt::format(
+          "failed to load '{}': parameter 'config': {}", model, parsed.status().message())));
+    }
+    config_override = std::make_shared<const config::ModelConfig>(std::move(parsed).value());
   }
   if (mutable_manager_ == nullptr) {
     return Error(400, "explicit model load / unload is not allowed if polling is enabled");
   }
   Status status = load ? mutable_manager_->Load(model, std::move(config_override), files)
                        : mutable_manager_->Unload(model, unload_dependents);
+  if (!status.ok()) return Error(status);
+  return Empty(200);
+}
+
+// POST /v2/repository/models/{m}/sleep and /wake (docs/memory.md, "Sleeping models"). Body
+// (optional): {"parameters": {"level": 1 or 2, "version": "3"}}: the sleep's level (1, the
+// default: a host copy; 2: read again from the model's files on wake) and one version (all
+// ready versions without it). A sleep waits up to kSleepWait for executions in flight.
+HttpResponse KServeRoutes::SleepControl(const HttpRequest& request, const std::string& model,
+                                        bool sleep) const {
+  const char* what = sleep ? "sleep" : "wake";
+  backends::SleepLevel level = backends::SleepLevel::kHostCopy;
+  int64_t version = 0;
+  auto parameters = ControlParameters(request, what);
+  if (!parameters.ok()) return Error(parameters.status());
+  const rapidjson::Value& given = *parameters;
+  auto given_level = given.FindMember("level");
+  if (given_level != given.MemberEnd()) {
+    if (!sleep) return Error(400, "repository wake: parameter 'level' is for sleep only");
+    const auto& v = given_level->value;
+    const bool one = (v.IsInt64() && v.GetInt64() == 1) || (v.IsString() && v == "1");
+    const bool two = (v.IsInt64() && v.GetInt64() == 2) || (v.IsString() && v == "2");
+    if (!one && !two) {
+      return Error(400,
+                   "repository sleep: parameter 'level' must be 1 (keep a host copy) or 2 "
+                   "(read the model's files again on wake)");
+    }
+    level = one ? backends::SleepLevel::kHostCopy : backends::SleepLevel::kDiscard;
+  }
+  auto given_version = given.FindMember("version");
+  if (given_version != given.MemberEnd()) {
+    const auto& v = given_version->value;
+    Result<int64_t> parsed_version = Status::InvalidArgument("not a version");
+    if (v.IsString()) {
+      parsed_version = ParseVersion(std::string_view(v.GetString(), v.GetStringLength()));
+    } else if (v.IsInt64() && v.GetInt64() > 0) {
+      parsed_version = v.GetInt64();
+    }
+    if (!parsed_version.ok()) {
+      return Error(400, fmt::format("repository {}: parameter 'version' must be a positive "
+                                    "version number",
+                                    what));
+    }
+    version = *parsed_version;
+  }
+  Status status = sleep ? manager_->Sleep(model, version, level, kSleepWait)
+                        : manager_->Wake(model, version);
   if (!status.ok()) return Error(status);
   return Empty(200);
 }

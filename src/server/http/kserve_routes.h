@@ -26,6 +26,7 @@
 // Thread safety: Handle may be called concurrently.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,11 @@ class KServeRoutes {
                             shared_memory::RegionKind kind) const;
   HttpResponse RepositoryControl(const HttpRequest& request, const std::string& model,
                                  bool load) const;
+  // POST .../sleep or .../wake: puts a model to sleep or wakes it (any control mode).
+  HttpResponse SleepControl(const HttpRequest& request, const std::string& model,
+                            bool sleep) const;
+  // How long a sleep request waits for the model's executions in flight.
+  static constexpr std::chrono::milliseconds kSleepWait{30000};
 
   const runtime::ModelManager* manager_;
   runtime::ModelManager* mutable_manager_ = nullptr;  // null: load and unload are refused

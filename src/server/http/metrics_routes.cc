@@ -5,6 +5,7 @@
 #include "server/metrics/inference_metrics.h"
 #include "server/metrics/memory_metrics.h"
 #include "server/metrics/prometheus_text.h"
+#include "server/metrics/sleep_metrics.h"
 
 namespace vramd::http {
 
@@ -15,6 +16,7 @@ HttpResponse MetricsResponse(const memory::MemoryReportSource& memory,
   const memory::MemoryReport report = memory.Build();
   metrics::AppendGpuMetrics(report, out);
   metrics::AppendMemoryMetrics(report, out);
+  if (manager != nullptr) metrics::AppendSleepMetrics(*manager, out);
 
   HttpResponse response;
   response.status = 200;
