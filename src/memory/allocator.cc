@@ -115,36 +115,32 @@ Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream
     }
   }
   VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(device));
-  bool by_quota = false;
-  Result<void*> made = TryAllocate(pool, device, size, stream, owner, &by_quota);
+  Refusal refusal = Refusal::kNone;
+  Result<void*> made = TryAllocate(pool, device, size, stream, owner, &refusal);
   if (made.ok() || relief_depth == 0 || in_relief) return made;
   const OwnerId asking = owner != kNoOwner ? owner : OwnerScope::Current();
   MutexLock lock(relief_mu_);
-  while (relief_ != nullptr && !made.ok() && Relievable(made.status(), by_quota, device, size)) {
+  // Sleeping another model frees what counts against the budget and what the device has; a
+  // model's own quota it cannot relieve.
+  while (relief_ != nullptr && !made.ok() &&
+         (refusal == Refusal::kBudget || refusal == Refusal::kDevice)) {
     in_relief = true;
     const bool relieved = relief_->Relieve(device, size, asking);
     in_relief = false;
     if (!relieved) break;
-    made = TryAllocate(pool, device, size, stream, owner, &by_quota);
+    made = TryAllocate(pool, device, size, stream, owner, &refusal);
   }
   return made;
 }
 
-bool Allocator::Relievable(const Status& refusal, bool by_quota, Device device,
-                           size_t size) const {
-  if (refusal.code() != StatusCode::kResourceExhausted) return false;
-  if (!by_quota) return true;  // the device could not give it
-  // A quota: the server's budget, which others' memory counts against; not a model's own.
-  const auto [used, limit] = ledger_->BudgetOf(device);
-  return limit > 0 && used + static_cast<int64_t>(size) > limit;
-}
-
 Result<void*> Allocator::TryAllocate(CachingPool* pool, Device device, size_t size,
-                                     StreamId stream, OwnerId owner, bool* by_quota) {
+                                     StreamId stream, OwnerId owner, Refusal* refusal) {
   // Charged first, so that a quota refuses before the pool makes anything.
-  Result<Ledger::PendingCharge> charge = ledger_->Charge(device, size, owner);
-  *by_quota = !charge.ok();
+  bool by_budget = false;
+  Result<Ledger::PendingCharge> charge = ledger_->Charge(device, size, owner, &by_budget);
+  *refusal = Refusal::kNone;
   if (!charge.ok()) {
+    *refusal = by_budget ? Refusal::kBudget : Refusal::kQuota;
     spdlog::warn("{}", charge.status().message());
     return charge.status();
   }
@@ -152,6 +148,7 @@ Result<void*> Allocator::TryAllocate(CachingPool* pool, Device device, size_t si
   if (!ptr.ok()) {
     *charge = Ledger::PendingCharge();  // undone now: the holders named below exclude it
     if (ptr.status().code() != StatusCode::kResourceExhausted) return ptr.status();
+    *refusal = Refusal::kDevice;
     // Who holds the device: the pool's message says what it caches, the ledger who holds the
     // rest. Logged too: the caller may shorten the error or not show it.
     Status exhausted(StatusCode::kResourceExhausted,

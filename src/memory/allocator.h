@@ -134,13 +134,11 @@ class Allocator {
   // waits for them. Taken before mu_ (Pool), never after.
   mutable Mutex relief_mu_;
   PressureRelief* relief_ GUARDED_BY(relief_mu_) = nullptr;
-  // One try of AllocateRaw: charge, then the pool.
-  // `*by_quota`: whether a quota refused it (else the pool did, or it was made).
+  // Who refused an allocation: nobody, the server's budget, an owner's own quota, the device.
+  enum class Refusal { kNone, kBudget, kQuota, kDevice };
+  // One try of AllocateRaw: charge, then the pool; `*refusal` says who refused.
   Result<void*> TryAllocate(CachingPool* pool, Device device, size_t size, StreamId stream,
-                            OwnerId owner, bool* by_quota);
-  // Whether `refusal` of `size` bytes on `device` is the budget's or the device's, which
-  // sleeping another model can relieve (a model's own quota it cannot).
-  bool Relievable(const Status& refusal, bool by_quota, Device device, size_t size) const;
+                            OwnerId owner, Refusal* refusal);
   std::atomic<uint64_t> fail_countdown_{0};  // 0: none pending
   // Pool() is on every allocation and free; the pools of the first kFastIndices ordinals of each
   // device type are also kept here, read without mu_ (a pool, once made, lives as long as the

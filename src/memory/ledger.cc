@@ -268,7 +268,8 @@ class Ledger::Impl {
   std::vector<LeakReport> CloseOwner(OwnerId owner) EXCLUDES(tree_mu_);
   void RecordAllocation(const void* ptr, size_t size, Device device, OwnerId owner,
                         const void* caller) EXCLUDES(tree_mu_);
-  Result<PendingCharge> Charge(Device device, size_t size, OwnerId owner) EXCLUDES(tree_mu_);
+  Result<PendingCharge> Charge(Device device, size_t size, OwnerId owner, bool* by_budget)
+      EXCLUDES(tree_mu_);
   void Commit(OwnerNode* node, size_t size, Device device, const void* ptr, const void* caller)
       EXCLUDES(tree_mu_);
   // Undoes a charge that was never committed.
@@ -541,7 +542,8 @@ void Ledger::Impl::RecordAllocation(const void* ptr, size_t size, Device device,
   Commit(PinAndCharge(owner, size, DeviceSlot(device), /*count=*/false), size, device, ptr, caller);
 }
 
-Result<Ledger::PendingCharge> Ledger::Impl::Charge(Device device, size_t size, OwnerId owner) {
+Result<Ledger::PendingCharge> Ledger::Impl::Charge(Device device, size_t size, OwnerId owner,
+                                                   bool* by_budget) {
   if (owner == kNoOwner) owner = OwnerScope::Current();
   std::shared_ptr<QuotaState> refused_by;
   OwnerNode* node = PinAndCharge(owner, size, DeviceSlot(device), /*count=*/false,
@@ -551,6 +553,7 @@ Result<Ledger::PendingCharge> Ledger::Impl::Charge(Device device, size_t size, O
     const int slot = DeviceSlot(device);
     const int64_t used = refused_by->used[slot].load(std::memory_order_relaxed);
     const bool budget = refused_by->owner == root_->id;
+    if (by_budget != nullptr) *by_budget = budget;
     return Status::ResourceExhausted(fmt::format(
         "{} refuses {} on {} for {}: {} holds {} of its {} there",
         budget ? std::string("the server's memory budget (--memory-budget)")
@@ -1010,8 +1013,9 @@ __attribute__((noinline)) void Ledger::RecordAllocation(const void* ptr, size_t 
                                                         Device device, OwnerId owner) {
   impl_->RecordAllocation(ptr, size, device, owner, __builtin_return_address(0));
 }
-Result<Ledger::PendingCharge> Ledger::Charge(Device device, size_t size, OwnerId owner) {
-  return impl_->Charge(device, size, owner);
+Result<Ledger::PendingCharge> Ledger::Charge(Device device, size_t size, OwnerId owner,
+                                             bool* by_budget) {
+  return impl_->Charge(device, size, owner, by_budget);
 }
 // noinline, as RecordAllocation.
 __attribute__((noinline)) void Ledger::Commit(PendingCharge charge, const void* ptr) {

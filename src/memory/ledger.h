@@ -166,8 +166,10 @@ class Ledger {
   // The first half of an allocation the server makes: `owner` (resolved as RecordAllocation
   // resolves it) is charged `size` bytes on `device`, or, when that would pass the quota that
   // bounds it, ResourceExhausted naming the quota's owner, its limit, what it holds and the
-  // owner that asked; nothing is charged then.
-  Result<PendingCharge> Charge(Device device, size_t size, OwnerId owner = kNoOwner);
+  // owner that asked; nothing is charged then. `*by_budget` (when given) says, on a refusal,
+  // whether the quota was the server's budget (Options::budget) rather than an owner's own.
+  Result<PendingCharge> Charge(Device device, size_t size, OwnerId owner = kNoOwner,
+                               bool* by_budget = nullptr);
 
   // Execution peaks: what one execution needs, per device and batch size, learned from what
   // it made. For owners opened with a quota (MeasurePeaks() for one without limits); others
