@@ -391,6 +391,32 @@ if has_step ensemble; then
   [ "$rc" -eq 0 ] && say "PASS ensemble GPU check" || { say "FAIL ensemble GPU check (exit $rc)"; status=1; }
 fi
 
+# 12. sleep (not in the default STEPS; issue 17, item 4): tests/device/sleep_gpu_check.py:
+#    KIND_GPU mlp models of SLEEP_SIZES (default 1GiB,8GiB): cold load, sleep (NVML and the
+#    ledger), wake time and copy rate against pinned H2D measured in the same run, a request
+#    that wakes, level 2.
+if has_step sleep; then
+  timeout 580 python3 tests/device/sleep_gpu_check.py --vramd "$BIN"/vramd \
+    --make-model scripts/make_mlp_model.py --sizes "${SLEEP_SIZES:-1GiB,8GiB}" > "$OUT/sleep.log" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/sleep.log" >> "$summary"
+  [ "$rc" -eq 0 ] && say "PASS sleep GPU check" || { say "FAIL sleep GPU check (exit $rc)"; status=1; }
+fi
+# 12b. sleep_torch: the same for a KIND_GPU TorchScript model (the pytorch backend built here).
+if has_step sleep_torch; then
+  if [ -x build-torch-device/backends/pytorch/libvramd_pytorch.so ] \
+     || timeout "${PYTORCH_BUILD_TIMEOUT:-300}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
+    timeout 280 python3 tests/device/sleep_gpu_check.py --vramd "$BIN"/vramd \
+      --make-model scripts/make_mlp_model.py --sizes "" \
+      --torch-backend-dir build-torch-device/backends > "$OUT/sleep_torch.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE)' "$OUT/sleep_torch.log" >> "$summary"
+    [ "$rc" -eq 0 ] && say "PASS sleep torch GPU check" || { say "FAIL sleep torch GPU check (exit $rc)"; status=1; }
+  else
+    say "FAIL sleep_torch: build_torch.sh failed (log in benchmarks.log)"; status=1
+  fi
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"

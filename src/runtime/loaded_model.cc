@@ -275,6 +275,9 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
       memory::Allocator::ReliefScope relief;  // may put other idle models to sleep
       return gated->backend_model_->Wake();
     };
+    // The host copy a level-1 sleep kept is free now; its pinned pages go back to the system
+    // (cached, they would stay pinned until the next trim).
+    actions.after_wake = [gated] { gated->memory_.allocator->Trim(memory::Device::CudaHost()); };
   }
   model->sleep_ = std::make_unique<SleepGate>(std::move(actions));
 

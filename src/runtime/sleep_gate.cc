@@ -84,6 +84,11 @@ Status SleepGate::WakeLocked(MutexLock& lock) {
     spdlog::warn("{} could not wake: {}", actions_.name, woken.message());
   }
   changed_.notify_all();
+  if (woken.ok() && actions_.after_wake) {
+    lock.Unlock();
+    actions_.after_wake();
+    lock.Lock();
+  }
   return woken;
 }
 

@@ -343,3 +343,37 @@ def test_state_a_module_keeps_from_forward_is_no_leak_of_the_instance(start_serv
             _unload_to_baseline(client, "memo", baseline)
     finally:
         client.close()
+
+
+def test_a_sleeping_torch_model_gives_back_its_tensors_and_answers_as_before(
+        start_server, tmp_path_factory):
+    # On the CPU a module's tensors are host memory already: asleep (either level) it keeps
+    # nothing, and the wake loads the file again (a GPU module keeps a pinned copy at level 1:
+    # tests/device). Every parameter and buffer leaves; the compiled module stays.
+    repo = tmp_path_factory.mktemp("pytorch-sleep-repo")
+    module = torch_models.mlp(seed=21)
+    torch_models.write(repo, "mlp", module, torch_models.config(
+        [("INPUT__0", "TYPE_FP32", [16])], [("OUTPUT__0", "TYPE_FP32", [8])],
+        max_batch_size=8, count=2))
+    server = start_server([repo], ["--backend-directory", BACKEND_DIR], name="pytorch-sleep",
+                          ready_models=["mlp"])
+    client = server.client()
+    try:
+        x = np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32)
+        before = client.infer("mlp", [Input("INPUT__0", "FP32", x)]).outputs["OUTPUT__0"]
+        np.testing.assert_allclose(before, run_torch(module, x)[0], rtol=1e-5, atol=1e-6)
+        held = _model_bytes(_memory(client), "mlp")
+        weights = sum(p.numel() * 4 for p in module.parameters())
+        for level in (1, 2):
+            r = client.post("/v2/repository/models/mlp/sleep",
+                            b'{"parameters": {"level": %d}}' % level)
+            assert r.status == 200, r
+            assert [row["sleep"] for row in index_rows(client, "mlp")] == ["asleep"]
+            assert held - _model_bytes(_memory(client), "mlp") >= weights
+            after = client.infer("mlp", [Input("INPUT__0", "FP32", x)]).outputs["OUTPUT__0"]
+            np.testing.assert_array_equal(after, before)
+            assert [row["sleep"] for row in index_rows(client, "mlp")] == ["awake"]
+        report = _memory(client)
+        assert report["leaks"] == [], report["leaks"]
+    finally:
+        client.close()

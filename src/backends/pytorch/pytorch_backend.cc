@@ -111,6 +111,30 @@ VramdCode Execute(void* instance, const VramdRequest* request, const VramdOutput
   });
 }
 
+VramdCode ModelSleep(void* model, int32_t level, VramdError* error) {
+  return Guarded(error, "model_sleep", [&] {
+    if (model == nullptr || (level != 1 && level != 2)) {
+      SetError(error, "model_sleep: no model, or a level other than 1 or 2");
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    Failure failure;
+    if (!static_cast<TorchModel*>(model)->Sleep(level, &failure)) return Fail(error, failure);
+    return VRAMD_OK;
+  });
+}
+
+VramdCode ModelWake(void* model, VramdError* error) {
+  return Guarded(error, "model_wake", [&] {
+    if (model == nullptr) {
+      SetError(error, "model_wake: no model");
+      return VRAMD_INVALID_ARGUMENT;
+    }
+    Failure failure;
+    if (!static_cast<TorchModel*>(model)->Wake(&failure)) return Fail(error, failure);
+    return VRAMD_OK;
+  });
+}
+
 VramdBackendApi MakeApi() {
   VramdBackendApi api{};
   api.struct_size = sizeof(VramdBackendApi);
@@ -132,6 +156,8 @@ VramdBackendApi MakeApi() {
   // H200 at c=1, 348 req/s inline against 470 on the instance threads, which also bound that
   // state to one thread per instance.
   api.execute_on_instance_threads = 1;
+  api.model_sleep = &ModelSleep;
+  api.model_wake = &ModelWake;
   return api;
 }
 

@@ -398,6 +398,7 @@ TorchModel::TorchModel(ModelSpec spec, std::string path, const VramdModelInfo& i
 TorchModel::~TorchModel() {
   {
     std::lock_guard lock(mu_);
+    slept_.clear();
     modules_.clear();
   }
   const LiveUsage kept = LiveUsageOf(link_.get());
@@ -437,6 +438,153 @@ std::unique_ptr<TorchModel> TorchModel::Create(const VramdModelInfo& info, Failu
     info.server->log(info.server->server, VRAMD_LOG_INFO, text.c_str());
   }
   return std::unique_ptr<TorchModel>(new TorchModel(std::move(*spec), path.string(), info));
+}
+
+// ---- Sleeping -------------------------------------------------------------------------------
+
+struct TorchModel::Slept {
+  at::Tensor live;  // the module's own tensor: its data goes and comes back (set_data)
+  at::Tensor host;  // level 1 on a GPU: the pinned copy; undefined otherwise
+};
+
+namespace {
+
+// A module's state: its parameters and buffers, submodules' included, named.
+std::vector<std::pair<std::string, at::Tensor>> StateTensors(const torch::jit::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> state;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    state.emplace_back(p.name, p.value);
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) {
+    state.emplace_back(b.name, b.value);
+  }
+  return state;
+}
+
+// A copy of `t` in pinned host memory from vramd (VRAMD_DEVICE_CUDA_HOST, charged to `owner`),
+// freed through `link` when the tensor goes. Undefined, with `failure` set, when vramd has none.
+at::Tensor PinnedCopy(const std::shared_ptr<ServerLink>& link, VramdOwner owner,
+                      const at::Tensor& t, Failure* failure) {
+  void* ptr = nullptr;
+  VramdCode code = VRAMD_UNAVAILABLE;
+  VramdError error{};
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  link->WithApi([&](const VramdServerApi* api) {
+    code = api->allocate(api->server, owner, VRAMD_DEVICE_CUDA_HOST, -1, std::max<size_t>(bytes, 1),
+                         nullptr, &ptr, &error);
+  });
+  if (code != VRAMD_OK || ptr == nullptr) {
+    *failure = {code == VRAMD_OK ? VRAMD_INTERNAL : code,
+                std::string("pinned host memory for a sleeping model's tensors: ") + error.message};
+    return {};
+  }
+  auto host = torch::from_blob(
+      ptr, t.sizes(),
+      [link](void* p) {
+        link->WithApi([p](const VramdServerApi* api) {
+          api->free(api->server, VRAMD_DEVICE_CUDA_HOST, -1, p);
+        });
+      },
+      t.options().device(c10::kCPU).requires_grad(false));
+  host.copy_(t);
+  return host;
+}
+
+void SynchronizeDevice(const c10::Device& device) {
+#if defined(VRAMD_TORCH_CUDA)
+  if (device.is_cuda()) {
+    c10::cuda::CUDAGuard guard(device);
+    cudaDeviceSynchronize();
+  }
+#else
+  (void)device;
+#endif
+}
+
+std::string ShapeOf(const at::Tensor& t) {
+  std::ostringstream s;
+  s << t.sizes() << " " << t.scalar_type();
+  return s.str();
+}
+
+}  // namespace
+
+bool TorchModel::Sleep(int level, Failure* failure) {
+  std::lock_guard lock(mu_);
+  if (asleep_) return true;
+  ChargeScope charge(link_, owner_);
+  std::map<std::string, std::vector<Slept>> slept;
+  // Every copy is made before any tensor lets go, so a failure leaves the model as it was.
+  for (const auto& [device, loaded] : modules_) {
+    auto& tensors = slept[device];
+    for (auto& [name, t] : StateTensors(loaded->module)) {
+      Slept s{t, {}};
+      if (level == 1 && loaded->device.is_cuda()) {
+        s.host = PinnedCopy(link_, owner_, t, failure);
+        if (!s.host.defined()) return false;
+      }
+      tensors.push_back(std::move(s));
+    }
+    SynchronizeDevice(loaded->device);
+  }
+  for (auto& [device, tensors] : slept) {
+    for (Slept& s : tensors) s.live.set_data(at::empty({0}, s.live.options()));
+  }
+  slept_ = std::move(slept);
+  asleep_ = true;
+  return true;
+}
+
+bool TorchModel::Wake(Failure* failure) {
+  std::lock_guard lock(mu_);
+  if (!asleep_) return true;
+  ChargeScope charge(link_, owner_);
+  // What each tensor gets back; applied only once every device has it.
+  std::vector<std::pair<at::Tensor, at::Tensor>> restored;
+  for (auto& [device, loaded] : modules_) {
+    std::vector<Slept>& tensors = slept_[device];
+    std::vector<std::pair<std::string, at::Tensor>> fresh;
+    const bool from_file = std::any_of(tensors.begin(), tensors.end(),
+                                       [](const Slept& s) { return !s.host.defined(); });
+    if (from_file) {
+      try {
+        fresh = StateTensors(torch::jit::load(path_, loaded->device));
+      } catch (const std::exception& e) {
+        *failure = {VRAMD_UNAVAILABLE, "waking: cannot load TorchScript file " + path_ + " again: " +
+                                           Condense(e.what())};
+        return false;
+      }
+      if (fresh.size() != tensors.size()) {
+        *failure = {VRAMD_INVALID_ARGUMENT,
+                    path_ + " changed since the model loaded (it has " +
+                        std::to_string(fresh.size()) + " parameters and buffers, the model " +
+                        std::to_string(tensors.size()) + "), so it cannot wake from it (load it again)"};
+        return false;
+      }
+    }
+    const auto names = StateTensors(loaded->module);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      at::Tensor data;
+      if (tensors[i].host.defined()) {
+        data = tensors[i].host.to(loaded->device, /*non_blocking=*/true);
+      } else {
+        data = fresh[i].second.detach();
+        if (fresh[i].first != names[i].first || data.scalar_type() != tensors[i].live.scalar_type()) {
+          *failure = {VRAMD_INVALID_ARGUMENT,
+                      path_ + " changed since the model loaded ('" + fresh[i].first + "', " +
+                          ShapeOf(data) + ", where the model had '" + names[i].first +
+                          "'), so it cannot wake from it (load it again)"};
+          return false;
+        }
+      }
+      restored.emplace_back(tensors[i].live, std::move(data));
+    }
+    SynchronizeDevice(loaded->device);
+  }
+  for (auto& [live, data] : restored) live.set_data(data);
+  slept_.clear();
+  asleep_ = false;
+  return true;
 }
 
 std::shared_ptr<LoadedModule> TorchModel::ModuleFor(const std::string& device, Failure* failure) {

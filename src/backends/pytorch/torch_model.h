@@ -48,6 +48,17 @@ class TorchModel {
   // charge. Null with `failure` set when it cannot be loaded or does not fit the config.
   std::shared_ptr<LoadedModule> ModuleFor(const std::string& device, Failure* failure);
 
+  // Sleeping (include/vramd/backend.h, model_sleep): every module's parameters and buffers
+  // leave their device; the modules, their compiled graphs and the instances stay. Level 1
+  // keeps a copy of a GPU module's tensors in pinned host memory (charged to the version) and
+  // Wake copies them back; a CPU module's tensors (host memory already) and level 2 keep
+  // nothing, and Wake loads the file again and takes its tensors, after checking they have
+  // the names, types and shapes they had. Wake's tensors are charged to the version. The
+  // runtime calls neither while an instance executes. False with `failure` set on an error:
+  // Sleep then leaves the model awake, Wake asleep.
+  bool Sleep(int level, Failure* failure);
+  bool Wake(Failure* failure);
+
   const ModelSpec& spec() const { return spec_; }
   const std::shared_ptr<ServerLink>& link() const { return link_; }
   VramdOwner owner() const { return owner_; }
@@ -63,6 +74,11 @@ class TorchModel {
   const std::shared_ptr<ServerLink> link_;
   std::mutex mu_;  // serializes loads; a device's module is loaded once
   std::map<std::string, std::shared_ptr<LoadedModule>> modules_;  // guarded by mu_
+  // While asleep (guarded by mu_): per device, the host copies of its module's tensors, in
+  // StateTensors' order (undefined where Wake reads the file again).
+  struct Slept;
+  std::map<std::string, std::vector<Slept>> slept_;
+  bool asleep_ = false;
 };
 
 class TorchInstance {
