@@ -156,7 +156,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::memory::Allocator allocator(&ledger);
   // Executions wait for memory only where there is a budget to wait against.
   std::optional<vramd::memory::Admission> admission;
-  if (options.memory_admission && !ledger_options.budget.empty()) admission.emplace(&ledger);
+  if (options.memory_admission && !ledger_options.budget.empty()) admission.emplace(&ledger, &allocator);
   std::optional<vramd::memory::GrowthDetector> growth;
   if (options.memory_growth_requests > 0) growth.emplace(options.memory_growth_requests);
 

@@ -1,10 +1,12 @@
 #include "memory/admission.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <utility>
 
+#include "memory/allocator.h"
 #include "memory/byte_size.h"
 
 namespace vramd::memory {
@@ -26,7 +28,8 @@ void Admission::Ticket::Release() {
   if (admission_ != nullptr) std::exchange(admission_, nullptr)->Release(slot_, id_);
 }
 
-Admission::Admission(Ledger* ledger) : ledger_(ledger) {
+Admission::Admission(Ledger* ledger, const Allocator* allocator)
+    : ledger_(ledger), allocator_(allocator) {
   MutexLock lock(mu_);
   for (int slot = 0; slot < kSlots; ++slot) {
     stats_[slot].device = slot == 0                ? Device::Cpu()
@@ -74,7 +77,7 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
       ++stats_[slot].timed_out;
       stats_[slot].wait_ns += (Clock::now() - start).count();
       const auto [used, limit] = ledger_->BudgetOf(device);
-      return Status::Unavailable(fmt::format(
+      std::string message = fmt::format(
           "{}: an execution needing {} on {} waited {} ms for memory and its deadline came "
           "first: the server holds {} of its {} budget there and running executions are "
           "predicted to make {} more",
@@ -82,7 +85,14 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count(),
           FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
           FormatBytes(static_cast<size_t>(limit)),
-          FormatBytes(static_cast<size_t>(OutstandingLocked(slot, device)))));
+          FormatBytes(static_cast<size_t>(OutstandingLocked(slot, device))));
+      // Who holds it, described unlocked: the description reads the memory report, which
+      // reads this object's figures.
+      lock.Unlock();
+      if (allocator_ != nullptr) message += ". " + allocator_->DescribeDevice(device);
+      spdlog::warn("{}", message);
+      lock.Lock();
+      return Status::Unavailable(std::move(message));
     }
   }
   const uint64_t id = next_id_++;

@@ -30,12 +30,16 @@
 
 namespace vramd::memory {
 
+class Allocator;  // allocator.h
+
 class Admission {
  public:
   using Clock = std::chrono::steady_clock;
 
   // `ledger` must outlive this object; its budget (Options::budget) is what is admitted against.
-  explicit Admission(Ledger* ledger);
+  // `allocator` (may be null; must outlive this object) describes a device's holders in the
+  // error of an execution whose deadline came first (Allocator::DescribeDevice).
+  explicit Admission(Ledger* ledger, const Allocator* allocator = nullptr);
   Admission(const Admission&) = delete;
   Admission& operator=(const Admission&) = delete;
 
@@ -93,6 +97,7 @@ class Admission {
   };
 
   Ledger* const ledger_;
+  const Allocator* const allocator_;
   mutable Mutex mu_;
   std::condition_variable ended_;  // an admitted execution ended; waited on with mu_
   uint64_t next_id_ GUARDED_BY(mu_) = 1;

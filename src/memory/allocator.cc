@@ -44,7 +44,7 @@ constexpr size_t kHoldersNamed = 5;
 
 }  // namespace
 
-std::string Allocator::HoldersOf(Device device) const {
+std::string Allocator::DescribeDevice(Device device) const {
   struct Holder {
     OwnerId id;
     int64_t bytes;
@@ -66,7 +66,14 @@ std::string Allocator::HoldersOf(Device device) const {
     text += fmt::format("{} {} {}", i == 0 ? ", the most by" : ";", ledger_->OwnerPath(holders[i].id),
                         FormatBytes(static_cast<size_t>(holders[i].bytes)));
   }
-  if (holders.size() > kHoldersNamed) text += fmt::format("; and {} more", holders.size() - kHoldersNamed);
+  if (holders.size() > kHoldersNamed) {
+    text += fmt::format("; and {} more", holders.size() - kHoldersNamed);
+  }
+  for (const PoolStats& pool : PoolStatistics()) {
+    if (pool.device != device) continue;
+    text += fmt::format("; its pool keeps {} cached of {} reserved",
+                        FormatBytes(pool.cached_free_bytes), FormatBytes(pool.reserved_bytes));
+  }
   text += " (GET /v2/memory has the whole tree).";
   if (device_note_) {
     if (std::string note = device_note_(device); !note.empty()) text += " " + note;
@@ -141,6 +148,13 @@ Result<void*> Allocator::TryAllocate(CachingPool* pool, Device device, size_t si
   *refusal = Refusal::kNone;
   if (!charge.ok()) {
     *refusal = by_budget ? Refusal::kBudget : Refusal::kQuota;
+    if (by_budget) {
+      // The whole server is at its budget: who holds it, as for a device out of memory.
+      Status refused(StatusCode::kResourceExhausted,
+                     fmt::format("{}. {}", charge.status().message(), DescribeDevice(device)));
+      spdlog::warn("{}", refused.message());
+      return refused;
+    }
     spdlog::warn("{}", charge.status().message());
     return charge.status();
   }
@@ -152,7 +166,7 @@ Result<void*> Allocator::TryAllocate(CachingPool* pool, Device device, size_t si
     // Who holds the device: the pool's message says what it caches, the ledger who holds the
     // rest. Logged too: the caller may shorten the error or not show it.
     Status exhausted(StatusCode::kResourceExhausted,
-                     fmt::format("{} {}", ptr.status().message(), HoldersOf(device)));
+                     fmt::format("{} {}", ptr.status().message(), DescribeDevice(device)));
     spdlog::warn("{}", exhausted.message());
     return exhausted;
   }

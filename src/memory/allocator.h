@@ -119,14 +119,18 @@ class Allocator {
     ReliefScope& operator=(const ReliefScope&) = delete;
   };
 
+  // Who holds `device`, for the errors of memory that could not be had (out of memory, the
+  // budget, admission): "Held on cuda:0: 7.5 GiB by 3 owner(s), the most by
+  // server/model:a/version:1 6.0 GiB; ...; its pool keeps 1.0 GiB cached of 8.5 GiB reserved
+  // (GET /v2/memory has the whole tree)." and the device note. Creates no pool.
+  std::string DescribeDevice(Device device) const EXCLUDES(mu_);
+
   // Fault injection, for tests of what a failed allocation leaves behind: the `nth` allocation
   // from now (1 = the next one) answers ResourceExhausted "injected allocation failure"; later
   // ones succeed again. 0 cancels a pending injection.
   void InjectFailure(uint64_t nth) { fail_countdown_.store(nth); }
 
  private:
-  // "Held on cuda:0: 7.5 GiB by 3 owner(s), the most by server/model:a/... 6.0 GiB; ..."
-  std::string HoldersOf(Device device) const;
 
   Ledger* const ledger_;
   std::function<std::string(Device)> device_note_;  // set before sharing; then read-only

@@ -33,13 +33,14 @@ parameters { key: "execute_delay_us" value { string_value: "100000" } }
 """
 
 
-def start(start_server, tmp_path_factory, admission):
+def start(start_server, tmp_path_factory, admission, extra=()):
     repo = tmp_path_factory.mktemp("admission-repo")
     (repo / "burst" / "1").mkdir(parents=True)
     (repo / "burst" / "config.pbtxt").write_text(CONFIG)
     return start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
                                  "--memory-budget", "cpu=1.25MiB",
-                                 "--memory-admission=%s" % ("true" if admission else "false")],
+                                 "--memory-admission=%s" % ("true" if admission else "false")]
+                        + list(extra),
                         name="admission-%s" % admission, ready_models=["burst"])
 
 
@@ -109,12 +110,31 @@ def test_the_same_burst_without_admission_fails_in_part(start_server, tmp_path_f
     for a in failed:
         assert "the server's memory budget (--memory-budget) refuses 512.0 KiB on cpu" in \
             a.error_message(), a.error_message()
+        # Who holds the budget: the executions running beside it, by owner.
+        assert "Held on cpu:" in a.error_message(), a.error_message()
+        assert "server/model:burst/version:1/instance:burst_" in a.error_message(), \
+            a.error_message()
     client = server.client()
     try:
         report = client.get("/v2/memory").json()
     finally:
         client.close()
     assert report["admission"] == [], report["admission"]
+
+
+def test_an_execution_whose_wait_runs_out_is_told_who_holds_the_memory(start_server,
+                                                                       tmp_path_factory):
+    # 30 ms is shorter than the 100 ms an admitted execution runs: those that wait time out.
+    server = start(start_server, tmp_path_factory, admission=True,
+                   extra=["--memory-admission-wait-ms", "30"])
+    _, answers = burst(server)
+    timed_out = [a for a in answers if a.status != 200]
+    assert timed_out, "no execution waited past 30 ms: the test shows nothing"
+    for a in timed_out:
+        assert a.status == 503, (a.status, a.error_message())
+        text = a.error_message()
+        assert "waited" in text and "its deadline came first" in text, text
+        assert "Held on cpu:" in text and "server/model:burst/version:1" in text, text
 
 
 def learned(report):

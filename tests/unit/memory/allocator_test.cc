@@ -38,7 +38,8 @@ TEST(AllocatorTest, OutOfMemoryNamesTheLargestHoldersOfThatDevice) {
   EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(huge.status().message(),
               HasSubstr("Held on cpu: 5.0 MiB by 2 owner(s), the most by server/model:a 3.0 MiB; "
-                        "server/model:b 2.0 MiB (GET /v2/memory has the whole tree)."));
+                        "server/model:b 2.0 MiB; its pool keeps 1.0 MiB cached of 6.0 MiB "
+                        "reserved (GET /v2/memory has the whole tree)."));
   // The failed allocation charged nothing.
   EXPECT_EQ(ledger.Stats(a)->live_bytes, static_cast<int64_t>(3 * kAllocMiB));
 
