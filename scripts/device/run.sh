@@ -417,6 +417,24 @@ if has_step sleep_torch; then
   fi
 fi
 
+# 13. admission (not in the default STEPS; issue 17, item 2): tests/device/admission_gpu_check.py:
+#    three KIND_GPU TorchScript models whose executions together pass a device budget, clients
+#    at 3x the instances for ADMISSION_SECONDS (default 60): no request fails for memory with
+#    admission; the same load without it is refused by the budget (needs the pytorch backend).
+if has_step admission; then
+  if [ -x build-torch-device/backends/pytorch/libvramd_pytorch.so ] \
+     || timeout "${PYTORCH_BUILD_TIMEOUT:-300}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
+    timeout 400 python3 tests/device/admission_gpu_check.py --vramd "$BIN"/vramd \
+      --infer-load "$BIN"/infer_load --backend-dir build-torch-device/backends \
+      --seconds "${ADMISSION_SECONDS:-60}" > "$OUT/admission.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|FIGURE|# .*first error)' "$OUT/admission.log" | cut -c1-600 >> "$summary"
+    [ "$rc" -eq 0 ] && say "PASS admission GPU check" || { say "FAIL admission GPU check (exit $rc)"; status=1; }
+  else
+    say "FAIL admission: build_torch.sh failed (log in benchmarks.log)"; status=1
+  fi
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"

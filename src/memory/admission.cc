@@ -52,6 +52,7 @@ bool Admission::Governs(Device device) const { return ledger_->BudgetOf(device).
 int64_t Admission::OutstandingLocked(int slot, Device device) const {
   int64_t outstanding = 0;
   for (const Admitted& a : admitted_[slot]) {
+    if (a.bytes == Ledger::kUnknownPeak) continue;  // runs alone: nothing is admitted beside it
     outstanding += std::max<int64_t>(0, a.bytes - ledger_->MadeSinceMark(a.measured, device));
   }
   return outstanding;
@@ -60,15 +61,28 @@ int64_t Admission::OutstandingLocked(int slot, Device device) const {
 Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId measured,
                                            Clock::time_point deadline, const std::string& what) {
   Ticket ticket;
-  if (bytes <= 0 || !Governs(device)) return ticket;
+  const bool unknown = bytes == Ledger::kUnknownPeak;
+  if ((bytes <= 0 && !unknown) || !Governs(device)) return ticket;
   const int slot = SlotOf(device);
   const auto start = Clock::now();
   MutexLock lock(mu_);
   // The ledger's figure changes without telling us; what frees room for a waiter is an
   // admitted execution ending, which notifies `ended_`, and nothing waits unless one runs.
   auto fits = [&]() REQUIRES(mu_) {
-    const auto [used, limit] = ledger_->BudgetOf(device);
-    return admitted_[slot].empty() || used + OutstandingLocked(slot, device) + bytes <= limit;
+    if (admitted_[slot].empty()) return true;
+    // What nobody has measured yet runs alone, and nothing runs beside it: a first execution
+    // (or a burst of them) cannot be predicted, and many at once would pass the budget.
+    if (unknown || std::any_of(admitted_[slot].begin(), admitted_[slot].end(),
+                               [](const Admitted& a) { return a.bytes == Ledger::kUnknownPeak; })) {
+      return false;
+    }
+    // The running executions allocate and free while this reads: what they made is read
+    // between two readings of the server's use, and the larger is taken, so that memory made
+    // (or freed) meanwhile is counted at least once, never missed.
+    const int64_t used_before = ledger_->BudgetOf(device).first;
+    const int64_t outstanding = OutstandingLocked(slot, device);
+    const auto [used_after, limit] = ledger_->BudgetOf(device);
+    return std::max(used_before, used_after) + outstanding + bytes <= limit;
   };
   bool waited = false;
   if (!fits()) {
@@ -81,7 +95,11 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
           "{}: an execution needing {} on {} waited {} ms for memory and its deadline came "
           "first: the server holds {} of its {} budget there and running executions are "
           "predicted to make {} more",
-          what, FormatBytes(static_cast<size_t>(bytes)), device.ToString(),
+          what,
+          unknown ? std::string("an unknown amount (none of its size was measured yet, so it "
+                                "runs alone)")
+                  : FormatBytes(static_cast<size_t>(bytes)),
+          device.ToString(),
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count(),
           FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
           FormatBytes(static_cast<size_t>(limit)),

@@ -275,7 +275,7 @@ class Ledger::Impl {
   // Undoes a charge that was never committed.
   void Undo(OwnerNode* node, size_t size, Device device) EXCLUDES(tree_mu_);
   void MarkPeaks(OwnerId owner) EXCLUDES(tree_mu_);
-  void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size)
+  void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size, Device device)
       EXCLUDES(tree_mu_);
   int64_t PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const
       EXCLUDES(tree_mu_);
@@ -600,14 +600,14 @@ void Ledger::Impl::Undo(OwnerNode* node, size_t size, Device device) {
 int64_t Ledger::Impl::PredictExecutionPeak(OwnerId learner, Device device,
                                            int64_t batch_size) const {
   std::shared_ptr<QuotaState> q = OwnQuota(learner);
-  if (q == nullptr) return 0;
+  if (q == nullptr) return kUnknownPeak;
   const int slot = DeviceSlot(device);
   MutexLock lock(q->learned_mu);
   auto it = q->learned.lower_bound({slot, batch_size});
   if (it != q->learned.end() && it->first.first == slot) return it->second;  // this size or larger
-  if (it == q->learned.begin()) return 0;
+  if (it == q->learned.begin()) return kUnknownPeak;
   --it;  // the largest smaller size
-  if (it->first.first != slot || it->first.second <= 0) return 0;
+  if (it->first.first != slot || it->first.second <= 0) return kUnknownPeak;
   return it->second * batch_size / it->first.second;
 }
 
@@ -647,21 +647,23 @@ void Ledger::Impl::MarkPeaks(OwnerId owner) {
   }
 }
 
-void Ledger::Impl::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size) {
+void Ledger::Impl::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size,
+                                       Device device) {
   std::shared_ptr<QuotaState> from = OwnQuota(measured);
   std::shared_ptr<QuotaState> to = OwnQuota(learner);
   if (from == nullptr || to == nullptr) return;
   std::array<int64_t, kDeviceSlots> rise{};
-  bool any = false;
   for (int slot = 0; slot < kDeviceSlots; ++slot) {
     rise[slot] = from->peak[slot].load(std::memory_order_relaxed) -
                  from->mark[slot].load(std::memory_order_relaxed);
-    any |= rise[slot] > 0;
   }
-  if (!any) return;
+  const int own = DeviceSlot(device);
   MutexLock lock(to->learned_mu);
   for (int slot = 0; slot < kDeviceSlots; ++slot) {
-    if (rise[slot] <= 0) continue;
+    // On the execution's own device a figure is kept even when nothing was made: a known 0
+    // is not the unknown an execution must run alone for (admission.h).
+    if (rise[slot] <= 0 && slot != own) continue;
+    rise[slot] = std::max<int64_t>(rise[slot], 0);
     int64_t& learned = to->learned[{slot, batch_size}];
     learned = std::max(learned, rise[slot]);
   }
@@ -1053,8 +1055,9 @@ int64_t Ledger::MadeSinceMark(OwnerId owner, Device device) const {
 std::pair<int64_t, int64_t> Ledger::BudgetOf(Device device) const {
   return impl_->BudgetOf(device);
 }
-void Ledger::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size) {
-  impl_->LearnExecutionPeaks(measured, learner, batch_size);
+void Ledger::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size,
+                                 Device device) {
+  impl_->LearnExecutionPeaks(measured, learner, batch_size, device);
 }
 OwnerId Ledger::RecordFree(const void* ptr) { return impl_->RecordFree(ptr); }
 Status Ledger::Recharge(const void* ptr, OwnerId owner) { return impl_->Recharge(ptr, owner); }

@@ -176,12 +176,15 @@ class Ledger {
   // are ignored. MarkPeaks: `owner`'s subtree's peak starts again from what it holds now (an
   // instance, before an execution: an instance runs one at a time). LearnExecutionPeaks:
   // the rise of `measured`'s peak over its mark, per device, is kept for `learner` (the
-  // version) at `batch_size` when larger than what it kept; Snapshot shows it.
+  // version) at `batch_size` when larger than what it kept; Snapshot shows it. On `device`,
+  // where the execution ran, a figure is kept even when it made nothing (0).
   void MarkPeaks(OwnerId owner);
-  void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size);
+  void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size, Device device);
   // What an execution of `batch_size` under `learner` is expected to make on `device`: the
   // figure learned at that batch size; else the one at the nearest larger size learned; else
-  // the one at the largest smaller size, scaled up in proportion; 0 with nothing learned.
+  // the one at the largest smaller size, scaled up in proportion; kUnknownPeak when nothing
+  // was learned on `device` (admission.h runs such an execution alone).
+  static constexpr int64_t kUnknownPeak = -1;
   int64_t PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const;
   // What `owner`'s subtree holds on `device` above its mark now (0 for an owner not measured).
   int64_t MadeSinceMark(OwnerId owner, Device device) const;

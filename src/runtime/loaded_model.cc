@@ -411,7 +411,7 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
   } else {
     run();
   }
-  memory_.ledger->LearnExecutionPeaks(instance.owner.id(), owner_.id(), samples);
+  memory_.ledger->LearnExecutionPeaks(instance.owner.id(), owner_.id(), samples, instance.device);
 }
 
 std::optional<QueuedRequest> LoadedModel::Admit(std::shared_ptr<const InferRequest> request,

@@ -112,17 +112,42 @@ TEST(AdmissionTest, PredictionsComeFromTheLearnedBatchSizes) {
     ledger.MarkPeaks(instance);
     ledger.RecordAllocation(AdmissionAddr(n), bytes, Device::Cuda(0), instance);
     ledger.RecordFree(AdmissionAddr(n));
-    ledger.LearnExecutionPeaks(instance, version, batch);
+    ledger.LearnExecutionPeaks(instance, version, batch, Device::Cuda(0));
   };
-  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 4), 0);  // nothing learned
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 4), Ledger::kUnknownPeak);
   learn(4, 400, 1);
   learn(8, 1000, 2);
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 4), 400);
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 2), 400);    // next larger
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 6), 1000);   // next larger
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 16), 2000);  // scaled up
-  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(1), 4), 0);
-  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cpu(), 4), 0);
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(1), 4), Ledger::kUnknownPeak);
+  EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cpu(), 4), Ledger::kUnknownPeak);
+}
+
+TEST(AdmissionTest, AnExecutionOfUnknownSizeRunsAloneAndNothingRunsBesideIt) {
+  Ledger::Options options;
+  options.budget = {{Device::Cpu(), 1000}};
+  Ledger ledger(options);
+  Admission admission(&ledger);
+  {
+    auto first = admission.Admit(Device::Cpu(), 100, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    // Unknown, with another running: it waits (here, its deadline is now).
+    auto unknown = admission.Admit(Device::Cpu(), Ledger::kUnknownPeak, kNoOwner,
+                                   DeadlineIn(milliseconds(0)), "m");
+    ASSERT_FALSE(unknown.ok());
+    EXPECT_NE(unknown.status().message().find("an unknown amount"), std::string::npos);
+  }
+  auto alone = admission.Admit(Device::Cpu(), Ledger::kUnknownPeak, kNoOwner,
+                               DeadlineIn(milliseconds(0)), "m");
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();  // nothing else runs
+  // While it runs, even a small known execution waits.
+  auto small = admission.Admit(Device::Cpu(), 1, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+  EXPECT_FALSE(small.ok());
+  alone->Release();
+  auto after = admission.Admit(Device::Cpu(), 1, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+  EXPECT_TRUE(after.ok()) << after.status().ToString();
 }
 
 }  // namespace

@@ -872,23 +872,26 @@ TEST(LedgerQuotaTest, AnExecutionsPeakIsLearnedByBatchSize) {
     }
     for (uintptr_t address : live) ledger.RecordFree(Addr(address));
     ledger.CloseOwner(request);
-    ledger.LearnExecutionPeaks(instance, version, batch);
+    ledger.LearnExecutionPeaks(instance, version, batch, Device::Cuda(0));
   };
   execute(4, {{Device::Cuda(0), 300}, {Device::Cuda(0), 200}, {Device::Cpu(), 100}});
   execute(4, {{Device::Cuda(0), 50}});  // smaller: the largest is kept
   execute(8, {{Device::Cuda(0), 900}});
-  execute(1, {});  // made nothing: nothing learned
+  execute(1, {});  // made nothing: a known 0 on its own device, nothing elsewhere
   auto snapshot = ledger.Snapshot();
   const OwnerSnapshot& v = *Find(snapshot, version);
-  ASSERT_EQ(v.execution_peaks.size(), 3u);
+  ASSERT_EQ(v.execution_peaks.size(), 4u);
   EXPECT_EQ(v.execution_peaks[0].device, Device::Cpu());
   EXPECT_EQ(v.execution_peaks[0].batch_size, 4);
   EXPECT_EQ(v.execution_peaks[0].bytes, 100);
   EXPECT_EQ(v.execution_peaks[1].device, Device::Cuda(0));
-  EXPECT_EQ(v.execution_peaks[1].batch_size, 4);
-  EXPECT_EQ(v.execution_peaks[1].bytes, 500);  // 300 and 200 live together
-  EXPECT_EQ(v.execution_peaks[2].batch_size, 8);
-  EXPECT_EQ(v.execution_peaks[2].bytes, 900);
+  EXPECT_EQ(v.execution_peaks[1].batch_size, 1);
+  EXPECT_EQ(v.execution_peaks[1].bytes, 0);
+  EXPECT_EQ(v.execution_peaks[2].device, Device::Cuda(0));
+  EXPECT_EQ(v.execution_peaks[2].batch_size, 4);
+  EXPECT_EQ(v.execution_peaks[2].bytes, 500);  // 300 and 200 live together
+  EXPECT_EQ(v.execution_peaks[3].batch_size, 8);
+  EXPECT_EQ(v.execution_peaks[3].bytes, 900);
   // Measured, not bounded: no quota to show.
   EXPECT_TRUE(v.quota.empty());
   EXPECT_TRUE(Find(snapshot, instance)->execution_peaks.empty());
