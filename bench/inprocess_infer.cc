@@ -4,6 +4,12 @@
 //
 //   inprocess_infer --repository R --model M [--backend-directory D] --input FILE --shape 1,3,H,W
 //                   [--concurrency 1,2,4] [--duration 3] [--warmup 1]
+//                   [--memory-budget SPEC [--memory-admission false]]
+//
+// --memory-budget (vramd's flag: "cuda:0=100GiB") bounds the server and turns memory-aware
+// admission on for that device (as `vramd serve` does; --memory-admission false leaves the
+// budget alone): with a budget too large to be reached, the difference against a run without
+// it is what the checks cost per request (bench/governance_cost.py).
 //
 // Loads M from R with vramd's ModelManager (the same ledger, allocator and backends as `vramd
 // serve`), then for each concurrency c runs c threads that each send the FP32 tensor in FILE as
@@ -22,6 +28,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,8 +37,10 @@
 #include "backends/backend.h"
 #include "core/infer_request.h"
 #include "latency_summary.h"
+#include "memory/admission.h"
 #include "memory/allocator.h"
 #include "memory/ledger.h"
+#include "memory/quota.h"
 #include "runtime/infer_router.h"
 #include "runtime/model_manager.h"
 
@@ -44,6 +53,8 @@ struct Options {
   std::vector<int64_t> shape;
   std::vector<int> concurrency{1};
   double duration_s = 3, warmup_s = 1;
+  std::string memory_budget;
+  bool memory_admission = true;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -75,6 +86,8 @@ Options Parse(int argc, char** argv) {
     else if (a == "--concurrency") o.concurrency = ParseList<int>(v);
     else if (a == "--duration") o.duration_s = std::stod(v);
     else if (a == "--warmup") o.warmup_s = std::stod(v);
+    else if (a == "--memory-budget") o.memory_budget = v;
+    else if (a == "--memory-admission") o.memory_admission = v != "false" && v != "0";
     else Usage("unknown option " + a);
   }
   if (o.repository.empty() || o.model.empty() || o.input.empty() || o.shape.empty()) {
@@ -108,11 +121,20 @@ int main(int argc, char** argv) {
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!o.backend_directory.empty()) vramd::backends::SetBackendDirectory(o.backend_directory);
 
-  vramd::memory::Ledger ledger(vramd::memory::Ledger::Options{});
+  vramd::memory::Ledger::Options ledger_options;
+  if (!o.memory_budget.empty()) {
+    auto budget = vramd::memory::ParseMemoryQuota(o.memory_budget);
+    if (!budget.ok()) Usage("--memory-budget: " + budget.status().ToString());
+    ledger_options.budget = *budget;
+  }
+  vramd::memory::Ledger ledger(ledger_options);
   vramd::memory::Allocator allocator(&ledger);
+  std::optional<vramd::memory::Admission> admission;
+  if (o.memory_admission && !ledger_options.budget.empty()) admission.emplace(&ledger, &allocator);
   vramd::runtime::ModelManager::Options mo;
   mo.repositories = {o.repository};
   mo.memory = {&ledger, &allocator, nullptr};
+  mo.memory.admission = admission ? &*admission : nullptr;
   mo.model_control_mode = vramd::runtime::ModelControlMode::kExplicit;
   mo.startup_models = {o.model};
   auto manager = vramd::runtime::ModelManager::Create(mo);

@@ -58,32 +58,54 @@ int64_t Admission::OutstandingLocked(int slot, Device device) const {
   return outstanding;
 }
 
+bool Admission::FitsLocked(int slot, Device device, int64_t bytes) const {
+  if (admitted_[slot].empty()) return true;
+  // What nobody has measured yet runs alone, and nothing runs beside it: a first execution
+  // (or a burst of them) cannot be predicted, and many at once would pass the budget.
+  if (bytes == Ledger::kUnknownPeak ||
+      std::any_of(admitted_[slot].begin(), admitted_[slot].end(),
+                  [](const Admitted& a) { return a.bytes == Ledger::kUnknownPeak; })) {
+    return false;
+  }
+  // The running executions allocate and free while this reads: what they made is read
+  // between two readings of the server's use, and the larger is taken, so that memory made
+  // (or freed) meanwhile is counted at least once, never missed.
+  const int64_t used_before = ledger_->BudgetOf(device).first;
+  const int64_t outstanding = OutstandingLocked(slot, device);
+  const auto [used_after, limit] = ledger_->BudgetOf(device);
+  return std::max(used_before, used_after) + outstanding + bytes <= limit;
+}
+
+Admission::Ticket Admission::AdmitLocked(int slot, OwnerId measured, int64_t bytes) {
+  const uint64_t id = next_id_++;
+  admitted_[slot].push_back({id, measured, bytes});
+  ++stats_[slot].admitted;
+  Ticket ticket;
+  ticket.admission_ = this;
+  ticket.slot_ = slot;
+  ticket.id_ = id;
+  return ticket;
+}
+
+std::optional<Admission::Ticket> Admission::TryAdmit(Device device, int64_t bytes,
+                                                     OwnerId measured) {
+  if ((bytes <= 0 && bytes != Ledger::kUnknownPeak) || !Governs(device)) return Ticket();
+  const int slot = SlotOf(device);
+  MutexLock lock(mu_);
+  if (!FitsLocked(slot, device, bytes)) return std::nullopt;
+  return AdmitLocked(slot, measured, bytes);
+}
+
 Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId measured,
                                            Clock::time_point deadline, const std::string& what) {
-  Ticket ticket;
   const bool unknown = bytes == Ledger::kUnknownPeak;
-  if ((bytes <= 0 && !unknown) || !Governs(device)) return ticket;
+  if ((bytes <= 0 && !unknown) || !Governs(device)) return Ticket();
   const int slot = SlotOf(device);
   const auto start = Clock::now();
   MutexLock lock(mu_);
   // The ledger's figure changes without telling us; what frees room for a waiter is an
   // admitted execution ending, which notifies `ended_`, and nothing waits unless one runs.
-  auto fits = [&]() REQUIRES(mu_) {
-    if (admitted_[slot].empty()) return true;
-    // What nobody has measured yet runs alone, and nothing runs beside it: a first execution
-    // (or a burst of them) cannot be predicted, and many at once would pass the budget.
-    if (unknown || std::any_of(admitted_[slot].begin(), admitted_[slot].end(),
-                               [](const Admitted& a) { return a.bytes == Ledger::kUnknownPeak; })) {
-      return false;
-    }
-    // The running executions allocate and free while this reads: what they made is read
-    // between two readings of the server's use, and the larger is taken, so that memory made
-    // (or freed) meanwhile is counted at least once, never missed.
-    const int64_t used_before = ledger_->BudgetOf(device).first;
-    const int64_t outstanding = OutstandingLocked(slot, device);
-    const auto [used_after, limit] = ledger_->BudgetOf(device);
-    return std::max(used_before, used_after) + outstanding + bytes <= limit;
-  };
+  auto fits = [&]() REQUIRES(mu_) { return FitsLocked(slot, device, bytes); };
   bool waited = false;
   if (!fits()) {
     waited = true;
@@ -113,18 +135,11 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
       return Status::Unavailable(std::move(message));
     }
   }
-  const uint64_t id = next_id_++;
-  admitted_[slot].push_back({id, measured, bytes});
-  DeviceStats& stats = stats_[slot];
-  ++stats.admitted;
   if (waited) {
-    ++stats.waited;
-    stats.wait_ns += (Clock::now() - start).count();
+    ++stats_[slot].waited;
+    stats_[slot].wait_ns += (Clock::now() - start).count();
   }
-  ticket.admission_ = this;
-  ticket.slot_ = slot;
-  ticket.id_ = id;
-  return ticket;
+  return AdmitLocked(slot, measured, bytes);
 }
 
 void Admission::Release(int slot, uint64_t id) {

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,11 @@ class Admission {
   // `measured` is the instance that will run it, marked (Ledger::MarkPeaks) before it starts.
   Result<Ticket> Admit(Device device, int64_t bytes, OwnerId measured, Clock::time_point deadline,
                        const std::string& what) EXCLUDES(mu_);
+  // Admit without waiting: the ticket when it fits now (an empty one where nothing is
+  // governed), nullopt otherwise; counts nothing as waited or timed out, logs nothing. For an
+  // execution on a thread that must not wait (the inline fast path), which otherwise goes to
+  // its instance's thread to wait there.
+  std::optional<Ticket> TryAdmit(Device device, int64_t bytes, OwnerId measured) EXCLUDES(mu_);
 
   struct DeviceStats {
     Device device;
@@ -88,6 +94,10 @@ class Admission {
   static int SlotOf(Device device);
   void Release(int slot, uint64_t id) EXCLUDES(mu_);
   // What the admitted executions on `slot` are still predicted to make.
+  // Whether an execution predicted to make `bytes` fits beside those admitted on `slot`.
+  bool FitsLocked(int slot, Device device, int64_t bytes) const REQUIRES(mu_);
+  // Records an admitted execution; its ticket.
+  Ticket AdmitLocked(int slot, OwnerId measured, int64_t bytes) REQUIRES(mu_);
   int64_t OutstandingLocked(int slot, Device device) const REQUIRES(mu_);
 
   struct Admitted {

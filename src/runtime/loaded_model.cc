@@ -299,13 +299,10 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     options.queue_policy =
         RequestQueue::PolicyFrom(config->dynamic_batching().default_queue_policy());
   }
-  // A backend with per-thread state runs on its instances' threads only (backend.h); so does
-  // one whose executions may wait for memory, which must not hold the caller's I/O thread.
-  bool admitted = false;
-  for (const Instance& instance : model->instances_) {
-    admitted |= memory.admission != nullptr && memory.admission->Governs(instance.device);
-  }
-  options.inline_execution = !(*backend)->ExecutesOnInstanceThreads() && !admitted;
+  // A backend with per-thread state runs on its instances' threads only (backend.h). On a
+  // device with a budget, an inline execution is one that memory admits at once: one that
+  // would wait goes to the instance threads (RunBatch), so no wait holds the caller's thread.
+  options.inline_execution = !(*backend)->ExecutesOnInstanceThreads();
   options.idle_spin = Scheduler::DefaultIdleSpin();
   if ((*backend)->ChecksReadiness()) {
     LoadedModel* self = model.get();  // the probe goes before the instances (destructor)
@@ -394,17 +391,30 @@ void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
   if (memory_.admission != nullptr) {
     const int64_t predicted =
         memory_.ledger->PredictExecutionPeak(owner_.id(), instance.device, samples);
-    auto deadline = SchedulerClock::now() + memory_.admission_wait;
-    for (const auto& queued : batch) deadline = std::min(deadline, queued.deadline);
-    auto ticket = memory_.admission->Admit(instance.device, predicted, instance.owner.id(),
-                                           deadline,
-                                           fmt::format("model '{}' version {}", config_->name(),
-                                                       version_));
-    if (!ticket.ok()) {
-      fail_batch(ticket.status());
-      return;
+    if (!scheduler_->OnWorkerThread()) {
+      // Inline, on the caller's thread, which must not wait: admitted now, or handed to the
+      // instance threads to wait there (queued as they came; their queue time goes on).
+      auto now = memory_.admission->TryAdmit(instance.device, predicted, instance.owner.id());
+      if (!now) {
+        for (auto& queued : batch) {
+          auto refused = scheduler_->SubmitOrReturn(std::move(queued), /*allow_inline=*/false);
+          if (refused) scheduler_->Submit(std::move(*refused));
+        }
+        return;
+      }
+      admitted = std::move(*now);
+    } else {
+      auto deadline = SchedulerClock::now() + memory_.admission_wait;
+      for (const auto& queued : batch) deadline = std::min(deadline, queued.deadline);
+      auto ticket = memory_.admission->Admit(
+          instance.device, predicted, instance.owner.id(), deadline,
+          fmt::format("model '{}' version {}", config_->name(), version_));
+      if (!ticket.ok()) {
+        fail_batch(ticket.status());
+        return;
+      }
+      admitted = std::move(ticket).value();
     }
-    admitted = std::move(ticket).value();
   }
   if (memory::NativeMemoryMeter::WantsExecution(instance.native)) {
     instance.native.MeasureExecution(run);

@@ -147,3 +147,49 @@ def walk(node):
     yield node
     for child in node["children"]:
         yield from walk(child)
+
+
+def test_a_burst_at_a_fast_model_is_answered_whole_through_the_inline_path(start_server,
+                                                                          tmp_path_factory):
+    # Executions this short run inline, on the HTTP thread that received them, when memory
+    # admits them at once; one that would have to wait is handed to the instance threads.
+    repo = tmp_path_factory.mktemp("admission-fast-repo")
+    (repo / "quick" / "1").mkdir(parents=True)
+    (repo / "quick" / "config.pbtxt").write_text(CONFIG.replace(
+        'parameters { key: "execute_delay_us" value { string_value: "100000" } }', ""))
+    server = start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
+                                   "--memory-budget", "cpu=1.25MiB"],
+                          name="admission-fast", ready_models=["quick"])
+    values = np.arange(SCRATCH // 4, dtype=np.float32)
+    answers = [[] for _ in range(BURST)]
+    go = threading.Barrier(BURST)
+
+    def send(i):
+        c = server.client()
+        try:
+            go.wait()
+            for round_ in range(20):
+                answers[i].append((round_, c.infer_raw(
+                    "quick", [Input("INPUT0", "FP32", values + i + round_, binary=True)])))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(BURST)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, rounds in enumerate(answers):
+        assert len(rounds) == 20
+        for round_, a in rounds:
+            assert a.status == 200, (a.status, a.error_message())
+            np.testing.assert_array_equal(InferResult(a).outputs["OUTPUT0"], values + i + round_)
+    client = server.client()
+    try:
+        report = client.get("/v2/memory").json()
+    finally:
+        client.close()
+    (budget,) = report["owners"]["quota"]
+    assert budget["refusals"] == 0, budget
+    (admission,) = report["admission"]
+    assert admission["admitted"] == BURST * 20, admission
