@@ -435,6 +435,17 @@ if has_step admission; then
   fi
 fi
 
+# 14. governance (not in the default STEPS; issue 17): bench/governance_cost.py: what the budget's
+#    quota check and memory-aware admission cost a request of a tiny KIND_GPU mlp in process
+#    (inprocess_infer), against the same request with neither, runs alternating.
+if has_step governance; then
+  timeout 200 python3 bench/governance_cost.py --inprocess "$BIN"/inprocess_infer \
+    --device cuda:0 --rounds "${GOVERNANCE_ROUNDS:-5}" > "$OUT/governance.log" 2>&1
+  rc=$?
+  grep -E '^(FIGURE|\{)' "$OUT/governance.log" | cut -c1-600 | tee -a "$summary"
+  [ "$rc" -eq 0 ] || { say "FAIL governance cost (exit $rc)"; status=1; }
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"
