@@ -47,7 +47,7 @@ Result<SleepGate::Pass> SleepGate::Enter() {
         ++inside_;
         return Pass(this);
       case State::kAsleep:
-        VRAMD_RETURN_IF_ERROR(WakeLocked(lock));
+        VRAMD_RETURN_IF_ERROR(WakeLocked());
         break;
       case State::kFallingAsleep:
       case State::kWaking:
@@ -64,12 +64,12 @@ void SleepGate::Leave() {
   if (inside_ == 0) changed_.notify_all();
 }
 
-Status SleepGate::WakeLocked(MutexLock& lock) {
+Status SleepGate::WakeLocked() {
   state_ = State::kWaking;
   const auto start = Clock::now();
-  lock.Unlock();
+  mu_.Unlock();  // the backend's wake runs unlocked; state_ (kWaking) keeps others out
   Status woken = actions_.wake();
-  lock.Lock();
+  mu_.Lock();
   const double seconds = SecondsSince(start);
   if (woken.ok()) {
     state_ = State::kAwake;
@@ -85,19 +85,19 @@ Status SleepGate::WakeLocked(MutexLock& lock) {
   }
   changed_.notify_all();
   if (woken.ok() && actions_.after_wake) {
-    lock.Unlock();
+    mu_.Unlock();
     actions_.after_wake();
-    lock.Lock();
+    mu_.Lock();
   }
   return woken;
 }
 
-Status SleepGate::SleepNowLocked(MutexLock& lock, backends::SleepLevel level) {
+Status SleepGate::SleepNowLocked(backends::SleepLevel level) {
   // REQUIRES: state_ is kFallingAsleep and nothing is inside.
   const auto start = Clock::now();
-  lock.Unlock();
+  mu_.Unlock();  // as WakeLocked: kFallingAsleep keeps others out
   Status slept = actions_.sleep(level);
-  lock.Lock();
+  mu_.Lock();
   const double seconds = SecondsSince(start);
   if (slept.ok()) {
     state_ = State::kAsleep;
@@ -139,7 +139,7 @@ Status SleepGate::Sleep(backends::SleepLevel level, Clock::time_point deadline) 
           actions_.name, inside_));
     }
   }
-  return SleepNowLocked(lock, level);
+  return SleepNowLocked(level);
 }
 
 bool SleepGate::TrySleepIfIdle(backends::SleepLevel level) {
@@ -147,7 +147,7 @@ bool SleepGate::TrySleepIfIdle(backends::SleepLevel level) {
   MutexLock lock(mu_);
   if (state_ != State::kAwake || inside_ > 0) return false;
   state_ = State::kFallingAsleep;
-  return SleepNowLocked(lock, level).ok();
+  return SleepNowLocked(level).ok();
 }
 
 Status SleepGate::Wake() {
@@ -157,7 +157,7 @@ Status SleepGate::Wake() {
       case State::kAwake:
         return Status::Ok();
       case State::kAsleep:
-        return WakeLocked(lock);
+        return WakeLocked();
       case State::kFallingAsleep:
       case State::kWaking:
         lock.Wait(changed_);

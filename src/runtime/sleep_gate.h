@@ -102,10 +102,10 @@ class SleepGate {
 
  private:
   void Leave() EXCLUDES(mu_);
-  // Runs the backend's wake with mu_ released; `lock` holds mu_ before and after. The
-  // version is asleep on entry.
-  Status WakeLocked(MutexLock& lock) REQUIRES(mu_);
-  Status SleepNowLocked(MutexLock& lock, backends::SleepLevel level) REQUIRES(mu_);
+  // Run the backend's wake (the version asleep on entry) or sleep (falling asleep, nothing
+  // inside) with mu_ released for the call, held before and after.
+  Status WakeLocked() REQUIRES(mu_);
+  Status SleepNowLocked(backends::SleepLevel level) REQUIRES(mu_);
 
   const Actions actions_;
   mutable Mutex mu_;
