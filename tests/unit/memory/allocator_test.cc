@@ -5,9 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "memory/ledger.h"
@@ -18,29 +16,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr size_t kAllocMiB = size_t{1} << 20;
-
-TEST(AllocatorTest, TrimSoonGivesTheCachedMemoryBackOnItsOwnThread) {
-  Ledger ledger;
-  Allocator allocator(&ledger);
-  {
-    auto held = allocator.Allocate(Device::Cpu(), 4 << 20);
-    ASSERT_TRUE(held.ok());
-  }  // freed: cached in the pool
-  auto reserved = [&] {
-    for (const PoolStats& pool : allocator.PoolStatistics()) {
-      if (pool.device == Device::Cpu()) return pool.reserved_bytes;
-    }
-    return size_t{0};
-  };
-  ASSERT_GE(reserved(), size_t{4} << 20);
-  allocator.TrimSoon(Device::Cpu());  // returns at once; the allocator's thread trims
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (reserved() != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(reserved(), 0u);
-  allocator.TrimSoon(Device::Cpu());  // again, with nothing to give: the thread is reused
-}
 
 TEST(AllocatorTest, OutOfMemoryNamesTheLargestHoldersOfThatDevice) {
   Ledger ledger;
