@@ -199,31 +199,6 @@ size_t Allocator::Trim(Device device) {
   return pool.ok() ? (*pool)->Trim() : 0;
 }
 
-void Allocator::TrimSoon(Device device) {
-  MutexLock lock(trim_mu_);
-  if (std::find(to_trim_.begin(), to_trim_.end(), device) == to_trim_.end()) {
-    to_trim_.push_back(device);
-  }
-  if (!trimmer_.joinable()) {
-    trimmer_ = std::jthread([this](std::stop_token stop) { TrimUntilStopped(std::move(stop)); });
-  }
-  trim_wanted_.notify_all();
-}
-
-void Allocator::TrimUntilStopped(std::stop_token stop) {
-  for (;;) {
-    std::vector<Device> devices;
-    {
-      MutexLock lock(trim_mu_);
-      if (!lock.Wait(trim_wanted_, stop, [this]() REQUIRES(trim_mu_) { return !to_trim_.empty(); })) {
-        return;  // stopped
-      }
-      devices.swap(to_trim_);
-    }
-    for (Device device : devices) Trim(device);
-  }
-}
-
 size_t Allocator::TrimAll() {
   std::vector<CachingPool*> pools;
   {

@@ -6,9 +6,6 @@
 #pragma once
 
 #include <array>
-#include <thread>
-#include <stop_token>
-#include <condition_variable>
 #include <atomic>
 #include <cstddef>
 #include <functional>
@@ -80,10 +77,6 @@ class Allocator {
   // load's staging images must not stay pinned once the load is done.
   size_t Trim(Device device) EXCLUDES(mu_);
   size_t TrimAll() EXCLUDES(mu_);
-  // Trim(device) on the allocator's own thread (started on first use, joined by the
-  // destructor), for a caller that must not wait for it: giving 8 GiB of pinned pages back
-  // takes over a second, which a model's wake must not add to the request that woke it.
-  void TrimSoon(Device device) EXCLUDES(trim_mu_);
 
   // Statistics of every pool created so far.
   std::vector<PoolStats> PoolStatistics() const EXCLUDES(mu_);
@@ -160,13 +153,6 @@ class Allocator {
 
   mutable Mutex mu_;
   std::map<std::pair<int, int>, std::unique_ptr<CachingPool>> pools_ GUARDED_BY(mu_);
-
-  // TrimSoon's thread and what it has yet to trim; last, so the thread stops first.
-  void TrimUntilStopped(std::stop_token stop) EXCLUDES(trim_mu_);
-  Mutex trim_mu_;
-  std::condition_variable_any trim_wanted_;  // with trim_mu_ and the thread's stop token
-  std::vector<Device> to_trim_ GUARDED_BY(trim_mu_);
-  std::jthread trimmer_ GUARDED_BY(trim_mu_);
 };
 
 }  // namespace vramd::memory

@@ -276,11 +276,8 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
       return gated->backend_model_->Wake();
     };
     // The host copy a level-1 sleep kept is free now; its pinned pages go back to the system
-    // (cached, they would stay pinned until the next trim), on the allocator's thread: 8 GiB
-    // took 1.2 s on the H200, which the request that woke the model must not wait for.
-    actions.after_wake = [gated] {
-      gated->memory_.allocator->TrimSoon(memory::Device::CudaHost());
-    };
+    // (cached, they would stay pinned until the next trim).
+    actions.after_wake = [gated] { gated->memory_.allocator->Trim(memory::Device::CudaHost()); };
   }
   model->sleep_ = std::make_unique<SleepGate>(std::move(actions));
 
