@@ -84,11 +84,6 @@ Status SleepGate::WakeLocked() {
     spdlog::warn("{} could not wake: {}", actions_.name, woken.message());
   }
   changed_.notify_all();
-  if (woken.ok() && actions_.after_wake) {
-    mu_.Unlock();
-    actions_.after_wake();
-    mu_.Lock();
-  }
   return woken;
 }
 

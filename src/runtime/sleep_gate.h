@@ -40,10 +40,6 @@ class SleepGate {
     std::string name;
     std::function<Status(backends::SleepLevel)> sleep;
     std::function<Status()> wake;
-    // Optional: run after a successful wake, once the waiting executions are let in, by the
-    // thread that woke the version, and not counted in the wake's time (tidying up, such as
-    // giving back the pinned memory the sleep used).
-    std::function<void()> after_wake;
   };
 
   // Counters, for metrics: sleeps and wakes done, and the time they took.
