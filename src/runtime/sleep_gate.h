@@ -73,7 +73,8 @@ class SleepGate {
   };
 
   // Before an execution: waits out a sleep or wake in progress, wakes a sleeping version, and
-  // enters. The wake's error (named) when it failed.
+  // enters. The wake's error (named) when it failed. Free (no lock, last_used unchanged) for
+  // a gate that cannot sleep, as state() is.
   Result<Pass> Enter() EXCLUDES(mu_);
 
   // Puts the version to sleep at `level`, waiting for the executions inside to leave until
