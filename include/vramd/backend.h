@@ -547,6 +547,19 @@ typedef struct VramdBackendApi {
    * the next request). */
   VramdCode (*model_sleep)(void* model, int32_t level, VramdError* error);
   VramdCode (*model_wake)(void* model, VramdError* error);
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdBackendApi,
+   * sleeps_in_place) (older libraries end before it; vramd then reads it as 0).
+   * Non-zero, for a backend without model_sleep and model_wake: vramd may put its models to
+   * sleep in place, at level 1 only. What a model keeps on a GPU must then come from
+   * VramdServerApi::allocate, charged to the version or an instance owner (the python backend's
+   * torch tensors are): asleep, each such allocation is copied to pinned host memory and its
+   * device memory goes back to the driver while its addresses stay reserved; awake, memory is
+   * mapped at the same addresses and the bytes copied back. The backend's pointers stay valid
+   * and it does nothing, but it must not touch that memory outside an execute (vramd runs none
+   * while the model sleeps). It needs vramd's VMM pool (--device-pool=vmm); without it the
+   * model cannot sleep, and a sleep request says so. */
+  int32_t sleeps_in_place;
 } VramdBackendApi;
 
 /* The entry point: `server_abi_version` is vramd's VRAMD_BACKEND_ABI_VERSION. Returns the table

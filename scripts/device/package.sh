@@ -32,7 +32,7 @@ for f in "$build_dir"/tests/gpu_*_test $unit_tests "$build_dir"/bench/*_bench; d
   [ -x "$f" ] && binaries+=("$f")
 done
 # The HTTP load generator of the pytorch benchmarks (not a Google Benchmark binary).
-for tool in infer_load grpc_infer_load inprocess_infer pool_replay; do
+for tool in infer_load grpc_infer_load inprocess_infer pool_replay fragmentation_replay; do
   [ -x "$build_dir"/bench/$tool ] || { echo "package.sh: $build_dir/bench/$tool was not built" >&2; exit 1; }
   binaries+=("$build_dir"/bench/$tool)
 done
@@ -53,4 +53,6 @@ for b in "${binaries[@]}"; do
   ldd "$b" | awk '/=> \//{print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/libcublas(Lt)?\.so|/lib(openblas|gfortran|quadmath)[^/]*\.so' \
   | while read -r lib; do cp -L "$lib" device-dist/lib/; done
+# A RelWithDebInfo build's line tables are most of its size: the carry takes 64 MiB.
+strip --strip-debug device-dist/bin/* device-dist/lib/* 2>/dev/null || true
 echo "device-dist: $(ls device-dist/bin | wc -l) binaries, $(ls device-dist/lib | wc -l) libraries, $(du -sh device-dist | cut -f1)"

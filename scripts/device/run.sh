@@ -235,8 +235,10 @@ if has_step python; then
   prefer_newer_stdcxx "$pytmp"
   echo "# python: build_python.sh" >> "$OUT/benchmarks.log"
   built=1
+  parts=" ${PYTHON_PARTS:-check mem tput} "  # which parts to run (loadloop too, below)
   timeout "${PYTHON_BUILD_TIMEOUT:-200}" bash scripts/device/build_python.sh >> "$OUT/benchmarks.log" 2>&1 || built=0
-  if [ ! -f build-torch-device/backends/pytorch/libvramd_pytorch.so ]; then
+  # The pytorch backend is for the comparisons (mem, tput) only.
+  if [[ "$parts" == *" mem "* || "$parts" == *" tput "* ]] && [ ! -f build-torch-device/backends/pytorch/libvramd_pytorch.so ]; then
     echo "# python: build_torch.sh" >> "$OUT/benchmarks.log"
     timeout "${PYTORCH_BUILD_TIMEOUT:-200}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1 || built=0
   fi
@@ -244,17 +246,27 @@ if has_step python; then
     say "PASS python build (python backend + pytorch backend)"
     mkdir -p "$pytmp/backends"
     ln -s "$PWD/build-python-device/backends/python" "$pytmp/backends/python"
-    ln -s "$PWD/build-torch-device/backends/pytorch" "$pytmp/backends/pytorch"
+    [ -d build-torch-device/backends/pytorch ] && ln -s "$PWD/build-torch-device/backends/pytorch" "$pytmp/backends/pytorch"
     export VRAMD_BACKEND_HOST="$PWD/$BIN/vramd_backend_host"
     PYTHONPATH="$(python3 -c 'import site; print(":".join(site.getsitepackages()))')${PYTHONPATH:+:$PYTHONPATH}"
     export PYTHONPATH
-    parts=" ${PYTHON_PARTS:-check mem tput} "  # which parts to run (loadloop too, below)
     if [[ "$parts" == *" check "* ]] && [ -f tests/device/python_gpu_check.py ]; then
       timeout "${PYTHON_CHECK_TIMEOUT:-150}" python3 tests/device/python_gpu_check.py --vramd "$BIN"/vramd \
         --backend-directory "$pytmp/backends" --log "$pytmp/check_server.log" > "$pytmp/check.out" 2>&1
       rc=$?
       grep -E '^(PASS|FAIL|FIGURE) ' "$pytmp/check.out" | tee -a "$summary"
       [ "$rc" -eq 0 ] || { say "FAIL python GPU check (exit $rc)"; tail -40 "$pytmp/check.out" >> "$OUT/benchmarks.log"; status=1; }
+    fi
+    # inplace (not in the default parts; issue 17): a torch model.py asleep in place under
+    # --device-pool=vmm (tests/device/sleep_in_place_gpu_check.py; INPLACE_SIZES).
+    if [[ "$parts" == *" inplace "* ]]; then
+      timeout "${INPLACE_TIMEOUT:-300}" python3 tests/device/sleep_in_place_gpu_check.py --vramd "$BIN"/vramd \
+        --backend-directory "$pytmp/backends" --sizes "${INPLACE_SIZES:-1GiB,4GiB}" \
+        --log "$pytmp/inplace_server.log" > "$pytmp/inplace.out" 2>&1
+      rc=$?
+      grep -E '^(PASS|FAIL|FIGURE) ' "$pytmp/inplace.out" | tee -a "$summary"
+      [ "$rc" -eq 0 ] || { say "FAIL sleep in place GPU check (exit $rc)"; tail -40 "$pytmp/inplace.out" >> "$OUT/benchmarks.log";
+                           tail -60 "$pytmp/inplace_server.log" >> "$OUT/server.log"; status=1; }
     fi
     # loadloop (not in the default parts): start the server on the torch model.py again and
     # again, counting crashes at load and keeping their reports (tests/device/python_load_loop.py).
@@ -389,6 +401,18 @@ if has_step ensemble; then
   rc=$?
   grep -E '^(PASS|FAIL|FIGURE)' "$OUT/ensemble.log" >> "$summary"
   [ "$rc" -eq 0 ] && say "PASS ensemble GPU check" || { say "FAIL ensemble GPU check (exit $rc)"; status=1; }
+fi
+
+# 15. vmm (not in the default STEPS; issue 17, item 5): bench/fragmentation_replay: one
+#    fragmenting trace (sizes 4 KiB to 24 MiB, frees in random order, filled to VMM_FILL of the
+#    free memory) against the caching pool and then the VMM pool on cuda:0, and one allocation
+#    of half the free memory after it: the VMM pool serves it, the caching pool does not.
+if has_step vmm; then
+  timeout 400 "$BIN"/fragmentation_replay --device cuda:0 --fill "${VMM_FILL:-0.85}" \
+    ${VMM_ARGS:-} > "$OUT/vmm.log" 2>&1
+  rc=$?
+  cat "$OUT/vmm.log" >> "$summary"
+  [ "$rc" -eq 0 ] && say "PASS vmm fragmentation replay" || { say "FAIL vmm fragmentation replay (exit $rc)"; status=1; }
 fi
 
 # 12. sleep (not in the default STEPS; issue 17, item 4): tests/device/sleep_gpu_check.py:

@@ -146,6 +146,10 @@ class BackendModel {
     return Status::Unsupported("this backend's models cannot sleep");
   }
   virtual Status Wake() { return Status::Unsupported("this backend's models cannot sleep"); }
+  // For a model that cannot sleep by itself: whether the runtime may put it to sleep in place,
+  // parking what the version and its instances hold on devices (memory::Allocator::Park; the
+  // ABI's sleeps_in_place).
+  virtual bool SleepsInPlace() const { return false; }
   virtual Result<std::unique_ptr<BackendInstance>> CreateInstance(const InstanceContext& ctx) = 0;
   // Whether its instances (of a backend that TakesRequestLists()) take inputs in GPU memory
   // where they are (Tensor::gpu); false: the runtime moves them to host first. Per model, not

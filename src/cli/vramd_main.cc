@@ -70,6 +70,7 @@ struct ServeOptions {
   int metrics_port = 8002;
   int memory_growth_requests = 16;
   std::string memory_budget;  // --memory-budget, memory/quota.h's form; empty: none
+  std::string device_pool = "caching";  // --device-pool: memory::ParseDevicePool's form
   bool memory_admission = true;
   int64_t memory_admission_wait_ms = 30000;
   int exit_timeout_secs = 30;
@@ -154,6 +155,18 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
                                    fmt::join(leak.allocations[0].backtrace, " <- ")));
   });
   vramd::memory::Allocator allocator(&ledger);
+  {
+    auto pool = vramd::memory::ParseDevicePool(options.device_pool);
+    if (!pool.ok()) {
+      spdlog::error("--device-pool: {}", pool.status().message());
+      return 1;
+    }
+    allocator.SetDevicePool(*pool);
+    if (*pool != vramd::memory::DevicePool::kCaching) {
+      spdlog::info("device pools: {} (CUDA virtual memory management)",
+                   vramd::memory::DevicePoolName(*pool));
+    }
+  }
   // Executions wait for memory only where there is a budget to wait against.
   std::optional<vramd::memory::Admission> admission;
   if (options.memory_admission && !ledger_options.budget.empty()) admission.emplace(&ledger, &allocator);
@@ -480,6 +493,11 @@ int main(int argc, char** argv) {
                     "What the server may hold per device, all models together: a size for each "
                     "GPU (\"100GiB\") or DEVICE=SIZE,... (\"cuda:0=100GiB,cpu=64GiB\"); an "
                     "allocation past it fails as a full device would");
+  serve->add_option("--device-pool", options.device_pool,
+                    "How GPU pools get memory: \"caching\" (cudaMalloc segments) or \"vmm\" "
+                    "(CUDA virtual memory: free granules go back to the driver, so memory free in "
+                    "pieces serves one large allocation; docs/memory.md, \"The VMM pool\")")
+      ->capture_default_str();
   serve->add_option("--memory-admission", options.memory_admission,
                     "On a device with a --memory-budget, start an execution only when what it "
                     "is predicted to make fits, else wait (docs/memory.md, \"Admission\")")

@@ -7,6 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "memory/byte_size.h"
+#include "memory/cuda_devices.h"
+
 namespace vramd::memory {
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
@@ -29,10 +32,16 @@ void Buffer::Reset() {
 
 namespace {
 
-Result<std::unique_ptr<SegmentSource>> MakeSource(Device device) {
+Result<std::unique_ptr<SegmentSource>> MakeSource(Device device, DevicePool kind) {
   switch (device.type) {
-    case DeviceType::kCpu: return MakeHostSegmentSource();
-    case DeviceType::kCuda: return MakeCudaSegmentSource(device.index);
+    case DeviceType::kCpu:
+      // The VMM policy over mmap: nothing to gain on the host, but the same code as a GPU's
+      // runs, and is tested, where there is none.
+      if (kind == DevicePool::kVmm) return MakeHostVmmSegmentSource(SIZE_MAX / 4, 2 << 20);
+      return MakeHostSegmentSource();
+    case DeviceType::kCuda:
+      return kind == DevicePool::kVmm ? MakeCudaVmmSegmentSource(device.index)
+                                      : MakeCudaSegmentSource(device.index);
     case DeviceType::kCudaHost: return MakeCudaHostSegmentSource();
   }
   return Status::InvalidArgument(
@@ -43,6 +52,17 @@ Result<std::unique_ptr<SegmentSource>> MakeSource(Device device) {
 constexpr size_t kHoldersNamed = 5;
 
 }  // namespace
+
+Result<DevicePool> ParseDevicePool(const std::string& text) {
+  if (text == "caching") return DevicePool::kCaching;
+  if (text == "vmm") return DevicePool::kVmm;
+  return Status::InvalidArgument(
+      fmt::format("unknown device pool \"{}\": choose \"caching\" or \"vmm\"", text));
+}
+
+const char* DevicePoolName(DevicePool pool) {
+  return pool == DevicePool::kVmm ? "vmm" : "caching";
+}
 
 std::string Allocator::DescribeDevice(Device device) const {
   struct Holder {
@@ -83,7 +103,16 @@ std::string Allocator::DescribeDevice(Device device) const {
 
 Allocator::Allocator(Ledger* ledger) : ledger_(ledger) {}
 
-Allocator::~Allocator() = default;
+Allocator::~Allocator() {
+  // Host copies of what is still parked are freed while the pools and the map are whole (their
+  // Free comes back here).
+  std::map<const void*, Parked> parked;
+  {
+    MutexLock lock(park_mu_);
+    parked.swap(parked_);
+    parked_count_.store(0, std::memory_order_release);
+  }
+}
 
 Result<CachingPool*> Allocator::Pool(Device device) {
   const int type = static_cast<int>(device.type);
@@ -97,7 +126,7 @@ Result<CachingPool*> Allocator::Pool(Device device) {
   auto it = pools_.find(key);
   if (it != pools_.end()) return it->second.get();
   // A source that is unavailable leaves no pool behind: the next call asks again.
-  VRAMD_ASSIGN_OR_RETURN(std::unique_ptr<SegmentSource> source, MakeSource(device));
+  VRAMD_ASSIGN_OR_RETURN(std::unique_ptr<SegmentSource> source, MakeSource(device, device_pool_));
   auto pool = std::make_unique<CachingPool>(std::move(source));
   CachingPool* raw = pool.get();
   pools_.emplace(key, std::move(pool));
@@ -125,19 +154,27 @@ Result<void*> Allocator::AllocateRaw(Device device, size_t size, StreamId stream
   Refusal refusal = Refusal::kNone;
   Result<void*> made = TryAllocate(pool, device, size, stream, owner, &refusal);
   if (made.ok() || relief_depth == 0 || in_relief) return made;
+  return RetryUnderRelief(device, size, owner, refusal, std::move(made), [&](Refusal* r) {
+    return TryAllocate(pool, device, size, stream, owner, r);
+  });
+}
+
+template <typename T, typename Attempt>
+T Allocator::RetryUnderRelief(Device device, size_t size, OwnerId owner, Refusal refusal,
+                              T failed, Attempt attempt) {
   const OwnerId asking = owner != kNoOwner ? owner : OwnerScope::Current();
   MutexLock lock(relief_mu_);
   // Sleeping another model frees what counts against the budget and what the device has; a
   // model's own quota it cannot relieve.
-  while (relief_ != nullptr && !made.ok() &&
+  while (relief_ != nullptr && !failed.ok() &&
          (refusal == Refusal::kBudget || refusal == Refusal::kDevice)) {
     in_relief = true;
     const bool relieved = relief_->Relieve(device, size, asking);
     in_relief = false;
     if (!relieved) break;
-    made = TryAllocate(pool, device, size, stream, owner, &refusal);
+    failed = attempt(&refusal);
   }
-  return made;
+  return failed;
 }
 
 Result<void*> Allocator::TryAllocate(CachingPool* pool, Device device, size_t size,
@@ -189,9 +226,122 @@ Result<Buffer> Allocator::Allocate(Device device, size_t size, StreamId stream, 
 
 void Allocator::Free(Device device, void* ptr) {
   if (ptr == nullptr) return;
-  ledger_->RecordFree(ptr);
+  Parked parked;
+  if (parked_count_.load(std::memory_order_acquire) == 0 || !TakeParked(ptr, &parked)) {
+    ledger_->RecordFree(ptr);
+  }
+  // A parked allocation's charge ended when it was parked; its copy goes with `parked`.
   auto pool = Pool(device);
   if (pool.ok()) (*pool)->Free(ptr);
+}
+
+bool Allocator::TakeParked(const void* ptr, Parked* out) {
+  MutexLock lock(park_mu_);
+  auto it = parked_.find(ptr);
+  if (it == parked_.end()) return false;
+  *out = std::move(it->second);
+  parked_.erase(it);
+  parked_count_.store(parked_.size(), std::memory_order_release);
+  return true;
+}
+
+Result<size_t> Allocator::Park(OwnerId owner, const std::vector<Device>& devices) {
+  std::vector<CachingPool*> pools;
+  {
+    MutexLock lock(mu_);
+    for (auto& [key, pool] : pools_) {
+      if (std::find(devices.begin(), devices.end(), pool->device()) != devices.end() &&
+          pool->Stats().decommit_granularity > 0) {
+        pools.push_back(pool.get());
+      }
+    }
+  }
+  size_t given_back = 0;
+  for (CachingPool* pool : pools) {
+    const Device device = pool->device();
+    VRAMD_ASSIGN_OR_RETURN(std::vector<Ledger::LiveAllocation> live,
+                           ledger_->LiveAllocationsBelow(owner, device));
+    const Device host = device.is_cuda() ? Device::CudaHost() : Device::Cpu();
+    for (const Ledger::LiveAllocation& a : live) {
+      Parked p{device, a.size, a.owner, owner, Buffer()};
+      Status parked = [&]() -> Status {
+        VRAMD_ASSIGN_OR_RETURN(p.copy, Allocate(host, a.size, 0, owner));
+        VRAMD_RETURN_IF_ERROR(CopyBytes(host, p.copy.data(), device, a.ptr, a.size, nullptr));
+        VRAMD_ASSIGN_OR_RETURN(size_t bytes, pool->Evict(const_cast<void*>(a.ptr)));
+        given_back += bytes;
+        return Status::Ok();
+      }();
+      if (!parked.ok()) {
+        Status undone = Unpark(owner);
+        if (!undone.ok()) spdlog::error("undoing a failed park: {}", undone.message());
+        return Status(parked.code(), fmt::format("parking {} at {} on {}: {}", FormatBytes(a.size),
+                                                 a.ptr, device.ToString(), parked.message()));
+      }
+      ledger_->RecordFree(a.ptr);
+      MutexLock lock(park_mu_);
+      parked_.emplace(a.ptr, std::move(p));
+      parked_count_.store(parked_.size(), std::memory_order_release);
+    }
+  }
+  return given_back;
+}
+
+Status Allocator::TryRestore(const void* ptr, Parked& p, Refusal* refusal) {
+  VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(p.device));
+  bool by_budget = false;
+  Result<Ledger::PendingCharge> charge = ledger_->Charge(p.device, p.size, p.owner, &by_budget);
+  if (!charge.ok()) {
+    *refusal = by_budget ? Refusal::kBudget : Refusal::kQuota;
+    return charge.status();
+  }
+  if (Status mapped = pool->Restore(const_cast<void*>(ptr)); !mapped.ok()) {
+    *refusal = mapped.code() == StatusCode::kResourceExhausted ? Refusal::kDevice : Refusal::kNone;
+    return Status(mapped.code(),
+                  fmt::format("{} {}", mapped.message(), DescribeDevice(p.device)));
+  }
+  VRAMD_RETURN_IF_ERROR(
+      CopyBytes(p.device, const_cast<void*>(ptr), p.copy.device(), p.copy.data(), p.size, nullptr));
+  ledger_->Commit(std::move(*charge), ptr);
+  *refusal = Refusal::kNone;
+  return Status::Ok();
+}
+
+Status Allocator::Unpark(OwnerId owner) {
+  std::vector<const void*> mine;
+  {
+    MutexLock lock(park_mu_);
+    for (const auto& [ptr, p] : parked_) {
+      if (p.parked_by == owner) mine.push_back(ptr);
+    }
+  }
+  for (const void* ptr : mine) {
+    Parked p;
+    if (!TakeParked(ptr, &p)) continue;  // freed meanwhile
+    Refusal refusal = Refusal::kNone;
+    Status restored = TryRestore(ptr, p, &refusal);
+    if (!restored.ok() && relief_depth > 0 && !in_relief) {
+      restored = RetryUnderRelief(p.device, p.size, p.owner, refusal, std::move(restored),
+                                  [&](Refusal* r) { return TryRestore(ptr, p, r); });
+    }
+    if (!restored.ok()) {
+      MutexLock lock(park_mu_);
+      const size_t size = p.size;
+      parked_.emplace(ptr, std::move(p));
+      parked_count_.store(parked_.size(), std::memory_order_release);
+      return Status(restored.code(), fmt::format("waking {} at {}: {}", FormatBytes(size), ptr,
+                                                 restored.message()));
+    }
+  }
+  return Status::Ok();
+}
+
+size_t Allocator::ParkedBytes(OwnerId owner) const {
+  MutexLock lock(park_mu_);
+  size_t bytes = 0;
+  for (const auto& [ptr, p] : parked_) {
+    if (p.parked_by == owner) bytes += p.size;
+  }
+  return bytes;
 }
 
 size_t Allocator::Trim(Device device) {

@@ -24,6 +24,14 @@ namespace vramd::memory {
 
 class Allocator;
 
+// How CUDA devices' pools get memory (docs/memory.md): cudaMalloc segments (kCaching), or
+// segments of CUDA's virtual memory management (kVmm), whose free granules go back to the driver
+// while the segment stays, so that memory free in pieces serves one large request.
+enum class DevicePool { kCaching, kVmm };
+// "caching" or "vmm"; InvalidArgument naming the choices otherwise.
+Result<DevicePool> ParseDevicePool(const std::string& text);
+const char* DevicePoolName(DevicePool pool);
+
 // A block of device (or host) memory, returned to its pool when destroyed. Move-only.
 class Buffer {
  public:
@@ -89,6 +97,10 @@ class Allocator {
   // this allocator.
   void SetDeviceNote(std::function<std::string(Device)> note) { device_note_ = std::move(note); }
 
+  // The kind of pool CUDA devices get. Set once, before the first CUDA allocation.
+  void SetDevicePool(DevicePool pool) { device_pool_ = pool; }
+  DevicePool device_pool() const { return device_pool_; }
+
   // Memory pressure (docs/memory.md, "Sleeping models"): an allocation made on a thread inside
   // a ReliefScope (a model's load, a model's wake) that the server's budget refuses, or that
   // its device cannot give, calls `relief` (not owned; null removes it) with the device, the
@@ -119,6 +131,30 @@ class Allocator {
     ReliefScope& operator=(const ReliefScope&) = delete;
   };
 
+  // Sleeping in place (docs/memory.md, "Sleeping in place"): for memory a backend keeps
+  // pointers into, such as torch's tensors in the python backend. Park copies every live
+  // allocation charged to `owner` or below it (through versions and instances only, as
+  // Ledger::LiveAllocationsBelow), on each of `devices` whose pool can evict (a VMM pool:
+  // --device-pool=vmm), to host memory (pinned for a GPU) charged to `owner`, then gives the
+  // device memory under it back (CachingPool::Evict) and ends its charge in the ledger. The
+  // addresses stay reserved: the backend's pointers are valid again after Unpark, and must not
+  // be used before. Returns the bytes given back to the devices. A failure (no host memory)
+  // unparks what it parked and returns the error.
+  // The server parks GPUs only: host memory gains nothing from a copy to host memory, and a
+  // host allocation's owner may read it (numpy's handler reads its header when it frees).
+  Result<size_t> Park(OwnerId owner, const std::vector<Device>& devices)
+      EXCLUDES(mu_, park_mu_);
+  // Maps memory again under every allocation `owner`'s Park parked, charges each to its owner
+  // again and copies its bytes back, then frees the host copies. Inside a ReliefScope, a
+  // refusal by the budget or the device first puts other idle models to sleep, as an
+  // allocation would. A refusal leaves what is not yet restored parked (the error names it); a
+  // later Unpark goes on from there. Freeing a parked allocation is fine (its copy goes too).
+  Status Unpark(OwnerId owner) EXCLUDES(mu_, park_mu_);
+  // The bytes `owner`'s Park holds parked now.
+  size_t ParkedBytes(OwnerId owner) const EXCLUDES(park_mu_);
+  // Whether some pool could Park: the device pools are VMM pools.
+  bool CanPark() const { return device_pool_ == DevicePool::kVmm; }
+
   // Who holds `device`, for the errors of memory that could not be had (out of memory, the
   // budget, admission): "Held on cuda:0: 7.5 GiB by 3 owner(s), the most by
   // server/model:a/version:1 6.0 GiB; ...; its pool keeps 1.0 GiB cached of 8.5 GiB reserved
@@ -134,6 +170,7 @@ class Allocator {
 
   Ledger* const ledger_;
   std::function<std::string(Device)> device_note_;  // set before sharing; then read-only
+  DevicePool device_pool_ = DevicePool::kCaching;    // set before sharing; then read-only
   // Held while relief_ runs, so that relief calls are one at a time and SetPressureRelief
   // waits for them. Taken before mu_ (Pool), never after.
   mutable Mutex relief_mu_;
@@ -143,6 +180,28 @@ class Allocator {
   // One try of AllocateRaw: charge, then the pool; `*refusal` says who refused.
   Result<void*> TryAllocate(CachingPool* pool, Device device, size_t size, StreamId stream,
                             OwnerId owner, Refusal* refusal);
+  // After `failed`, the first try of `attempt` (refused by `refusal`), inside a ReliefScope:
+  // relieves pressure and tries again while the budget or the device refused.
+  template <typename T, typename Attempt>
+  T RetryUnderRelief(Device device, size_t size, OwnerId owner, Refusal refusal, T failed,
+                     Attempt attempt) EXCLUDES(relief_mu_);
+
+  // An allocation Park took off its device.
+  struct Parked {
+    Device device;
+    size_t size = 0;
+    OwnerId owner = kNoOwner;      // charged to, before and after
+    OwnerId parked_by = kNoOwner;  // Park's argument
+    Buffer copy;                   // its bytes while parked
+  };
+  // One Unpark of `p`, at `ptr`: charge, map, copy back, commit.
+  Status TryRestore(const void* ptr, Parked& p, Refusal* refusal);
+  // Removes the parked record of `ptr` (true) when there is one; its copy is freed by the caller
+  // outside park_mu_ (Free is reentrant through it).
+  bool TakeParked(const void* ptr, Parked* out) EXCLUDES(park_mu_);
+  mutable Mutex park_mu_;
+  std::map<const void*, Parked> parked_ GUARDED_BY(park_mu_);
+  std::atomic<size_t> parked_count_{0};  // parked_.size(), read without the lock by Free
   std::atomic<uint64_t> fail_countdown_{0};  // 0: none pending
   // Pool() is on every allocation and free; the pools of the first kFastIndices ordinals of each
   // device type are also kept here, read without mu_ (a pool, once made, lives as long as the

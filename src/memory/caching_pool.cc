@@ -11,12 +11,19 @@
 //    one lower_bound on (stream, size, 0). Live blocks sit in an unordered_map by address.
 //    Allocate and Free from the cache are therefore O(log n) plus O(1) expected.
 //  - Block nodes are recycled through a small spare list, so split and merge rarely call new.
+//  - Holes (a source that can decommit, docs/memory.md "The VMM pool"): a free block whose
+//    memory went back to the source while its segment stayed. A hole is in no free set, never
+//    merges and is never handed out; it goes with its segment, which is fully free when it has
+//    no live block (Segment::live), holes or not.
 //
-// Note [Lock and the source]: no SegmentSource call (Allocate, Free, Synchronize) runs under
-// mu_. Allocate looks in the cache under the lock, drops it to ask the source for a segment and
+// Note [Lock and the source]: no SegmentSource call (Allocate, Free, Synchronize, Decommit) runs
+// under mu_. Allocate looks in the cache under the lock, drops it to ask the source for a segment and
 // takes it again to insert the segment. Releasing segments (Trim, the out-of-memory retry, the
 // destructor) detaches fully free segments under the lock, so nobody can be handed them again,
 // then synchronizes and frees them outside it. Stats count a detached segment as gone at once.
+// Decommitting carves holes under the lock the same way and decommits them outside it. Both run
+// under release_mu_ (taken before mu_), so a segment whose holes are being decommitted cannot be
+// freed, and its addresses handed to a new segment, until the decommit is done.
 #include "memory/caching_pool.h"
 
 #include <algorithm>
@@ -53,6 +60,13 @@ constexpr size_t kMaxSpareBlocks = 1024;          // recycled Block nodes kept
 
 size_t RoundUp(size_t size, size_t multiple) { return (size + multiple - 1) / multiple * multiple; }
 
+// caching_pool.h: the part of the cached free memory that one request cannot have.
+double Fragmentation(size_t cached_free, size_t largest_free_block, size_t remappable_free) {
+  if (cached_free == 0) return 0.0;
+  const size_t usable = std::max(largest_free_block, remappable_free);
+  return 1.0 - static_cast<double>(std::min(usable, cached_free)) / cached_free;
+}
+
 struct Segment;
 
 struct Block {
@@ -64,6 +78,8 @@ struct Block {
   Block* prev = nullptr;  // neighbours in the segment, in address order
   Block* next = nullptr;
   bool allocated = false;
+  bool hole = false;  // free, and its memory given back to the source (see the top comment)
+  bool evicted = false;  // allocated, and its whole granules given back (Evict)
 };
 
 struct Segment {
@@ -72,6 +88,8 @@ struct Segment {
   StreamId stream = 0;
   bool small = false;
   Block* first = nullptr;  // the lowest block; never changes (merges keep the lower block)
+  size_t live = 0;         // allocated blocks
+  size_t holes = 0;        // bytes in holes
 };
 
 // Free-set order, (stream, size, address), with heterogeneous lookup by key.
@@ -107,6 +125,12 @@ size_t LargestFree(const FreeSet& set) {
 struct DetachedSegment {
   void* ptr;
   size_t size;
+  size_t backed;  // size less its holes: what freeing it gives back
+};
+
+struct Range {
+  uintptr_t address;
+  size_t size;
 };
 
 }  // namespace
@@ -114,7 +138,9 @@ struct DetachedSegment {
 class CachingPool::Impl {
  public:
   explicit Impl(std::unique_ptr<SegmentSource> source)
-      : source_(std::move(source)), device_(source_->device()) {}
+      : source_(std::move(source)),
+        device_(source_->device()),
+        granularity_(source_->decommit_granularity()) {}
   ~Impl();
 
   Device device() const { return device_; }
@@ -122,6 +148,8 @@ class CachingPool::Impl {
   void Free(void* ptr) EXCLUDES(mu_);
   size_t RequestedSize(void* ptr) const EXCLUDES(mu_);
   size_t Trim() EXCLUDES(mu_);
+  Result<size_t> Evict(void* ptr) EXCLUDES(mu_, release_mu_);
+  Status Restore(void* ptr) EXCLUDES(mu_, release_mu_);
   PoolStats Stats() const EXCLUDES(mu_);
   std::vector<SegmentInfo> Snapshot() const EXCLUDES(mu_);
 
@@ -131,6 +159,8 @@ class CachingPool::Impl {
     size_t peak_reserved = 0, peak_allocated = 0;
     uint64_t total_allocations = 0, segment_allocations = 0, segment_frees = 0;
     uint64_t oom_retries = 0, out_of_memory = 0, unknown_frees = 0;
+    size_t holes = 0;
+    uint64_t decommitted = 0;
   };
 
   FreeSet& FreeSetOf(const Segment* s) REQUIRES(mu_) {
@@ -153,6 +183,25 @@ class CachingPool::Impl {
   void* HandOut(Block* b, size_t rounded, size_t requested) REQUIRES(mu_);
   // Removes every fully free segment from the pool and returns them, for ReleaseSegments.
   std::vector<DetachedSegment> DetachFreeSegments() REQUIRES(mu_);
+  // Turns the whole granules inside every free block of a segment that is in use into holes and
+  // returns them, for Decommit. Nothing when the source cannot decommit.
+  std::vector<Range> CarveHoles() REQUIRES(mu_);
+  // Merges free block `b` (in no free set) with its free neighbours and inserts the result.
+  void InsertFree(Block* b) REQUIRES(mu_);
+  // Splits free block `b` (in no free set) into [head][hole][tail], `hole` being inside it:
+  // b becomes the hole; head and tail are inserted as free blocks. Counters are the caller's.
+  void SplitOutHole(Block* b, Range hole) REQUIRES(mu_);
+  // The bytes CarveHoles would turn into holes now.
+  size_t CarvableBytes() const REQUIRES(mu_);
+  // The part of [address, address + size) made of whole granules.
+  Range Interior(uintptr_t address, size_t size) const {
+    const uintptr_t lo = (address + granularity_ - 1) / granularity_ * granularity_;
+    const uintptr_t hi = (address + size) / granularity_ * granularity_;
+    return hi > lo ? Range{lo, hi - lo} : Range{lo, 0};
+  }
+  // Returns the memory of what the pool holds but does not use: fully free segments and (for a
+  // source that can decommit) the whole granules of free blocks. The bytes given back.
+  size_t GiveBack() EXCLUDES(mu_, release_mu_);
   std::string OutOfMemoryMessage(size_t size, size_t segment_size, StreamId stream,
                                  const Status& source_status, size_t released) const
       REQUIRES(mu_);
@@ -163,6 +212,11 @@ class CachingPool::Impl {
   // Constant after construction.
   const std::unique_ptr<SegmentSource> source_;
   const Device device_;
+  const size_t granularity_;  // the source's decommit granularity; 0: it cannot
+
+  // Held while segments are detached and freed or holes carved and decommitted (Note [Lock and
+  // the source]).
+  Mutex release_mu_ ACQUIRED_BEFORE(mu_);
 
   // Also guards the Segment and Block structures these reach (not checked: they are not
   // members).
@@ -185,7 +239,8 @@ CachingPool::Impl::~Impl() {
                     device_.ToString(), live_.size(), FormatBytes(c_.allocated));
     }
     for (auto& [address, segment] : segments_) {
-      all.push_back({reinterpret_cast<void*>(segment->address), segment->size});
+      all.push_back({reinterpret_cast<void*>(segment->address), segment->size,
+                     segment->size - segment->holes});
       for (Block* b = segment->first; b != nullptr;) {
         Block* next = b->next;
         delete b;
@@ -265,6 +320,7 @@ void* CachingPool::Impl::HandOut(Block* b, size_t rounded, size_t requested) {
   }
   b->allocated = true;
   b->requested = requested;
+  ++b->segment->live;
   live_.emplace(b->address, b);
   c_.allocated += b->size;
   c_.requested += requested;
@@ -302,15 +358,13 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
   }
   size_t released = 0;
   if (!memory.ok() && memory.status().code() == StatusCode::kResourceExhausted) {
-    std::vector<DetachedSegment> detached;
     {
       MutexLock lock(mu_);
       // Another thread may have freed a fitting block meanwhile.
       if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
-      detached = DetachFreeSegments();
       ++c_.oom_retries;
     }
-    released = ReleaseSegments(detached);
+    released = GiveBack();
     memory = source_->Allocate(segment_size);
   }
 
@@ -333,27 +387,20 @@ void CachingPool::Impl::Free(void* ptr) {
     if (it != live_.end()) {
       Block* b = it->second;
       live_.erase(it);
-      c_.allocated -= b->size;
       c_.requested -= b->requested;
       b->allocated = false;
       b->requested = 0;
-      FreeSet& set = FreeSetOf(b->segment);
-      if (Block* prev = b->prev; prev != nullptr && !prev->allocated) {
-        set.erase(prev);
-        prev->size += b->size;
-        prev->next = b->next;
-        if (b->next != nullptr) b->next->prev = prev;
-        DeleteBlock(b);
-        b = prev;
+      --b->segment->live;
+      if (b->evicted) {
+        // Its interior is already given back and counted as a hole: that part stays one.
+        const Range hole = Interior(b->address, b->size);
+        c_.allocated -= b->size - hole.size;
+        b->evicted = false;
+        SplitOutHole(b, hole);
+        return;
       }
-      if (Block* next = b->next; next != nullptr && !next->allocated) {
-        set.erase(next);
-        b->size += next->size;
-        b->next = next->next;
-        if (next->next != nullptr) next->next->prev = b;
-        DeleteBlock(next);
-      }
-      set.insert(b);
+      c_.allocated -= b->size;
+      InsertFree(b);
       return;
     }
     ++c_.unknown_frees;
@@ -371,23 +418,179 @@ size_t CachingPool::Impl::RequestedSize(void* ptr) const {
 
 std::vector<DetachedSegment> CachingPool::Impl::DetachFreeSegments() {
   std::vector<DetachedSegment> detached;
-  for (FreeSet* set : {&small_free_, &large_free_}) {
-    for (auto it = set->begin(); it != set->end();) {
-      Block* b = *it;
-      if (b->prev != nullptr || b->next != nullptr) {
-        ++it;
-        continue;
-      }
-      it = set->erase(it);
-      Segment* segment = b->segment;
-      detached.push_back({reinterpret_cast<void*>(segment->address), segment->size});
-      c_.reserved -= segment->size;
-      ++c_.segment_frees;
-      DeleteBlock(b);
-      segments_.erase(segment->address);
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    Segment* segment = it->second.get();
+    if (segment->live > 0) {
+      ++it;
+      continue;
     }
+    FreeSet& set = FreeSetOf(segment);
+    for (Block* b = segment->first; b != nullptr;) {
+      Block* next = b->next;
+      if (!b->hole) set.erase(b);
+      DeleteBlock(b);
+      b = next;
+    }
+    const size_t backed = segment->size - segment->holes;
+    detached.push_back({reinterpret_cast<void*>(segment->address), segment->size, backed});
+    c_.reserved -= backed;
+    c_.holes -= segment->holes;
+    ++c_.segment_frees;
+    it = segments_.erase(it);
   }
   return detached;
+}
+
+void CachingPool::Impl::InsertFree(Block* b) {
+  FreeSet& set = FreeSetOf(b->segment);
+  if (Block* prev = b->prev; prev != nullptr && !prev->allocated && !prev->hole) {
+    set.erase(prev);
+    prev->size += b->size;
+    prev->next = b->next;
+    if (b->next != nullptr) b->next->prev = prev;
+    DeleteBlock(b);
+    b = prev;
+  }
+  if (Block* next = b->next; next != nullptr && !next->allocated && !next->hole) {
+    set.erase(next);
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next != nullptr) next->next->prev = b;
+    DeleteBlock(next);
+  }
+  set.insert(b);
+}
+
+void CachingPool::Impl::SplitOutHole(Block* b, Range hole) {
+  // b is marked first, so that neither head nor tail merges back into it.
+  b->hole = true;
+  Block* head = nullptr;
+  if (hole.address > b->address) {
+    head = NewBlock();
+    *head = *b;
+    head->hole = false;
+    head->size = hole.address - b->address;
+    head->next = b;
+    if (head->prev != nullptr) head->prev->next = head;
+    if (b->segment->first == b) b->segment->first = head;
+    b->prev = head;
+    b->address = hole.address;
+    b->size -= head->size;
+  }
+  Block* tail = nullptr;
+  if (b->size > hole.size) {
+    tail = NewBlock();
+    *tail = *b;
+    tail->hole = false;
+    tail->address = hole.address + hole.size;
+    tail->size = b->size - hole.size;
+    tail->prev = b;
+    if (tail->next != nullptr) tail->next->prev = tail;
+    b->next = tail;
+    b->size = hole.size;
+  }
+  if (head != nullptr) InsertFree(head);
+  if (tail != nullptr) InsertFree(tail);
+}
+
+std::vector<Range> CachingPool::Impl::CarveHoles() {
+  std::vector<Range> holes;
+  if (granularity_ == 0) return holes;
+  for (FreeSet* set : {&small_free_, &large_free_}) {
+    std::vector<Block*> carvable;
+    for (Block* b : *set) {
+      if (Interior(b->address, b->size).size > 0) carvable.push_back(b);
+    }
+    for (Block* b : carvable) {
+      const Range hole = Interior(b->address, b->size);
+      set->erase(b);
+      SplitOutHole(b, hole);
+      b->segment->holes += hole.size;
+      c_.holes += hole.size;
+      c_.reserved -= hole.size;
+      ++c_.decommitted;
+      holes.push_back(hole);
+    }
+  }
+  return holes;
+}
+
+Result<size_t> CachingPool::Impl::Evict(void* ptr) {
+  if (granularity_ == 0) {
+    return Status::Unsupported(fmt::format(
+        "{}: this pool cannot give back memory under a live allocation (the VMM pool can: "
+        "--device-pool=vmm)",
+        device_.ToString()));
+  }
+  MutexLock release(release_mu_);
+  Range hole;
+  {
+    MutexLock lock(mu_);
+    auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == live_.end()) {
+      return Status::InvalidArgument(
+          fmt::format("{}: {} is not a live allocation of this pool", device_.ToString(), ptr));
+    }
+    Block* b = it->second;
+    if (b->evicted) return size_t{0};
+    hole = Interior(b->address, b->size);
+    b->evicted = true;
+    b->segment->holes += hole.size;
+    c_.holes += hole.size;
+    c_.reserved -= hole.size;
+    c_.allocated -= hole.size;
+    if (hole.size > 0) ++c_.decommitted;
+  }
+  if (hole.size > 0) {
+    source_->Synchronize();
+    source_->Decommit(reinterpret_cast<void*>(hole.address), hole.size);
+  }
+  return hole.size;
+}
+
+Status CachingPool::Impl::Restore(void* ptr) {
+  MutexLock release(release_mu_);
+  Range hole;
+  {
+    MutexLock lock(mu_);
+    auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == live_.end()) {
+      return Status::InvalidArgument(
+          fmt::format("{}: {} is not a live allocation of this pool", device_.ToString(), ptr));
+    }
+    if (!it->second->evicted) return Status::Ok();
+    hole = Interior(it->second->address, it->second->size);
+  }
+  // The block cannot be freed meanwhile by a correct caller (it is the caller's), and release_mu_
+  // keeps a trim from touching its segment.
+  if (hole.size > 0) {
+    Status s = source_->Recommit(reinterpret_cast<void*>(hole.address), hole.size);
+    if (!s.ok()) {
+      MutexLock lock(mu_);
+      ++c_.out_of_memory;
+      return s;
+    }
+  }
+  MutexLock lock(mu_);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+  Block* b = it->second;
+  b->evicted = false;
+  b->segment->holes -= hole.size;
+  c_.holes -= hole.size;
+  c_.reserved += hole.size;
+  c_.allocated += hole.size;
+  c_.peak_reserved = std::max(c_.peak_reserved, c_.reserved);
+  c_.peak_allocated = std::max(c_.peak_allocated, c_.allocated);
+  return Status::Ok();
+}
+
+size_t CachingPool::Impl::CarvableBytes() const {
+  if (granularity_ == 0) return 0;
+  size_t bytes = 0;
+  for (const FreeSet* set : {&small_free_, &large_free_}) {
+    for (const Block* b : *set) bytes += Interior(b->address, b->size).size;
+  }
+  return bytes;
 }
 
 size_t CachingPool::Impl::ReleaseSegments(const std::vector<DetachedSegment>& segments) {
@@ -397,19 +600,32 @@ size_t CachingPool::Impl::ReleaseSegments(const std::vector<DetachedSegment>& se
   size_t bytes = 0;
   for (const DetachedSegment& s : segments) {
     source_->Free(s.ptr, s.size);
-    bytes += s.size;
+    bytes += s.backed;
   }
   return bytes;
 }
 
-size_t CachingPool::Impl::Trim() {
+size_t CachingPool::Impl::GiveBack() {
+  MutexLock release(release_mu_);
   std::vector<DetachedSegment> detached;
+  std::vector<Range> holes;
   {
     MutexLock lock(mu_);
     detached = DetachFreeSegments();
+    holes = CarveHoles();
   }
-  return ReleaseSegments(detached);
+  size_t bytes = ReleaseSegments(detached);
+  if (!holes.empty()) {
+    if (detached.empty()) source_->Synchronize();  // else ReleaseSegments did
+    for (const Range& hole : holes) {
+      source_->Decommit(reinterpret_cast<void*>(hole.address), hole.size);
+      bytes += hole.size;
+    }
+  }
+  return bytes;
 }
+
+size_t CachingPool::Impl::Trim() { return GiveBack(); }
 
 PoolStats CachingPool::Impl::Stats() const {
   MutexLock lock(mu_);
@@ -424,10 +640,12 @@ PoolStats CachingPool::Impl::Stats() const {
   s.live_allocations = live_.size();
   s.cached_free_bytes = c_.reserved - c_.allocated;
   s.largest_free_block_bytes = std::max(LargestFree(small_free_), LargestFree(large_free_));
-  s.fragmentation =
-      s.cached_free_bytes == 0
-          ? 0.0
-          : 1.0 - static_cast<double>(s.largest_free_block_bytes) / s.cached_free_bytes;
+  s.decommit_granularity = granularity_;
+  s.hole_bytes = c_.holes;
+  s.remappable_free_bytes = CarvableBytes();
+  s.fragmentation = Fragmentation(s.cached_free_bytes, s.largest_free_block_bytes,
+                                  s.remappable_free_bytes);
+  s.decommits = c_.decommitted;
   s.total_allocations = c_.total_allocations;
   s.segment_allocations = c_.segment_allocations;
   s.segment_frees = c_.segment_frees;
@@ -447,7 +665,7 @@ std::vector<SegmentInfo> CachingPool::Impl::Snapshot() const {
     info.size = segment->size;
     info.stream = segment->stream;
     for (const Block* b = segment->first; b != nullptr; b = b->next) {
-      info.blocks.push_back({b->address, b->size, b->allocated});
+      info.blocks.push_back({b->address, b->size, b->allocated, b->hole});
     }
     out.push_back(std::move(info));
   }
@@ -459,20 +677,22 @@ std::string CachingPool::Impl::OutOfMemoryMessage(size_t size, size_t segment_si
                                                   size_t released) const {
   const size_t cached_free = c_.reserved - c_.allocated;
   const size_t largest = std::max(LargestFree(small_free_), LargestFree(large_free_));
-  const double fragmentation =
-      cached_free == 0 ? 0.0 : 1.0 - static_cast<double>(largest) / cached_free;
+  const double fragmentation = Fragmentation(cached_free, largest, CarvableBytes());
   std::string m = fmt::format(
       "{dev}: out of memory: cannot allocate {req} ({size} bytes) on stream {stream:#x}; "
       "it needed a new {seg} segment. The pool holds {reserved} reserved in {segments} "
       "segment(s): {allocated} allocated to {live} live allocation(s), {free} cached free, "
       "largest free block {largest} (fragmentation {frag:.0f}%). Before failing it returned "
-      "{released} of fully free cached segments and retried. Source: {source}. ",
+      "{released} of cached memory ({what}) and retried. Source: {source}. ",
       fmt::arg("dev", device_.ToString()), fmt::arg("req", FormatBytes(size)),
       fmt::arg("size", size), fmt::arg("stream", stream), fmt::arg("seg", FormatBytes(segment_size)),
       fmt::arg("reserved", FormatBytes(c_.reserved)), fmt::arg("segments", segments_.size()),
       fmt::arg("allocated", FormatBytes(c_.allocated)), fmt::arg("live", live_.size()),
       fmt::arg("free", FormatBytes(cached_free)), fmt::arg("largest", FormatBytes(largest)),
       fmt::arg("frag", fragmentation * 100), fmt::arg("released", FormatBytes(released)),
+      fmt::arg("what", granularity_ > 0 ? "fully free segments, and the whole granules of free "
+                                          "blocks, decommitted"
+                                        : "fully free segments"),
       fmt::arg("source", source_status.message()));
   if (cached_free >= size) {
     m += "Remedy: the pool's cached free memory would fit this request but is split into "
@@ -498,6 +718,8 @@ Result<void*> CachingPool::Allocate(size_t size, StreamId stream) {
 void CachingPool::Free(void* ptr) { impl_->Free(ptr); }
 size_t CachingPool::RequestedSize(void* ptr) const { return impl_->RequestedSize(ptr); }
 size_t CachingPool::Trim() { return impl_->Trim(); }
+Result<size_t> CachingPool::Evict(void* ptr) { return impl_->Evict(ptr); }
+Status CachingPool::Restore(void* ptr) { return impl_->Restore(ptr); }
 PoolStats CachingPool::Stats() const { return impl_->Stats(); }
 std::vector<SegmentInfo> CachingPool::Snapshot() const { return impl_->Snapshot(); }
 

@@ -28,9 +28,17 @@
 //
 // Statistics (PoolStats): see each field, and docs/memory.md "Pools and fragmentation".
 // Fragmentation, defined for the report users read:
-//   fragmentation = 1 - largest_free_block_bytes / cached_free_bytes   (0 when nothing is free)
+//   fragmentation = 1 - usable / cached_free_bytes   (0 when nothing is free), where usable is
+//   largest_free_block_bytes, or for a source that can decommit the larger of that and
+//   remappable_free_bytes (the free whole granules, which a decommit and a new mapping join
+//   into one request).
 // It says how much of the cached free memory cannot serve one request as large as all of it:
 // 0 means all free cached memory is one block; near 1 means it is scattered in small pieces.
+//
+// With a source that can decommit (SegmentSource::decommit_granularity, the VMM pool), running
+// out of memory, and Trim, also give back the whole granules inside free blocks of segments
+// still in use; their addresses stay with the segment as holes until it is fully free. So
+// memory free in pieces serves a request as large as all of it, to within a granule per piece.
 //
 // Cost: Allocate and Free are O(log n) in the number of free blocks when served from the cache.
 //
@@ -60,7 +68,8 @@ struct PoolStats {
   Device device;
   size_t reserved_bytes = 0;      // held from the source: the sum of the segments' sizes
   size_t allocated_bytes = 0;     // handed out, rounded sizes: the sum of live blocks' sizes
-                                  // (a block keeps a remainder too small to split off)
+                                  // (a block keeps a remainder too small to split off), less
+                                  // what Evict gave back
   size_t requested_bytes = 0;     // handed out, as asked: the sum of Allocate's `size`s
   size_t peak_reserved_bytes = 0;   // highest reserved_bytes since construction
   size_t peak_allocated_bytes = 0;  // highest allocated_bytes since construction
@@ -69,6 +78,14 @@ struct PoolStats {
   size_t cached_free_bytes = 0;   // reserved - allocated: free blocks kept for reuse
   size_t largest_free_block_bytes = 0;  // the largest free block (any pool, any stream)
   double fragmentation = 0.0;     // see the file comment
+  // A source that can decommit (the VMM pool, docs/memory.md): its granularity (0 for any
+  // other), the address space the pool keeps whose memory went back (holes), the cached free
+  // bytes in whole granules (what a request could have after a decommit), and the cumulative
+  // number of holes made.
+  size_t decommit_granularity = 0;
+  size_t hole_bytes = 0;
+  size_t remappable_free_bytes = 0;
+  uint64_t decommits = 0;
   uint64_t total_allocations = 0;  // cumulative Allocate successes
   uint64_t segment_allocations = 0;  // cumulative SegmentSource::Allocate successes
   uint64_t segment_frees = 0;      // cumulative segments returned (Trim, out-of-memory retry)
@@ -87,6 +104,7 @@ struct SegmentInfo {
     uintptr_t address = 0;
     size_t size = 0;
     bool allocated = false;
+    bool hole = false;  // free, its memory given back (a VMM pool)
   };
   std::vector<BlockInfo> blocks;  // in address order, covering the segment
 };
@@ -112,9 +130,22 @@ class CachingPool {
   // The size Allocate recorded for `ptr` as requested; 0 if unknown.
   size_t RequestedSize(void* ptr) const;
 
-  // Returns fully free segments to the source; the bytes returned. Calls the source's
-  // Synchronize once before the first Free, and not at all when no segment is fully free.
+  // Returns fully free segments to the source (and with a source that can decommit, the whole
+  // granules of free blocks); the bytes returned. Calls the source's Synchronize once before
+  // the first Free or Decommit, and not at all when there is nothing to return.
   size_t Trim();
+
+  // A pool whose source can decommit (the VMM pool): gives back the memory under the whole
+  // granules of live allocation `ptr`, keeping its addresses (a sleeping model's weights, whose
+  // pointers its backend keeps: docs/memory.md, "Sleeping in place"). Its contents there are
+  // lost; the caller copies them out first and must not touch them until Restore. Returns the
+  // bytes given back (at most a granule less at each end than the allocation, whose edges may
+  // share a granule with a neighbour); 0 when it was evicted already. Unsupported for any other
+  // pool; InvalidArgument for a pointer that is not live. Freeing an evicted allocation is fine.
+  Result<size_t> Evict(void* ptr);
+  // Maps memory under an evicted allocation again (contents undefined): ResourceExhausted when
+  // the device has none, the allocation staying evicted. Ok for one not evicted.
+  Status Restore(void* ptr);
 
   PoolStats Stats() const;
   // Segments in address order.

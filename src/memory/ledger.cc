@@ -286,6 +286,8 @@ class Ledger::Impl {
   bool Knows(const void* ptr);
   Result<OwnerStats> Stats(OwnerId owner) const;
   Result<int64_t> SubtreeLiveBytes(OwnerId owner) const EXCLUDES(tree_mu_);
+  Result<std::vector<Ledger::LiveAllocation>> LiveAllocationsBelow(OwnerId owner, Device device)
+      EXCLUDES(tree_mu_);
   std::string OwnerPath(OwnerId owner) const EXCLUDES(tree_mu_);
   std::vector<OwnerSnapshot> Snapshot() const EXCLUDES(tree_mu_);
   std::vector<LeakReport> Leaks() const EXCLUDES(history_mu_);
@@ -910,6 +912,36 @@ Result<int64_t> Ledger::Impl::SubtreeLiveBytes(OwnerId id) const {
   return bytes;
 }
 
+Result<std::vector<Ledger::LiveAllocation>> Ledger::Impl::LiveAllocationsBelow(OwnerId id,
+                                                                             Device device) {
+  // tree_mu_ for the whole scan: no node of the subtree can be deleted while its records are
+  // read (a record's node is alive while the record is), and the lock order allows the shards.
+  MutexLock tree(tree_mu_);
+  OwnerNode* top = FindLocked(id);
+  if (top == nullptr) return Status::NotFound("no owner " + std::to_string(id));
+  std::unordered_map<const OwnerNode*, OwnerId> subtree;
+  std::vector<const OwnerNode*> stack{top};
+  while (!stack.empty()) {
+    const OwnerNode* node = stack.back();
+    stack.pop_back();
+    subtree.emplace(node, node->id);
+    for (const OwnerNode* c = node->first_child; c != nullptr; c = c->next_sibling) {
+      if (c->kind == OwnerKind::kVersion || c->kind == OwnerKind::kInstance) stack.push_back(c);
+    }
+  }
+  std::vector<Ledger::LiveAllocation> out;
+  for (RecordShard& shard : record_shards_) {
+    MutexLock lock(shard.mu);
+    for (const auto& [address, record] : shard.records) {
+      if (record.device != device) continue;
+      auto it = subtree.find(record.owner);
+      if (it == subtree.end()) continue;
+      out.push_back({reinterpret_cast<const void*>(address), record.size, it->second});
+    }
+  }
+  return out;
+}
+
 std::string Ledger::Impl::OwnerPath(OwnerId id) const {
   MutexLock tree(tree_mu_);
   const OwnerNode* node = FindLocked(id);
@@ -1063,6 +1095,10 @@ OwnerId Ledger::RecordFree(const void* ptr) { return impl_->RecordFree(ptr); }
 Status Ledger::Recharge(const void* ptr, OwnerId owner) { return impl_->Recharge(ptr, owner); }
 bool Ledger::Knows(const void* ptr) const { return impl_->Knows(ptr); }
 Result<OwnerStats> Ledger::Stats(OwnerId owner) const { return impl_->Stats(owner); }
+Result<std::vector<Ledger::LiveAllocation>> Ledger::LiveAllocationsBelow(OwnerId owner,
+                                                                        Device device) {
+  return impl_->LiveAllocationsBelow(owner, device);
+}
 Result<int64_t> Ledger::SubtreeLiveBytes(OwnerId owner) const {
   return impl_->SubtreeLiveBytes(owner);
 }

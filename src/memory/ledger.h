@@ -208,6 +208,17 @@ class Ledger {
   // Whether a live allocation starts at `ptr`: what Recharge can move.
   bool Knows(const void* ptr) const;
 
+  // The live allocations on `device` charged to `owner` or to a version or instance owner below
+  // it, through such owners only: what a model keeps, not what its requests or sequences hold
+  // (a response may still be on its way to a client). What a model sleeping in place parks
+  // (Allocator::Park). NotFound for an unknown owner.
+  struct LiveAllocation {
+    const void* ptr;
+    size_t size;
+    OwnerId owner;
+  };
+  Result<std::vector<LiveAllocation>> LiveAllocationsBelow(OwnerId owner, Device device);
+
   // Self figures; NotFound for an owner that never existed or has been dropped (a closed owner
   // that still holds leaks is found).
   Result<OwnerStats> Stats(OwnerId owner) const;

@@ -205,6 +205,11 @@ void WritePool(JsonWriter& w, const PoolStats& p) {
   Uint(w, "largest_free_block_bytes", p.largest_free_block_bytes);
   WriteJsonKey(w, "fragmentation");
   w.Double(p.fragmentation);
+  Text(w, "kind", p.decommit_granularity > 0 ? "vmm" : "caching");
+  Uint(w, "decommit_granularity", p.decommit_granularity);
+  Uint(w, "remappable_free_bytes", p.remappable_free_bytes);
+  Uint(w, "hole_bytes", p.hole_bytes);
+  Uint(w, "decommits", p.decommits);
   Uint(w, "total_allocations", p.total_allocations);
   Uint(w, "segment_allocations", p.segment_allocations);
   Uint(w, "segment_frees", p.segment_frees);

@@ -21,11 +21,29 @@ class SegmentSource {
   // `size` bytes from the system, aligned to at least 256 bytes. ResourceExhausted, naming the
   // device and size, when the system has no memory for it.
   virtual Result<void*> Allocate(size_t size) = 0;
-  // Returns a segment from Allocate. The caller has made sure no queued work still uses it.
+  // Returns a segment from Allocate (what of it is still backed, and its addresses). The caller
+  // has made sure no queued work still uses it.
   virtual void Free(void* ptr, size_t size) = 0;
   // Waits for all work queued on the device (a no-op for the CPU and for cuda_host). Called
   // before segments go back to the driver, so a stream-ordered free is complete.
   virtual void Synchronize() {}
+
+  // Sources that map physical memory into reserved addresses (CUDA's virtual memory management)
+  // can give back the memory under part of a segment and keep the segment's addresses: the
+  // pool's way past fragmentation (docs/memory.md, "The VMM pool"). The granularity in bytes
+  // at which they can, or 0 for a source that cannot (then neither call below is made).
+  // Segments from such a source start at a multiple of the granularity.
+  virtual size_t decommit_granularity() const { return 0; }
+  // Returns the physical memory under [ptr, ptr + size) to the system; the addresses stay
+  // reserved and must not be touched until Recommit. REQUIRES: the range is aligned to the
+  // granularity, lies in one segment from Allocate and is backed; no queued work uses it.
+  virtual void Decommit(void* ptr, size_t size) { (void)ptr, (void)size; }
+  // Backs a decommitted range with physical memory again (its old contents are gone);
+  // ResourceExhausted when the system has none.
+  virtual Status Recommit(void* ptr, size_t size) {
+    (void)ptr, (void)size;
+    return Status::Unsupported("this memory source cannot decommit");
+  }
 };
 
 std::unique_ptr<SegmentSource> MakeHostSegmentSource();
@@ -42,5 +60,17 @@ Result<std::unique_ptr<SegmentSource>> MakeCudaSegmentSource(int ordinal);
 // sure the copies reading it are complete (a synchronous cudaMemcpy, or a stream synchronized),
 // as it must for ordinary host memory, which the CPU may reuse at once.
 Result<std::unique_ptr<SegmentSource>> MakeCudaHostSegmentSource();
+
+// A source for CUDA device `ordinal` built on CUDA's virtual memory management: each segment is
+// one reserved address range backed by physical chunks of the device's allocation granularity
+// (2 MiB on H100 and H200), each of which can be decommitted and recommitted alone. Unavailable
+// when built without CUDA, when the device does not exist or does not support it.
+Result<std::unique_ptr<SegmentSource>> MakeCudaVmmSegmentSource(int ordinal);
+
+// The same policy in host memory, for tests and benchmarks on machines without a GPU: ranges
+// reserved with mmap, pages of `granularity` bytes committed and decommitted with mprotect and
+// madvise, and a `capacity` in committed bytes past which Allocate and Recommit answer
+// ResourceExhausted as a full device would. `granularity` is a multiple of the page size.
+std::unique_ptr<SegmentSource> MakeHostVmmSegmentSource(size_t capacity, size_t granularity);
 
 }  // namespace vramd::memory

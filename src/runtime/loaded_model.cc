@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "memory/byte_size.h"
 #include "memory/cuda_devices.h"
 #include "runtime/batch_assembly.h"
 #include "runtime/request_validator.h"
@@ -253,16 +256,73 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   }
 
   LoadedModel* gated = model.get();  // the gate outlives the scheduler (members' order)
-  const bool can_sleep = model->backend_model_->CanSleep();
+  const bool by_backend = model->backend_model_->CanSleep();
+  const bool in_place = !by_backend && model->backend_model_->SleepsInPlace();
+  // Sleeping in place gives back GPU memory: what its GPU instances keep.
+  std::vector<memory::Device> park_devices;
+  for (const Instance& instance : model->instances_) {
+    if (instance.device.is_cuda() &&
+        std::find(park_devices.begin(), park_devices.end(), instance.device) ==
+            park_devices.end()) {
+      park_devices.push_back(instance.device);
+    }
+  }
+  const bool can_sleep =
+      by_backend || (in_place && !park_devices.empty() && memory.allocator->CanPark());
+  if (!can_sleep) {
+    const std::string_view backend_name = (*backend)->name();
+    if (!in_place) {
+      model->cannot_sleep_ = fmt::format(
+          "model '{}' cannot sleep: backend '{}' cannot sleep (it has no model_sleep and "
+          "model_wake)",
+          config->name(), backend_name);
+    } else if (park_devices.empty()) {
+      model->cannot_sleep_ = fmt::format(
+          "model '{}' cannot sleep: backend '{}' sleeps in place, which gives back GPU memory, "
+          "and the model has no GPU instance (host memory gains nothing from a copy to host)",
+          config->name(), backend_name);
+    } else {
+      model->cannot_sleep_ = fmt::format(
+          "model '{}' cannot sleep: backend '{}' sleeps in place, which needs the VMM pool "
+          "(start vramd with --device-pool=vmm)",
+          config->name(), backend_name);
+    }
+  }
   if (model->sleep_settings_.configured && !can_sleep) {
     return Status::InvalidArgument(fmt::format(
-        "{}: parameters '{}' and '{}' ask for sleeping, but backend '{}' cannot sleep (it has "
-        "no model_sleep and model_wake)",
-        where, kSleepAfterIdleParameter, kSleepLevelParameter, (*backend)->name()));
+        "{}: parameters '{}' and '{}' ask for sleeping, but {}", where, kSleepAfterIdleParameter,
+        kSleepLevelParameter, model->cannot_sleep_));
+  }
+  if (in_place && model->sleep_settings_.configured &&
+      model->sleep_settings_.level != backends::SleepLevel::kHostCopy) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: parameter '{}': backend '{}' sleeps in place, at level 1 only", where,
+        kSleepLevelParameter, (*backend)->name()));
   }
   SleepGate::Actions actions;
   actions.name = where;
-  if (can_sleep) {
+  if (can_sleep && in_place) {
+    actions.sleep = [gated, where, park_devices](backends::SleepLevel level) -> Status {
+      if (level != backends::SleepLevel::kHostCopy) {
+        return Status::InvalidArgument(fmt::format(
+            "{} sleeps in place, at level 1 only: its memory is kept in host memory, and level "
+            "2 needs a backend that reads its weights again",
+            where));
+      }
+      memory::Allocator* allocator = gated->memory_.allocator;
+      VRAMD_ASSIGN_OR_RETURN(size_t given_back,
+                             allocator->Park(gated->owner_.id(), park_devices));
+      spdlog::info("{}: asleep in place: {} given back to the devices, {} kept in host memory",
+                   where, memory::FormatBytes(given_back),
+                   memory::FormatBytes(allocator->ParkedBytes(gated->owner_.id())));
+      allocator->TrimAll();
+      return Status::Ok();
+    };
+    actions.wake = [gated] {
+      memory::Allocator::ReliefScope relief;  // may put other idle models to sleep
+      return gated->memory_.allocator->Unpark(gated->owner_.id());
+    };
+  } else if (can_sleep) {
     actions.sleep = [gated](backends::SleepLevel level) {
       memory::OwnerScope scope(gated->owner_.id());  // what the backend keeps is the version's
       Status slept = gated->backend_model_->Sleep(level);

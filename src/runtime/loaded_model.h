@@ -190,6 +190,8 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // Sleeping: see the top of this file. Sleep waits until `deadline` for executions in flight
   // (Unavailable after it); Unsupported for a version whose backend cannot sleep.
   bool CanSleep() const { return sleep_->can_sleep(); }
+  // Why it cannot (names the model and the backend); empty when it can.
+  const std::string& CannotSleepReason() const { return cannot_sleep_; }
   Status Sleep(backends::SleepLevel level, SleepGate::Clock::time_point deadline) {
     return sleep_->Sleep(level, deadline);
   }
@@ -252,6 +254,7 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // Made by Load once the instances exist (never null afterwards); it outlives the scheduler,
   // whose executions pass it.
   std::unique_ptr<SleepGate> sleep_;
+  std::string cannot_sleep_;  // set at load
   // Scheduler, or SequenceBatcher for sequence_batching; null until Load has created every
   // instance.
   std::unique_ptr<RequestScheduler> scheduler_;

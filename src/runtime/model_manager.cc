@@ -453,12 +453,7 @@ Status ModelManager::Sleep(std::string_view name, int64_t version, backends::Sle
   VRAMD_ASSIGN_OR_RETURN(auto versions, ReadyVersionsOf(name, version));
   const auto deadline = SleepGate::Clock::now() + wait;
   for (const auto& model : versions) {
-    if (!model->CanSleep()) {
-      auto backend = backends::FindBackend(model->config());
-      return Status::Unsupported(fmt::format(
-          "model '{}' cannot sleep: backend '{}' has no model_sleep and model_wake", name,
-          backend.ok() ? std::string((*backend)->name()) : model->config().backend()));
-    }
+    if (!model->CanSleep()) return Status::Unsupported(model->CannotSleepReason());
   }
   for (const auto& model : versions) VRAMD_RETURN_IF_ERROR(model->Sleep(level, deadline));
   return Status::Ok();

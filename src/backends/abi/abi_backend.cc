@@ -40,6 +40,7 @@ struct ModelHandle {
   bool checks_readiness = false;  // AbiBackend::ChecksReadiness()
   bool gpu_inputs = false;        // the table's accepts_gpu_inputs
   bool can_sleep = false;         // the table has model_sleep and model_wake
+  bool sleeps_in_place = false;   // the table's sleeps_in_place
 
   ~ModelHandle() {
     if (model != nullptr) api->model_destroy(model);
@@ -366,6 +367,7 @@ class AbiModel final : public BackendModel {
   bool TakesGpuInputs() const override { return model_->gpu_inputs; }
 
   bool CanSleep() const override { return model_->can_sleep; }
+  bool SleepsInPlace() const override { return model_->sleeps_in_place; }
 
   Status Sleep(SleepLevel level) override {
     if (!model_->can_sleep) return CannotSleep();
@@ -458,6 +460,12 @@ bool AbiBackend::ModelsCanSleep() const {
   return api_->struct_size >= kEnd && api_->model_sleep != nullptr && api_->model_wake != nullptr;
 }
 
+bool AbiBackend::ModelsSleepInPlace() const {
+  constexpr size_t kEnd =
+      offsetof(VramdBackendApi, sleeps_in_place) + sizeof(VramdBackendApi::sleeps_in_place);
+  return api_->struct_size >= kEnd && api_->sleeps_in_place != 0;
+}
+
 bool AbiBackend::ChecksReadiness() const {
   constexpr size_t kEnd =
       offsetof(VramdBackendApi, instance_ready) + sizeof(VramdBackendApi::instance_ready);
@@ -534,6 +542,7 @@ Result<std::unique_ptr<BackendModel>> AbiBackend::LoadModel(const ModelContext& 
     handle->checks_readiness = ChecksReadiness();
     handle->gpu_inputs = AcceptsGpuInputs();
     handle->can_sleep = ModelsCanSleep();
+    handle->sleeps_in_place = ModelsSleepInPlace();
 
     VramdModelInfo info{};
     info.struct_size = sizeof(VramdModelInfo);

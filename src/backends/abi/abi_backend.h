@@ -56,6 +56,8 @@ class AbiBackend final : public Backend {
   bool ChecksReadiness() const override;
   // Whether the table has model_sleep and model_wake (BackendModel::CanSleep, per model).
   bool ModelsCanSleep() const;
+  // Whether the table sets sleeps_in_place (BackendModel::SleepsInPlace).
+  bool ModelsSleepInPlace() const;
   // The table's auto_complete_config, when it sets one: the config as JSON in, the completed
   // JSON parsed back (unvalidated: the caller validates). Its errors are the backend's (named,
   // for a library; the caller names the model); a reply that is not a config is

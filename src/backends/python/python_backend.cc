@@ -176,6 +176,11 @@ VramdBackendApi MakeApi() {
   // A GPU input becomes a GPU pb_utils.Tensor where FORCE_CPU_ONLY_INPUT_TENSORS is "no", and
   // is copied to host here otherwise (model.cc), as Triton's stub does.
   api.accepts_gpu_inputs = 1;
+  // A model's GPU memory, where vramd sees it (torch's, through torch_ledger.h), is charged to
+  // its instances, and torch keeps pointers into it: vramd parks it in place while the model
+  // sleeps (docs/memory.md, "Sleeping in place"). Memory a model takes past the ledger (another
+  // framework, torch's default pool) stays on the device while it sleeps.
+  api.sleeps_in_place = 1;
   return api;
 }
 

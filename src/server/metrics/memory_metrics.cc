@@ -181,8 +181,12 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
   PoolFamily(out, report, "vramd_pool_segments", "Segments the pool holds.", kGauge,
              [](const PoolStats& p) { return static_cast<double>(p.segments); });
   PoolFamily(out, report, "vramd_pool_fragmentation_ratio",
-             "1 - largest free block / cached free bytes: 0 when free cache is one block.",
+             "1 - what one request could have / cached free bytes: 0 when free cache is one "
+             "block (or, in a VMM pool, whole granules).",
              kGauge, [](const PoolStats& p) { return p.fragmentation; });
+  PoolFamily(out, report, "vramd_pool_decommitted_bytes",
+             "VMM pool: address space kept whose memory went back to the driver (holes).",
+             kGauge, [](const PoolStats& p) { return static_cast<double>(p.hole_bytes); });
   PoolFamily(out, report, "vramd_pool_out_of_memory_total",
              "Allocations the pool failed for lack of memory.", kCounter,
              [](const PoolStats& p) { return static_cast<double>(p.out_of_memory); });
