@@ -53,6 +53,8 @@ for b in "${binaries[@]}"; do
   ldd "$b" | awk '/=> \//{print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/libcublas(Lt)?\.so|/lib(openblas|gfortran|quadmath)[^/]*\.so' \
   | while read -r lib; do cp -L "$lib" device-dist/lib/; done
-# A RelWithDebInfo build's line tables are most of its size: the carry takes 64 MiB.
-strip --strip-debug device-dist/bin/* device-dist/lib/* 2>/dev/null || true
+# A RelWithDebInfo build's line tables and symbols are most of its size, and the carry takes 64
+# MiB with the working tree (.dynsym stays: backends link against vramd's exported symbols).
+strip --strip-unneeded device-dist/bin/* 2>/dev/null || true
+strip --strip-debug device-dist/lib/* 2>/dev/null || true
 echo "device-dist: $(ls device-dist/bin | wc -l) binaries, $(ls device-dist/lib | wc -l) libraries, $(du -sh device-dist | cut -f1)"
