@@ -4,8 +4,10 @@
 // fails.
 //
 //   fragmentation_replay [--device cuda:0|cpu] [--fill 0.85] [--seed 17] [--steps N]
+//                        [--min-size 65536] [--max-size 8388608]
 //
-// The trace: sizes log-uniform from 4 KiB to 24 MiB, 60% allocations and 40% frees of a random
+// The trace: sizes log-uniform from 64 KiB to 8 MiB (activations and workspaces: what the
+// caching pool packs into shared 2 and 12 MiB segments), 60% allocations and 40% frees of a random
 // live block, until the live bytes reach --fill of what the device had free at the start (the
 // capacity); then half of the live blocks, in random order, are freed. "Free" for the final
 // request is what the device has left plus what the pool caches. On the CPU both pools use the
@@ -47,6 +49,8 @@ struct Options {
   double fill = 0.85;
   uint64_t seed = 17;
   int steps = 0;  // 0: until the fill is reached and 20,000 steps more
+  double min_size = 64 * 1024;
+  double max_size = 8 * 1024 * 1024;
 };
 
 class NoDecommit final : public SegmentSource {
@@ -118,7 +122,7 @@ Outcome Run(const Options& o, bool vmm) {
   const size_t capacity = DeviceFree(o, nullptr);
   const size_t target = static_cast<size_t>(o.fill * static_cast<double>(capacity));
   std::mt19937_64 rng(o.seed);
-  std::uniform_real_distribution<double> log_size(12.0, 24.6);
+  std::uniform_real_distribution<double> log_size(std::log2(o.min_size), std::log2(o.max_size));
   struct Live {
     void* ptr;
     size_t size;
@@ -217,10 +221,14 @@ int main(int argc, char** argv) {
       o.seed = std::stoull(value());
     } else if (arg == "--steps") {
       o.steps = std::stoi(value());
+    } else if (arg == "--min-size") {
+      o.min_size = std::stod(value());
+    } else if (arg == "--max-size") {
+      o.max_size = std::stod(value());
     } else {
       std::fprintf(stderr,
                    "usage: fragmentation_replay [--device cuda:0|cpu] [--fill F] [--seed N] "
-                   "[--steps N]\n");
+                   "[--steps N] [--min-size BYTES] [--max-size BYTES]\n");
       return 2;
     }
   }

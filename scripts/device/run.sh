@@ -405,10 +405,10 @@ fi
 
 # 15. vmm (not in the default STEPS; issue 17, item 5): bench/fragmentation_replay: one
 #    fragmenting trace (sizes 4 KiB to 24 MiB, frees in random order, filled to VMM_FILL of the
-#    free memory) against the caching pool and then the VMM pool on cuda:0, and one allocation
+#    free memory, default 0.9) against the caching pool and then the VMM pool on cuda:0, and one allocation
 #    of half the free memory after it: the VMM pool serves it, the caching pool does not.
 if has_step vmm; then
-  timeout 400 "$BIN"/fragmentation_replay --device cuda:0 --fill "${VMM_FILL:-0.85}" \
+  timeout 400 "$BIN"/fragmentation_replay --device cuda:0 --fill "${VMM_FILL:-0.9}" \
     ${VMM_ARGS:-} > "$OUT/vmm.log" 2>&1
   rc=$?
   cat "$OUT/vmm.log" >> "$summary"

@@ -263,6 +263,10 @@ Result<size_t> Allocator::Park(OwnerId owner, const std::vector<Device>& devices
                            ledger_->LiveAllocationsBelow(owner, device));
     const Device host = device.is_cuda() ? Device::CudaHost() : Device::Cpu();
     for (const Ledger::LiveAllocation& a : live) {
+      // The ledger also holds what was charged without coming from the pool (memory a library
+      // took, measured and recorded at a made-up address: native_memory.h); only the pool's
+      // blocks are memory to move.
+      if (pool->RequestedSize(const_cast<void*>(a.ptr)) == 0) continue;
       Parked p{device, a.size, a.owner, owner, Buffer()};
       Status parked = [&]() -> Status {
         VRAMD_ASSIGN_OR_RETURN(p.copy, Allocate(host, a.size, 0, owner));

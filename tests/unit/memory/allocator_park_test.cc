@@ -132,6 +132,23 @@ TEST(AllocatorParkTest, AWakeTheQuotaRefusesLeavesTheRestParkedAndCanBeTriedAgai
   s.allocator.Free(Device::Cpu(), weights);
 }
 
+TEST(AllocatorParkTest, ChargesThatAreNotThePoolsMemoryStayWhereTheyAre) {
+  ParkSetup s;
+  void* weights = s.Hold(4 * kParkMiB, s.instance, 0x77);
+  // What a library took outside the pools is charged at a made-up address (native_memory.h):
+  // there is nothing there to copy (a copy of 64 MiB from it crashed the GPU run).
+  int key = 0;
+  s.ledger.RecordAllocation(&key, 64 * kParkMiB, Device::Cpu(), s.instance);
+  Result<size_t> given = s.allocator.Park(s.version, {Device::Cpu()});
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(s.allocator.ParkedBytes(s.version), 4 * kParkMiB);
+  EXPECT_EQ(s.Cpu(s.instance), static_cast<int64_t>(64 * kParkMiB));
+  ASSERT_TRUE(s.allocator.Unpark(s.version).ok());
+  EXPECT_TRUE(Holds(weights, 4 * kParkMiB, 0x77));
+  s.ledger.RecordFree(&key);
+  s.allocator.Free(Device::Cpu(), weights);
+}
+
 TEST(AllocatorParkTest, WithTheCachingPoolNothingIsParked) {
   Ledger ledger;
   Allocator allocator(&ledger);
