@@ -404,7 +404,7 @@ if has_step ensemble; then
 fi
 
 # 15. vmm (not in the default STEPS; issue 17, item 5): bench/fragmentation_replay: one
-#    fragmenting trace (sizes 4 KiB to 24 MiB, frees in random order, filled to VMM_FILL of the
+#    fragmenting trace (sizes 64 KiB to 8 MiB, frees in random order, filled to VMM_FILL of the
 #    free memory, default 0.9) against the caching pool and then the VMM pool on cuda:0, and one allocation
 #    of half the free memory after it: the VMM pool serves it, the caching pool does not.
 if has_step vmm; then
