@@ -290,7 +290,8 @@ Result<size_t> Allocator::Park(OwnerId owner, const std::vector<Device>& devices
   return given_back;
 }
 
-Status Allocator::TryRestore(const void* ptr, Parked& p, Refusal* refusal) {
+Result<Ledger::PendingCharge> Allocator::TryMapAgain(const void* ptr, const Parked& p,
+                                                    Refusal* refusal) {
   VRAMD_ASSIGN_OR_RETURN(CachingPool * pool, Pool(p.device));
   bool by_budget = false;
   Result<Ledger::PendingCharge> charge = ledger_->Charge(p.device, p.size, p.owner, &by_budget);
@@ -303,11 +304,8 @@ Status Allocator::TryRestore(const void* ptr, Parked& p, Refusal* refusal) {
     return Status(mapped.code(),
                   fmt::format("{} {}", mapped.message(), DescribeDevice(p.device)));
   }
-  VRAMD_RETURN_IF_ERROR(
-      CopyBytes(p.device, const_cast<void*>(ptr), p.copy.device(), p.copy.data(), p.size, nullptr));
-  ledger_->Commit(std::move(*charge), ptr);
   *refusal = Refusal::kNone;
-  return Status::Ok();
+  return charge;
 }
 
 Status Allocator::Unpark(OwnerId owner) {
@@ -318,25 +316,57 @@ Status Allocator::Unpark(OwnerId owner) {
       if (p.parked_by == owner) mine.push_back(ptr);
     }
   }
+  // Each allocation is mapped, then its copy back is queued while the next one is mapped: the
+  // driver's mapping calls (one per granule) overlap the copies, which are waited for once.
+  struct Restoring {
+    const void* ptr;
+    Parked parked;
+    Ledger::PendingCharge charge;
+  };
+  std::vector<Restoring> queued;
+  Status failed;
   for (const void* ptr : mine) {
     Parked p;
     if (!TakeParked(ptr, &p)) continue;  // freed meanwhile
     Refusal refusal = Refusal::kNone;
-    Status restored = TryRestore(ptr, p, &refusal);
-    if (!restored.ok() && relief_depth > 0 && !in_relief) {
-      restored = RetryUnderRelief(p.device, p.size, p.owner, refusal, std::move(restored),
-                                  [&](Refusal* r) { return TryRestore(ptr, p, r); });
+    Result<Ledger::PendingCharge> charge = TryMapAgain(ptr, p, &refusal);
+    if (!charge.ok() && relief_depth > 0 && !in_relief) {
+      charge = RetryUnderRelief(p.device, p.size, p.owner, refusal, std::move(charge),
+                                [&](Refusal* r) { return TryMapAgain(ptr, p, r); });
     }
-    if (!restored.ok()) {
+    Status copied = charge.ok() ? QueueCopy(p.device, const_cast<void*>(ptr), p.copy.device(),
+                                            p.copy.data(), p.size, nullptr)
+                                : charge.status();
+    if (!copied.ok()) {
+      failed = Status(copied.code(), fmt::format("waking {} at {}: {}", FormatBytes(p.size), ptr,
+                                                 copied.message()));
       MutexLock lock(park_mu_);
-      const size_t size = p.size;
-      parked_.emplace(ptr, std::move(p));
+      parked_.emplace(ptr, std::move(p));  // mapped or not, a later Unpark finishes it
       parked_count_.store(parked_.size(), std::memory_order_release);
-      return Status(restored.code(), fmt::format("waking {} at {}: {}", FormatBytes(size), ptr,
-                                                 restored.message()));
+      break;
+    }
+    queued.push_back({ptr, std::move(p), std::move(*charge)});
+  }
+  std::vector<Device> devices;
+  for (const Restoring& r : queued) {
+    if (r.parked.device.is_cuda() &&
+        std::find(devices.begin(), devices.end(), r.parked.device) == devices.end()) {
+      devices.push_back(r.parked.device);
     }
   }
-  return Status::Ok();
+  Status waited;
+  for (Device d : devices) {
+    if (Status s = SynchronizeStream(d.index, nullptr); !s.ok() && waited.ok()) waited = s;
+  }
+  if (!waited.ok()) {
+    // The copies' outcome is unknown: everything stays parked, to be copied again.
+    MutexLock lock(park_mu_);
+    for (Restoring& r : queued) parked_.emplace(r.ptr, std::move(r.parked));
+    parked_count_.store(parked_.size(), std::memory_order_release);
+    return Status(waited.code(), "waking: " + waited.message());
+  }
+  for (Restoring& r : queued) ledger_->Commit(std::move(r.charge), r.ptr);
+  return failed;  // the copies (host memory) go with `queued`
 }
 
 size_t Allocator::ParkedBytes(OwnerId owner) const {

@@ -194,8 +194,9 @@ class Allocator {
     OwnerId parked_by = kNoOwner;  // Park's argument
     Buffer copy;                   // its bytes while parked
   };
-  // One Unpark of `p`, at `ptr`: charge, map, copy back, commit.
-  Status TryRestore(const void* ptr, Parked& p, Refusal* refusal);
+  // Charges `p` to its owner again and maps memory under it at `ptr` (the copy back is the
+  // caller's); `*refusal` says who refused.
+  Result<Ledger::PendingCharge> TryMapAgain(const void* ptr, const Parked& p, Refusal* refusal);
   // Removes the parked record of `ptr` (true) when there is one; its copy is freed by the caller
   // outside park_mu_ (Free is reentrant through it).
   bool TakeParked(const void* ptr, Parked* out) EXCLUDES(park_mu_);

@@ -96,7 +96,7 @@ Status CudaInitContext(int ordinal) {
   return Status::Ok();
 }
 
-Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
+Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream) {
   if (size == 0) return Status::Ok();
   if (!dst_device.is_cuda() && !src_device.is_cuda()) {
@@ -105,6 +105,25 @@ Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* sr
   }
   // cudaMemcpyDefault infers the direction from the pointers (unified addressing, which every
   // GPU vramd supports has), so a pinned or pageable host pointer needs no special case.
+  cudaError_t err =
+      cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Internal(fmt::format("copying {} bytes from {} to {}: {}", size,
+                                        src_device.ToString(), dst_device.ToString(),
+                                        cudaGetErrorString(err)));
+  }
+  CountCopy(dst_device, src_device, size);
+  return Status::Ok();
+}
+
+Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
+                 void* stream) {
+  if (size == 0) return Status::Ok();
+  if (!dst_device.is_cuda() && !src_device.is_cuda()) {
+    std::memcpy(dst, src, size);
+    return Status::Ok();
+  }
   auto s = static_cast<cudaStream_t>(stream);
   cudaError_t err = cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, s);
   if (err == cudaSuccess) err = cudaStreamSynchronize(s);
@@ -153,6 +172,11 @@ Status CudaInitContext(int ordinal) { return Status::Unavailable("built without 
 Status SynchronizeDevice(int ordinal) { return Status::Unavailable("built without CUDA"); }
 Status SynchronizeStream(int ordinal, void* stream) {
   return Status::Unavailable("built without CUDA");
+}
+
+Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
+                 void* stream) {
+  return CopyBytes(dst_device, dst, src_device, src, size, stream);
 }
 
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,

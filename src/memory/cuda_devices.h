@@ -41,6 +41,11 @@ Status SynchronizeStream(int ordinal, void* stream);
 // (Unavailable without it), and a CUDA failure is Internal naming the error.
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream);
+// CopyBytes without the wait: a copy touching a GPU is queued on `stream` and may still run
+// when it returns (the caller synchronizes the stream before it uses `dst` or reuses `src`; a
+// pageable host buffer makes CUDA finish the copy first anyway). Host to host is done at once.
+Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
+                 void* stream);
 
 // Bytes CopyBytes has moved across a GPU's boundary since the process started, by direction
 // (pinned host memory counts as host): what a request path costs in transfers, e.g. none
