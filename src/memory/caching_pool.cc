@@ -90,6 +90,7 @@ struct Segment {
   Block* first = nullptr;  // the lowest block; never changes (merges keep the lower block)
   size_t live = 0;         // allocated blocks
   size_t holes = 0;        // bytes in holes
+  size_t unit = 0;         // the source's DecommitUnit(size); 0: it cannot decommit
 };
 
 // Free-set order, (stream, size, address), with heterogeneous lookup by key.
@@ -193,10 +194,15 @@ class CachingPool::Impl {
   void SplitOutHole(Block* b, Range hole) REQUIRES(mu_);
   // The bytes CarveHoles would turn into holes now.
   size_t CarvableBytes() const REQUIRES(mu_);
-  // The part of [address, address + size) made of whole granules.
-  Range Interior(uintptr_t address, size_t size) const {
-    const uintptr_t lo = (address + granularity_ - 1) / granularity_ * granularity_;
-    const uintptr_t hi = (address + size) / granularity_ * granularity_;
+  // The part of block `b` made of whole units of its segment (SegmentSource::DecommitUnit;
+  // units start at the segment's base, and the last one ends at its end).
+  static Range Interior(const Block* b) {
+    const Segment* s = b->segment;
+    if (s->unit == 0) return {b->address, 0};
+    const uintptr_t end = b->address + b->size, segment_end = s->address + s->size;
+    const uintptr_t lo = s->address + (b->address - s->address + s->unit - 1) / s->unit * s->unit;
+    const uintptr_t hi =
+        end == segment_end ? end : s->address + (end - s->address) / s->unit * s->unit;
     return hi > lo ? Range{lo, hi - lo} : Range{lo, 0};
   }
   // Returns the memory of what the pool holds but does not use: fully free segments and (for a
@@ -288,6 +294,7 @@ Block* CachingPool::Impl::AddSegment(void* ptr, size_t size, StreamId stream, bo
   segment->size = size;
   segment->stream = stream;
   segment->small = small;
+  segment->unit = granularity_ > 0 ? source_->DecommitUnit(size) : 0;
   Block* b = NewBlock();
   b->address = segment->address;
   b->size = size;
@@ -338,13 +345,15 @@ Result<void*> CachingPool::Impl::Allocate(size_t size, StreamId stream) {
   }
   const size_t rounded = RoundUp(std::max(size, size_t{1}), kMinBlockSize);
   const bool small = rounded <= kSmallRequestLimit;
-  const size_t segment_size = small ? kSmallSegmentSize : RoundUp(rounded, kLargeSegmentRounding);
+  // A source that decommits backs whole granules: a segment is a multiple of its granularity.
+  const size_t rounding = std::max(kLargeSegmentRounding, granularity_);
+  const size_t segment_size = RoundUp(small ? kSmallSegmentSize : rounded, rounding);
   size_t wanted_size = segment_size;  // segment_size, or a shared mid-size segment
   {
     MutexLock lock(mu_);
     if (Block* b = TakeBestFit(small, rounded, stream)) return HandOut(b, rounded, size);
     if (!small && rounded < kMidRequestLimit && HoldsLargeSegment(stream)) {
-      wanted_size = std::max(segment_size, kMidSegmentSize);
+      wanted_size = std::max(segment_size, RoundUp(kMidSegmentSize, rounding));
     }
   }
 
@@ -393,7 +402,7 @@ void CachingPool::Impl::Free(void* ptr) {
       --b->segment->live;
       if (b->evicted) {
         // Its interior is already given back and counted as a hole: that part stays one.
-        const Range hole = Interior(b->address, b->size);
+        const Range hole = Interior(b);
         c_.allocated -= b->size - hole.size;
         b->evicted = false;
         SplitOutHole(b, hole);
@@ -499,10 +508,10 @@ std::vector<Range> CachingPool::Impl::CarveHoles() {
   for (FreeSet* set : {&small_free_, &large_free_}) {
     std::vector<Block*> carvable;
     for (Block* b : *set) {
-      if (Interior(b->address, b->size).size > 0) carvable.push_back(b);
+      if (Interior(b).size > 0) carvable.push_back(b);
     }
     for (Block* b : carvable) {
-      const Range hole = Interior(b->address, b->size);
+      const Range hole = Interior(b);
       set->erase(b);
       SplitOutHole(b, hole);
       b->segment->holes += hole.size;
@@ -533,7 +542,7 @@ Result<size_t> CachingPool::Impl::Evict(void* ptr) {
     }
     Block* b = it->second;
     if (b->evicted) return size_t{0};
-    hole = Interior(b->address, b->size);
+    hole = Interior(b);
     b->evicted = true;
     b->segment->holes += hole.size;
     c_.holes += hole.size;
@@ -559,7 +568,7 @@ Status CachingPool::Impl::Restore(void* ptr) {
           fmt::format("{}: {} is not a live allocation of this pool", device_.ToString(), ptr));
     }
     if (!it->second->evicted) return Status::Ok();
-    hole = Interior(it->second->address, it->second->size);
+    hole = Interior(it->second);
   }
   // The block cannot be freed meanwhile by a correct caller (it is the caller's), and release_mu_
   // keeps a trim from touching its segment.
@@ -588,7 +597,7 @@ size_t CachingPool::Impl::CarvableBytes() const {
   if (granularity_ == 0) return 0;
   size_t bytes = 0;
   for (const FreeSet* set : {&small_free_, &large_free_}) {
-    for (const Block* b : *set) bytes += Interior(b->address, b->size).size;
+    for (const Block* b : *set) bytes += Interior(b).size;
   }
   return bytes;
 }

@@ -36,9 +36,10 @@
 // 0 means all free cached memory is one block; near 1 means it is scattered in small pieces.
 //
 // With a source that can decommit (SegmentSource::decommit_granularity, the VMM pool), running
-// out of memory, and Trim, also give back the whole granules inside free blocks of segments
-// still in use; their addresses stay with the segment as holes until it is fully free. So
-// memory free in pieces serves a request as large as all of it, to within a granule per piece.
+// out of memory, and Trim, also give back the whole units (SegmentSource::DecommitUnit: the
+// granularity, larger in segments of 64 MiB and more) inside free blocks of segments still in
+// use; their addresses stay with the segment as holes until it is fully free. So memory free in
+// pieces serves a request as large as all of it, to within a unit per piece.
 //
 // Cost: Allocate and Free are O(log n) in the number of free blocks when served from the cache.
 //

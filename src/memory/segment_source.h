@@ -34,9 +34,17 @@ class SegmentSource {
   // at which they can, or 0 for a source that cannot (then neither call below is made).
   // Segments from such a source start at a multiple of the granularity.
   virtual size_t decommit_granularity() const { return 0; }
+  // The unit a segment of `segment_size` bytes is backed in, and so decommitted in: a multiple
+  // of the granularity (0 for a source that cannot decommit). Units start at the segment's first
+  // byte; the last one ends at the segment's end and may be shorter. A driver call per unit is
+  // what mapping costs, so large segments get large units.
+  virtual size_t DecommitUnit(size_t segment_size) const {
+    (void)segment_size;
+    return decommit_granularity();
+  }
   // Returns the physical memory under [ptr, ptr + size) to the system; the addresses stay
-  // reserved and must not be touched until Recommit. REQUIRES: the range is aligned to the
-  // granularity, lies in one segment from Allocate and is backed; no queued work uses it.
+  // reserved and must not be touched until Recommit. REQUIRES: the range is whole units of one
+  // segment from Allocate; no queued work uses it.
   virtual void Decommit(void* ptr, size_t size) { (void)ptr, (void)size; }
   // Backs a decommitted range with physical memory again (its old contents are gone);
   // ResourceExhausted when the system has none.
@@ -61,9 +69,16 @@ Result<std::unique_ptr<SegmentSource>> MakeCudaSegmentSource(int ordinal);
 // as it must for ordinary host memory, which the CPU may reuse at once.
 Result<std::unique_ptr<SegmentSource>> MakeCudaHostSegmentSource();
 
+// The VMM sources' unit (SegmentSource::DecommitUnit): the granularity for segments under
+// 64 MiB; for larger ones an eighth of the segment, rounded down to a power-of-two multiple of
+// the granularity, at most 32 MiB. A 64 MiB tensor maps in 8 calls, not 32; a weight of 8 GiB
+// in 256, not 4,096; a segment's free space is then given back in pieces of that unit.
+size_t VmmDecommitUnit(size_t segment_size, size_t granularity);
+
 // A source for CUDA device `ordinal` built on CUDA's virtual memory management: each segment is
-// one reserved address range backed by physical chunks of the device's allocation granularity
-// (2 MiB on H100 and H200), each of which can be decommitted and recommitted alone. Unavailable
+// one reserved address range backed by physical allocations of its unit (VmmDecommitUnit; the
+// device's allocation granularity, 2 MiB on H100 and H200, for segments under 64 MiB), each of
+// which can be decommitted and recommitted alone. Unavailable
 // when built without CUDA, when the device does not exist or does not support it.
 Result<std::unique_ptr<SegmentSource>> MakeCudaVmmSegmentSource(int ordinal);
 

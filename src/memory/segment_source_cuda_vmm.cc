@@ -1,10 +1,12 @@
 // The CUDA VMM SegmentSource (segment_source.h): a segment is one address range from
-// cuMemAddressReserve, backed granule by granule by its own physical allocation (cuMemCreate,
-// cuMemMap), so that any granule can go back to the driver (cuMemUnmap, cuMemRelease) while the
-// rest of the segment, and its addresses, stay.
+// cuMemAddressReserve, backed unit by unit (VmmDecommitUnit: the granularity, or larger in large
+// segments) by physical allocations of their own (cuMemCreate, cuMemMap), so that any unit can
+// go back to the driver (cuMemUnmap, cuMemRelease) while the rest of the segment, and its
+// addresses, stay.
 //
 // The driver's functions come through cudaGetDriverEntryPointByVersion: the binary links the
 // static runtime only and must start on machines with no driver at all.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -100,12 +102,15 @@ class CudaVmmSegmentSource final : public SegmentSource {
     ScopedDevice scoped(ordinal_);
     for (auto& [base, segment] : segments_) {
       UnmapLocked(base, segment, 0, segment.chunks.size());
-      driver_.address_free(base, segment.chunks.size() * granularity_);
+      driver_.address_free(base, segment.bytes);
     }
   }
 
   Device device() const override { return Device::Cuda(ordinal_); }
   size_t decommit_granularity() const override { return granularity_; }
+  size_t DecommitUnit(size_t segment_size) const override {
+    return VmmDecommitUnit(segment_size, granularity_);
+  }
 
   Result<void*> Allocate(size_t size) override {
     ScopedDevice scoped(ordinal_);
@@ -113,13 +118,14 @@ class CudaVmmSegmentSource final : public SegmentSource {
       return Status::Unavailable(fmt::format("cuda:{}: cannot make the device current: {}",
                                              ordinal_, cudaGetErrorString(scoped.status())));
     }
-    const size_t chunks = (std::max<size_t>(size, 1) + granularity_ - 1) / granularity_;
-    const size_t bytes = chunks * granularity_;
+    const size_t bytes = (std::max<size_t>(size, 1) + granularity_ - 1) / granularity_ * granularity_;
+    const size_t unit = DecommitUnit(bytes);
+    const size_t chunks = (bytes + unit - 1) / unit;
     CUdeviceptr base = 0;
     if (CUresult r = driver_.reserve(&base, bytes, granularity_, 0, 0); r != CUDA_SUCCESS) {
       return Failure("cuMemAddressReserve", bytes, r);
     }
-    Segment segment{std::vector<CUmemGenericAllocationHandle>(chunks, 0)};
+    Segment segment{bytes, unit, std::vector<CUmemGenericAllocationHandle>(chunks, 0)};
     MutexLock lock(mu_);
     if (Status s = MapLocked(base, &segment, 0, chunks); !s.ok()) {
       UnmapLocked(base, segment, 0, chunks);
@@ -139,8 +145,7 @@ class CudaVmmSegmentSource final : public SegmentSource {
       return;
     }
     UnmapLocked(it->first, it->second, 0, it->second.chunks.size());
-    if (CUresult r = driver_.address_free(it->first, it->second.chunks.size() * granularity_);
-        r != CUDA_SUCCESS) {
+    if (CUresult r = driver_.address_free(it->first, it->second.bytes); r != CUDA_SUCCESS) {
       spdlog::error("cuda:{}: cuMemAddressFree at {} failed: {}", ordinal_, ptr,
                     driver_.Describe(r));
     }
@@ -158,20 +163,19 @@ class CudaVmmSegmentSource final : public SegmentSource {
   void Decommit(void* ptr, size_t size) override {
     ScopedDevice scoped(ordinal_);
     MutexLock lock(mu_);
-    auto [base, segment, first] = Locate(ptr, size);
+    auto [base, segment, first, last] = Locate(ptr, size);
     if (segment == nullptr) return;
-    UnmapLocked(base, *segment, first, first + size / granularity_);
+    UnmapLocked(base, *segment, first, last);
   }
 
   Status Recommit(void* ptr, size_t size) override {
     ScopedDevice scoped(ordinal_);
     MutexLock lock(mu_);
-    auto [base, segment, first] = Locate(ptr, size);
+    auto [base, segment, first, last] = Locate(ptr, size);
     if (segment == nullptr) {
       return Status::InvalidArgument(
           fmt::format("cuda:{}: VMM source: {} + {} bytes is not in one segment", ordinal_, ptr, size));
     }
-    const size_t last = first + size / granularity_;
     Status s = MapLocked(base, segment, first, last);
     if (!s.ok()) UnmapLocked(base, *segment, first, last);
     return s;
@@ -179,48 +183,57 @@ class CudaVmmSegmentSource final : public SegmentSource {
 
  private:
   struct Segment {
-    std::vector<CUmemGenericAllocationHandle> chunks;  // per granule; 0 while decommitted
+    size_t bytes;  // a multiple of the granularity
+    size_t unit;   // VmmDecommitUnit(bytes); the last chunk ends at `bytes`
+    std::vector<CUmemGenericAllocationHandle> chunks;  // per unit; 0 while decommitted
+    size_t ChunkSize(size_t i) const { return std::min(unit, bytes - i * unit); }
   };
   struct Located {
     CUdeviceptr base;
     Segment* segment;
-    size_t first;
+    size_t first, last;  // chunks [first, last)
   };
 
+  // The segment holding [ptr, ptr + size) as whole units; {nullptr} (logged) otherwise.
   Located Locate(void* ptr, size_t size) REQUIRES(mu_) {
     const CUdeviceptr address = reinterpret_cast<CUdeviceptr>(ptr);
     auto it = segments_.upper_bound(address);
-    if (it != segments_.begin() && address % granularity_ == 0 && size % granularity_ == 0) {
+    if (it != segments_.begin()) {
       --it;
-      if (address + size <= it->first + it->second.chunks.size() * granularity_) {
-        return {it->first, &it->second, (address - it->first) / granularity_};
+      const Segment& s = it->second;
+      const size_t offset = address - it->first, end = offset + size;
+      if (address >= it->first && end <= s.bytes && offset % s.unit == 0 &&
+          (end % s.unit == 0 || end == s.bytes)) {
+        return {it->first, &it->second, offset / s.unit, (end + s.unit - 1) / s.unit};
       }
     }
-    spdlog::error("cuda:{}: VMM source: range {} + {} bytes is not granule-aligned in one segment",
+    spdlog::error("cuda:{}: VMM source: range {} + {} bytes is not whole units of one segment",
                   ordinal_, ptr, size);
-    return {0, nullptr, 0};
+    return {0, nullptr, 0, 0};
   }
 
-  // Backs granules [first, last) that are not backed, then grants this device access to them.
+  // Backs chunks [first, last) that are not backed, then grants this device access to them.
   // On failure, what it mapped stays mapped (the caller unmaps the range).
   Status MapLocked(CUdeviceptr base, Segment* segment, size_t first, size_t last) REQUIRES(mu_) {
+    const size_t begin = first * segment->unit;
+    const size_t end = std::min(last * segment->unit, segment->bytes);
     for (size_t i = first; i < last; ++i) {
       if (segment->chunks[i] != 0) continue;
+      const size_t size = segment->ChunkSize(i);
       CUmemGenericAllocationHandle handle = 0;
-      if (CUresult r = driver_.create(&handle, granularity_, &prop_, 0); r != CUDA_SUCCESS) {
-        return Failure("cuMemCreate", (last - first) * granularity_, r);
+      if (CUresult r = driver_.create(&handle, size, &prop_, 0); r != CUDA_SUCCESS) {
+        return Failure("cuMemCreate", end - begin, r);
       }
-      if (CUresult r = driver_.map(base + i * granularity_, granularity_, 0, handle, 0);
+      if (CUresult r = driver_.map(base + i * segment->unit, size, 0, handle, 0);
           r != CUDA_SUCCESS) {
         driver_.release(handle);
-        return Failure("cuMemMap", (last - first) * granularity_, r);
+        return Failure("cuMemMap", end - begin, r);
       }
       segment->chunks[i] = handle;
     }
-    if (CUresult r = driver_.set_access(base + first * granularity_, (last - first) * granularity_,
-                                        &access_, 1);
+    if (CUresult r = driver_.set_access(base + begin, end - begin, &access_, 1);
         r != CUDA_SUCCESS) {
-      return Failure("cuMemSetAccess", (last - first) * granularity_, r);
+      return Failure("cuMemSetAccess", end - begin, r);
     }
     return Status::Ok();
   }
@@ -228,7 +241,8 @@ class CudaVmmSegmentSource final : public SegmentSource {
   void UnmapLocked(CUdeviceptr base, Segment& segment, size_t first, size_t last) REQUIRES(mu_) {
     for (size_t i = first; i < last; ++i) {
       if (segment.chunks[i] == 0) continue;
-      if (CUresult r = driver_.unmap(base + i * granularity_, granularity_); r != CUDA_SUCCESS) {
+      if (CUresult r = driver_.unmap(base + i * segment.unit, segment.ChunkSize(i));
+          r != CUDA_SUCCESS) {
         spdlog::error("cuda:{}: cuMemUnmap failed: {}", ordinal_, driver_.Describe(r));
       }
       if (CUresult r = driver_.release(segment.chunks[i]); r != CUDA_SUCCESS) {

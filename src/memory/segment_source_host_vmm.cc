@@ -1,10 +1,11 @@
 // The host SegmentSource with CUDA VMM's shape (segment_source.h): a segment is a range reserved
-// with mmap and no access; its pages of `granularity` bytes are backed by making them readable
-// and writable, and given back with madvise(MADV_DONTNEED), which drops their frames, before
-// access is removed again. Touching a decommitted page faults, as touching an unmapped device
+// with mmap and no access; its units (VmmDecommitUnit) are backed by making them readable and
+// writable, and given back with madvise(MADV_DONTNEED), which drops their frames, before access
+// is removed again. Touching a decommitted page faults, as touching an unmapped device
 // address does, so a pool that hands out a hole is caught by its tests.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -32,9 +33,13 @@ class HostVmmSegmentSource final : public SegmentSource {
 
   Device device() const override { return Device::Cpu(); }
   size_t decommit_granularity() const override { return granularity_; }
+  size_t DecommitUnit(size_t segment_size) const override {
+    return VmmDecommitUnit(segment_size, granularity_);
+  }
 
   Result<void*> Allocate(size_t size) override {
     const size_t rounded = RoundUp(size == 0 ? 1 : size);
+    const size_t unit = DecommitUnit(rounded);
     {
       MutexLock lock(mu_);
       if (committed_ + rounded > capacity_) return OutOfMemory(rounded);
@@ -60,7 +65,7 @@ class HostVmmSegmentSource final : public SegmentSource {
       return OutOfMemory(rounded);
     }
     MutexLock lock(mu_);
-    segments_[base] = Segment{rounded, std::vector<bool>(rounded / granularity_, true)};
+    segments_[base] = Segment{rounded, unit, std::vector<bool>((rounded + unit - 1) / unit, true)};
     return reinterpret_cast<void*>(base);
   }
 
@@ -71,8 +76,9 @@ class HostVmmSegmentSource final : public SegmentSource {
       spdlog::error("host VMM source: Free of unknown segment {}", ptr);
       return;
     }
-    for (bool backed : it->second.backed) {
-      if (backed) committed_ -= granularity_;
+    const Segment& segment = it->second;
+    for (size_t i = 0; i < segment.backed.size(); ++i) {
+      if (segment.backed[i]) committed_ -= segment.UnitSize(i);
     }
     munmap(ptr, it->second.size);
     segments_.erase(it);
@@ -80,29 +86,29 @@ class HostVmmSegmentSource final : public SegmentSource {
 
   void Decommit(void* ptr, size_t size) override {
     MutexLock lock(mu_);
-    auto [segment, first] = Locate(ptr, size);
+    auto [segment, first, last] = Locate(ptr, size);
     if (segment == nullptr) return;
     madvise(ptr, size, MADV_DONTNEED);
     mprotect(ptr, size, PROT_NONE);
-    for (size_t i = first; i < first + size / granularity_; ++i) {
-      if (segment->backed[i]) committed_ -= granularity_;
+    for (size_t i = first; i < last; ++i) {
+      if (segment->backed[i]) committed_ -= segment->UnitSize(i);
       segment->backed[i] = false;
     }
   }
 
   Status Recommit(void* ptr, size_t size) override {
     MutexLock lock(mu_);
-    auto [segment, first] = Locate(ptr, size);
+    auto [segment, first, last] = Locate(ptr, size);
     if (segment == nullptr) {
       return Status::InvalidArgument(fmt::format("host VMM source: {} is in no segment", ptr));
     }
     size_t needed = 0;
-    for (size_t i = first; i < first + size / granularity_; ++i) {
-      if (!segment->backed[i]) needed += granularity_;
+    for (size_t i = first; i < last; ++i) {
+      if (!segment->backed[i]) needed += segment->UnitSize(i);
     }
     if (committed_ + needed > capacity_) return OutOfMemory(needed);
     if (mprotect(ptr, size, PROT_READ | PROT_WRITE) != 0) return OutOfMemory(needed);
-    for (size_t i = first; i < first + size / granularity_; ++i) segment->backed[i] = true;
+    for (size_t i = first; i < last; ++i) segment->backed[i] = true;
     committed_ += needed;
     return Status::Ok();
   }
@@ -110,27 +116,36 @@ class HostVmmSegmentSource final : public SegmentSource {
  private:
   struct Segment {
     size_t size;
-    std::vector<bool> backed;  // per granule
+    size_t unit;
+    std::vector<bool> backed;  // per unit
+    size_t UnitSize(size_t i) const { return std::min(unit, size - i * unit); }
+  };
+  struct Located {
+    Segment* segment;
+    size_t first, last;  // units [first, last)
   };
 
   size_t RoundUp(size_t size) const {
     return (size + granularity_ - 1) / granularity_ * granularity_;
   }
 
-  // The segment holding [ptr, ptr + size) and the range's first granule; {nullptr, 0} (logged)
-  // for a range that is misaligned or not inside one segment.
-  std::pair<Segment*, size_t> Locate(void* ptr, size_t size) REQUIRES(mu_) {
+  // The segment holding [ptr, ptr + size) as whole units, and those units; {nullptr} (logged)
+  // for a range that is not.
+  Located Locate(void* ptr, size_t size) REQUIRES(mu_) {
     const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
     auto it = segments_.upper_bound(address);
-    if (it != segments_.begin() && address % granularity_ == 0 && size % granularity_ == 0) {
+    if (it != segments_.begin()) {
       --it;
-      if (address + size <= it->first + it->second.size) {
-        return {&it->second, (address - it->first) / granularity_};
+      Segment& s = it->second;
+      const size_t offset = address - it->first, end = offset + size;
+      if (address >= it->first && end <= s.size && offset % s.unit == 0 &&
+          (end % s.unit == 0 || end == s.size)) {
+        return {&s, offset / s.unit, (end + s.unit - 1) / s.unit};
       }
     }
-    spdlog::error("host VMM source: range {} + {} bytes is not granule-aligned in one segment",
-                  ptr, size);
-    return {nullptr, 0};
+    spdlog::error("host VMM source: range {} + {} bytes is not whole units of one segment", ptr,
+                  size);
+    return {nullptr, 0, 0};
   }
 
   Status OutOfMemory(size_t size) const REQUIRES(mu_) {
@@ -147,6 +162,15 @@ class HostVmmSegmentSource final : public SegmentSource {
 };
 
 }  // namespace
+
+size_t VmmDecommitUnit(size_t segment_size, size_t granularity) {
+  constexpr size_t kLargeSegment = size_t{64} << 20;
+  constexpr size_t kLargestUnit = size_t{32} << 20;
+  if (granularity == 0 || segment_size < kLargeSegment) return granularity;
+  size_t unit = granularity;
+  while (unit * 2 <= segment_size / 8 && unit * 2 <= kLargestUnit) unit *= 2;
+  return unit;
+}
 
 std::unique_ptr<SegmentSource> MakeHostVmmSegmentSource(size_t capacity, size_t granularity) {
   return std::make_unique<HostVmmSegmentSource>(capacity, granularity);

@@ -328,6 +328,42 @@ TEST(VmmPoolTest, EvictNeedsAPoolThatCanDecommit) {
   plain->Free(*p);
 }
 
+TEST(VmmPoolTest, LargeSegmentsAreBackedAndGivenBackInLargerUnits) {
+  EXPECT_EQ(VmmDecommitUnit(2 * MiB, kGranule), kGranule);
+  EXPECT_EQ(VmmDecommitUnit(62 * MiB, kGranule), kGranule);
+  EXPECT_EQ(VmmDecommitUnit(64 * MiB, kGranule), 8 * MiB);
+  EXPECT_EQ(VmmDecommitUnit(100 * MiB, kGranule), 8 * MiB);
+  EXPECT_EQ(VmmDecommitUnit(1024 * MiB, kGranule), 32 * MiB);
+  EXPECT_EQ(VmmDecommitUnit(8192 * MiB, kGranule), 32 * MiB);
+
+  auto pool = VmmPool(256 * MiB);
+  Result<void*> first = pool->Allocate(100 * MiB);  // a segment of 100 MiB: units of 8 MiB
+  ASSERT_TRUE(first.ok());
+  pool->Free(*first);
+  Result<void*> kept = pool->Allocate(20 * MiB);  // [0, 20) of that segment
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(*kept, *first);
+  Live live{*kept, 20 * MiB, 0x3C};
+  Fill(live);
+  // Free: [20, 100). Whole units: [24, 96), and the short last one, [96, 100).
+  EXPECT_EQ(pool->Stats().remappable_free_bytes, 76 * MiB);
+  EXPECT_EQ(pool->Trim(), 76 * MiB);
+  EXPECT_EQ(pool->Stats().reserved_bytes, 24 * MiB);
+  EXPECT_TRUE(Intact(live));  // [20, 24) shares its unit with the live block: kept
+  // The source agrees: the 232 MiB it has left can be had in one piece.
+  Result<void*> rest = pool->Allocate(232 * MiB);
+  ASSERT_TRUE(rest.ok()) << rest.status().message();
+  pool->Free(*rest);
+  Result<size_t> evicted = pool->Evict(*kept);
+  ASSERT_TRUE(evicted.ok());
+  EXPECT_EQ(*evicted, 16 * MiB);  // units 0 and 1; unit 2 holds [16, 24)
+  ASSERT_TRUE(pool->Restore(*kept).ok());
+  Fill(live);
+  pool->Free(*kept);
+  pool->Trim();
+  EXPECT_EQ(pool->Stats().reserved_bytes, 0u);
+}
+
 TEST(VmmPoolTest, TheOutOfMemoryReportSaysWhatWasDecommitted) {
   auto pool = VmmPool(32 * MiB);
   Result<void*> a = pool->Allocate(20 * MiB);
