@@ -443,8 +443,11 @@ std::unique_ptr<TorchModel> TorchModel::Create(const VramdModelInfo& info, Failu
 // ---- Sleeping -------------------------------------------------------------------------------
 
 struct TorchModel::Slept {
-  at::Tensor live;  // the module's own tensor: its data goes and comes back (set_data)
-  at::Tensor host;  // level 1 on a GPU: the pinned copy; undefined otherwise
+  at::Tensor live;     // the module's own tensor: its data goes and comes back (set_data)
+  std::vector<int64_t> sizes;  // its shape when it went to sleep
+  size_t offset = 0;   // where its bytes are in the device's image
+  at::Tensor host;     // level 1, a tensor that is not contiguous: a pinned copy of its own
+  at::Tensor image;    // level 1 on a GPU: the device's image (every tensor of it holds it)
 };
 
 namespace {
@@ -461,14 +464,16 @@ std::vector<std::pair<std::string, at::Tensor>> StateTensors(const torch::jit::M
   return state;
 }
 
-// A copy of `t` in pinned host memory from vramd (VRAMD_DEVICE_CUDA_HOST, charged to `owner`),
-// freed through `link` when the tensor goes. Undefined, with `failure` set, when vramd has none.
-at::Tensor PinnedCopy(const std::shared_ptr<ServerLink>& link, VramdOwner owner,
-                      const at::Tensor& t, Failure* failure) {
+size_t BytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// `bytes` of pinned host memory from vramd (VRAMD_DEVICE_CUDA_HOST, charged to `owner`) as a
+// byte tensor, freed through `link` when the tensor goes. Undefined, with `failure` set, when
+// vramd has none.
+at::Tensor PinnedBytes(const std::shared_ptr<ServerLink>& link, VramdOwner owner, size_t bytes,
+                       Failure* failure) {
   void* ptr = nullptr;
   VramdCode code = VRAMD_UNAVAILABLE;
   VramdError error{};
-  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
   link->WithApi([&](const VramdServerApi* api) {
     code = api->allocate(api->server, owner, VRAMD_DEVICE_CUDA_HOST, -1, std::max<size_t>(bytes, 1),
                          nullptr, &ptr, &error);
@@ -478,16 +483,24 @@ at::Tensor PinnedCopy(const std::shared_ptr<ServerLink>& link, VramdOwner owner,
                 std::string("pinned host memory for a sleeping model's tensors: ") + error.message};
     return {};
   }
-  auto host = torch::from_blob(
-      ptr, t.sizes(),
+  return torch::from_blob(
+      ptr, {static_cast<int64_t>(bytes)},
       [link](void* p) {
         link->WithApi([p](const VramdServerApi* api) {
           api->free(api->server, VRAMD_DEVICE_CUDA_HOST, -1, p);
         });
       },
-      t.options().device(c10::kCPU).requires_grad(false));
-  host.copy_(t);
-  return host;
+      at::TensorOptions().dtype(at::kByte).device(c10::kCPU));
+}
+
+// A contiguous tensor of `sizes` and `like`'s dtype over the bytes of `image` (a byte tensor)
+// from `offset`, on `image`'s device, keeping `image` alive.
+at::Tensor ViewOf(const at::Tensor& image, size_t offset, at::IntArrayRef sizes,
+                  const at::Tensor& like) {
+  at::Tensor keep = image;
+  return torch::from_blob(static_cast<uint8_t*>(image.data_ptr()) + offset, sizes,
+                          [keep](void*) mutable { keep.reset(); },
+                          like.options().device(image.device()).requires_grad(false));
 }
 
 void SynchronizeDevice(const c10::Device& device) {
@@ -507,8 +520,15 @@ std::string ShapeOf(const at::Tensor& t) {
   return s.str();
 }
 
+// Offsets of the tensors' bytes in one image: each aligned to 256 bytes.
+constexpr size_t kImageAlignment = 256;
+
 }  // namespace
 
+// Level 1 on a GPU packs every contiguous tensor of a device's module into one pinned image, so
+// that a wake is one device allocation and one copy at the DMA rate (tensor by tensor, each with
+// its own allocation, the copies ran at 0.53 of pinned H2D: H100 run 43). The woken tensors are
+// views of one device image, which goes when the last of them does (a sleep drops them all).
 bool TorchModel::Sleep(int level, Failure* failure) {
   std::lock_guard lock(mu_);
   if (asleep_) return true;
@@ -517,13 +537,30 @@ bool TorchModel::Sleep(int level, Failure* failure) {
   // Every copy is made before any tensor lets go, so a failure leaves the model as it was.
   for (const auto& [device, loaded] : modules_) {
     auto& tensors = slept[device];
+    const bool keep = level == 1 && loaded->device.is_cuda();
+    size_t total = 0;
     for (auto& [name, t] : StateTensors(loaded->module)) {
-      Slept s{t, {}};
-      if (level == 1 && loaded->device.is_cuda()) {
-        s.host = PinnedCopy(link_, owner_, t, failure);
+      Slept s{t, t.sizes().vec(), 0, {}, {}};
+      if (keep && t.is_contiguous()) {
+        s.offset = (total + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
+        total = s.offset + BytesOf(t);
+      } else if (keep) {
+        s.host = PinnedBytes(link_, owner_, BytesOf(t), failure);
         if (!s.host.defined()) return false;
+        s.host = ViewOf(s.host, 0, s.sizes, t);
+        s.host.copy_(t);
       }
       tensors.push_back(std::move(s));
+    }
+    if (keep) {
+      at::Tensor image = PinnedBytes(link_, owner_, total, failure);
+      if (!image.defined()) return false;
+      for (Slept& s : tensors) {
+        s.image = image;
+        if (!s.host.defined()) {
+          ViewOf(image, s.offset, s.sizes, s.live).copy_(s.live, /*non_blocking=*/true);
+        }
+      }
     }
     SynchronizeDevice(loaded->device);
   }
@@ -543,10 +580,9 @@ bool TorchModel::Wake(Failure* failure) {
   std::vector<std::pair<at::Tensor, at::Tensor>> restored;
   for (auto& [device, loaded] : modules_) {
     std::vector<Slept>& tensors = slept_[device];
+    const at::Tensor image = tensors.empty() ? at::Tensor() : tensors.front().image;
     std::vector<std::pair<std::string, at::Tensor>> fresh;
-    const bool from_file = std::any_of(tensors.begin(), tensors.end(),
-                                       [](const Slept& s) { return !s.host.defined(); });
-    if (from_file) {
+    if (!image.defined()) {
       try {
         fresh = StateTensors(torch::jit::load(path_, loaded->device));
       } catch (const std::exception& e) {
@@ -562,11 +598,19 @@ bool TorchModel::Wake(Failure* failure) {
         return false;
       }
     }
+    at::Tensor on_device;
+    if (image.defined()) {
+      on_device = at::empty({image.numel()},
+                            at::TensorOptions().dtype(at::kByte).device(loaded->device));
+      on_device.copy_(image, /*non_blocking=*/true);
+    }
     const auto names = StateTensors(loaded->module);
     for (size_t i = 0; i < tensors.size(); ++i) {
       at::Tensor data;
-      if (tensors[i].host.defined()) {
-        data = tensors[i].host.to(loaded->device, /*non_blocking=*/true);
+      if (image.defined()) {
+        const Slept& s = tensors[i];
+        data = s.host.defined() ? s.host.to(loaded->device, /*non_blocking=*/true)
+                                : ViewOf(on_device, s.offset, s.sizes, s.live);
       } else {
         data = fresh[i].second.detach();
         if (fresh[i].first != names[i].first || data.scalar_type() != tensors[i].live.scalar_type()) {

@@ -74,8 +74,9 @@ class TorchModel {
   const std::shared_ptr<ServerLink> link_;
   std::mutex mu_;  // serializes loads; a device's module is loaded once
   std::map<std::string, std::shared_ptr<LoadedModule>> modules_;  // guarded by mu_
-  // While asleep (guarded by mu_): per device, the host copies of its module's tensors, in
-  // StateTensors' order (undefined where Wake reads the file again).
+  // While asleep (guarded by mu_): per device, its module's tensors in StateTensors' order, with
+  // the one pinned image holding their bytes at level 1 on a GPU (none where Wake reads the file
+  // again).
   struct Slept;
   std::map<std::string, std::vector<Slept>> slept_;
   bool asleep_ = false;
