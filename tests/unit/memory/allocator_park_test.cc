@@ -51,7 +51,7 @@ struct ParkSetup {
   }
 };
 
-bool Holds(const void* ptr, size_t size, uint8_t tag) {
+bool ParkTestHolds(const void* ptr, size_t size, uint8_t tag) {
   const auto* p = static_cast<const uint8_t*>(ptr);
   return std::all_of(p, p + size, [&](uint8_t v) { return v == tag; });
 }
@@ -75,15 +75,15 @@ TEST(AllocatorParkTest, ParkGivesBackWhatAVersionKeepsAndUnparkBringsItBackAtThe
   EXPECT_EQ(s.Cpu(s.instance), 0);
   EXPECT_EQ(s.Cpu(s.version), static_cast<int64_t>(12 * kParkMiB));
   EXPECT_EQ(s.Cpu(s.request), static_cast<int64_t>(1 * kParkMiB));
-  EXPECT_TRUE(Holds(response, kParkMiB, 0x33));
+  EXPECT_TRUE(ParkTestHolds(response, kParkMiB, 0x33));
   EXPECT_GE(s.CpuPool().hole_bytes, *given);
 
   ASSERT_TRUE(s.allocator.Unpark(s.version).ok());
   EXPECT_EQ(s.allocator.ParkedBytes(s.version), 0u);
   EXPECT_EQ(s.Cpu(s.instance), static_cast<int64_t>(8 * kParkMiB));
   EXPECT_EQ(s.Cpu(s.version), static_cast<int64_t>(4 * kParkMiB));
-  EXPECT_TRUE(Holds(weights, 8 * kParkMiB, 0x11));
-  EXPECT_TRUE(Holds(table, 4 * kParkMiB, 0x22));
+  EXPECT_TRUE(ParkTestHolds(weights, 8 * kParkMiB, 0x11));
+  EXPECT_TRUE(ParkTestHolds(table, 4 * kParkMiB, 0x22));
   EXPECT_TRUE(s.allocator.Unpark(s.version).ok());  // nothing left: a no-op
 
   for (void* p : {weights, table, response}) s.allocator.Free(Device::Cpu(), p);
@@ -128,7 +128,7 @@ TEST(AllocatorParkTest, AWakeTheQuotaRefusesLeavesTheRestParkedAndCanBeTriedAgai
   EXPECT_EQ(s.allocator.ParkedBytes(bounded), 8 * kParkMiB);
   s.allocator.Free(Device::Cpu(), filler);
   ASSERT_TRUE(s.allocator.Unpark(bounded).ok());
-  EXPECT_TRUE(Holds(weights, 8 * kParkMiB, 0x55));
+  EXPECT_TRUE(ParkTestHolds(weights, 8 * kParkMiB, 0x55));
   s.allocator.Free(Device::Cpu(), weights);
 }
 
@@ -144,7 +144,7 @@ TEST(AllocatorParkTest, ChargesThatAreNotThePoolsMemoryStayWhereTheyAre) {
   EXPECT_EQ(s.allocator.ParkedBytes(s.version), 4 * kParkMiB);
   EXPECT_EQ(s.Cpu(s.instance), static_cast<int64_t>(64 * kParkMiB));
   ASSERT_TRUE(s.allocator.Unpark(s.version).ok());
-  EXPECT_TRUE(Holds(weights, 4 * kParkMiB, 0x77));
+  EXPECT_TRUE(ParkTestHolds(weights, 4 * kParkMiB, 0x77));
   s.ledger.RecordFree(&key);
   s.allocator.Free(Device::Cpu(), weights);
 }

@@ -18,13 +18,13 @@
 namespace vramd::memory {
 namespace {
 
-constexpr size_t MiB = size_t{1} << 20;
-constexpr size_t kGranule = 2 * MiB;
+constexpr size_t kVmmMiB = size_t{1} << 20;
+constexpr size_t kVmmGranule = 2 * kVmmMiB;
 
 // The host VMM source with decommit hidden: the caching pool's behaviour on the same capacity.
-class NoDecommit final : public SegmentSource {
+class VmmTestNoDecommit final : public SegmentSource {
  public:
-  explicit NoDecommit(std::unique_ptr<SegmentSource> inner) : inner_(std::move(inner)) {}
+  explicit VmmTestNoDecommit(std::unique_ptr<SegmentSource> inner) : inner_(std::move(inner)) {}
   Device device() const override { return inner_->device(); }
   Result<void*> Allocate(size_t size) override { return inner_->Allocate(size); }
   void Free(void* ptr, size_t size) override { inner_->Free(ptr, size); }
@@ -34,69 +34,69 @@ class NoDecommit final : public SegmentSource {
   std::unique_ptr<SegmentSource> inner_;
 };
 
-std::unique_ptr<CachingPool> VmmPool(size_t capacity) {
-  return std::make_unique<CachingPool>(MakeHostVmmSegmentSource(capacity, kGranule));
+std::unique_ptr<CachingPool> MakeVmmTestPool(size_t capacity) {
+  return std::make_unique<CachingPool>(MakeHostVmmSegmentSource(capacity, kVmmGranule));
 }
-std::unique_ptr<CachingPool> PlainPool(size_t capacity) {
+std::unique_ptr<CachingPool> MakePlainTestPool(size_t capacity) {
   return std::make_unique<CachingPool>(
-      std::make_unique<NoDecommit>(MakeHostVmmSegmentSource(capacity, kGranule)));
+      std::make_unique<VmmTestNoDecommit>(MakeHostVmmSegmentSource(capacity, kVmmGranule)));
 }
 
-struct Live {
+struct VmmTestLive {
   void* ptr;
   size_t size;
   uint8_t tag;
 };
 
-void Fill(const Live& b) { std::memset(b.ptr, b.tag, b.size); }
-bool Intact(const Live& b) {
+void VmmTestFill(const VmmTestLive& b) { std::memset(b.ptr, b.tag, b.size); }
+bool VmmTestIntact(const VmmTestLive& b) {
   const auto* p = static_cast<const uint8_t*>(b.ptr);
   return std::all_of(p, p + b.size, [&](uint8_t v) { return v == b.tag; });
 }
 
 TEST(HostVmmSourceTest, CapacityCountsWhatIsBackedAndDecommitGivesItBack) {
-  auto source = MakeHostVmmSegmentSource(8 * MiB, kGranule);
-  EXPECT_EQ(source->decommit_granularity(), kGranule);
-  Result<void*> a = source->Allocate(6 * MiB);
+  auto source = MakeHostVmmSegmentSource(8 * kVmmMiB, kVmmGranule);
+  EXPECT_EQ(source->decommit_granularity(), kVmmGranule);
+  Result<void*> a = source->Allocate(6 * kVmmMiB);
   ASSERT_TRUE(a.ok()) << a.status().message();
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(*a) % kGranule, 0u);
-  std::memset(*a, 7, 6 * MiB);
-  Result<void*> b = source->Allocate(4 * MiB);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*a) % kVmmGranule, 0u);
+  std::memset(*a, 7, 6 * kVmmMiB);
+  Result<void*> b = source->Allocate(4 * kVmmMiB);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted);
 
-  auto* middle = static_cast<uint8_t*>(*a) + kGranule;
-  source->Decommit(middle, kGranule);
-  b = source->Allocate(4 * MiB);
+  auto* middle = static_cast<uint8_t*>(*a) + kVmmGranule;
+  source->Decommit(middle, kVmmGranule);
+  b = source->Allocate(4 * kVmmMiB);
   ASSERT_TRUE(b.ok()) << b.status().message();
   // The first and last granules kept their contents; the middle one cannot come back while the
   // capacity is used by b.
   EXPECT_EQ(static_cast<uint8_t*>(*a)[0], 7);
-  EXPECT_EQ(static_cast<uint8_t*>(*a)[5 * MiB], 7);
-  Status full = source->Recommit(middle, kGranule);
+  EXPECT_EQ(static_cast<uint8_t*>(*a)[5 * kVmmMiB], 7);
+  Status full = source->Recommit(middle, kVmmGranule);
   EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
-  source->Free(*b, 4 * MiB);
-  ASSERT_TRUE(source->Recommit(middle, kGranule).ok());
+  source->Free(*b, 4 * kVmmMiB);
+  ASSERT_TRUE(source->Recommit(middle, kVmmGranule).ok());
   middle[0] = 1;  // backed again: writable
   EXPECT_EQ(middle[1], 0);  // and its old contents are gone
-  source->Free(*a, 6 * MiB);
+  source->Free(*a, 6 * kVmmMiB);
   // Everything came back: the whole capacity is one allocation again.
-  Result<void*> all = source->Allocate(8 * MiB);
+  Result<void*> all = source->Allocate(8 * kVmmMiB);
   ASSERT_TRUE(all.ok()) << all.status().message();
-  source->Free(*all, 8 * MiB);
+  source->Free(*all, 8 * kVmmMiB);
 }
 
-// 24 blocks of 3 MiB on one stream share 12 MiB segments; freeing every other one leaves half the
-// capacity free in 3 MiB pieces, none of them in a fully free segment.
-std::vector<Live> Checkerboard(CachingPool* pool) {
-  std::vector<Live> live;
+// 24 blocks of 3 kVmmMiB on one stream share 12 kVmmMiB segments; freeing every other one leaves half the
+// capacity free in 3 kVmmMiB pieces, none of them in a fully free segment.
+std::vector<VmmTestLive> VmmTestCheckerboard(CachingPool* pool) {
+  std::vector<VmmTestLive> live;
   for (int i = 0; i < 24; ++i) {
-    Result<void*> p = pool->Allocate(3 * MiB);
+    Result<void*> p = pool->Allocate(3 * kVmmMiB);
     if (!p.ok()) break;
-    live.push_back({*p, 3 * MiB, static_cast<uint8_t>(i + 1)});
-    Fill(live.back());
+    live.push_back({*p, 3 * kVmmMiB, static_cast<uint8_t>(i + 1)});
+    VmmTestFill(live.back());
   }
-  std::vector<Live> kept;
+  std::vector<VmmTestLive> kept;
   for (size_t i = 0; i < live.size(); ++i) {
     if (i % 2 == 0) {
       pool->Free(live[i].ptr);
@@ -108,15 +108,15 @@ std::vector<Live> Checkerboard(CachingPool* pool) {
 }
 
 TEST(VmmPoolTest, MemoryFreeInPiecesServesOneLargeRequest) {
-  constexpr size_t kCapacity = 96 * MiB;
-  auto plain = PlainPool(kCapacity);
-  auto vmm = VmmPool(kCapacity);
-  std::vector<Live> plain_live = Checkerboard(plain.get());
-  std::vector<Live> vmm_live = Checkerboard(vmm.get());
+  constexpr size_t kCapacity = 96 * kVmmMiB;
+  auto plain = MakePlainTestPool(kCapacity);
+  auto vmm = MakeVmmTestPool(kCapacity);
+  std::vector<VmmTestLive> plain_live = VmmTestCheckerboard(plain.get());
+  std::vector<VmmTestLive> vmm_live = VmmTestCheckerboard(vmm.get());
   ASSERT_EQ(plain_live.size(), vmm_live.size());
   const PoolStats before = vmm->Stats();
-  ASSERT_GE(before.cached_free_bytes, 30 * MiB);
-  EXPECT_LE(before.largest_free_block_bytes, 4 * MiB);
+  ASSERT_GE(before.cached_free_bytes, 30 * kVmmMiB);
+  EXPECT_LE(before.largest_free_block_bytes, 4 * kVmmMiB);
   // Free: what the source has left plus what the pool caches.
   const size_t free_bytes = kCapacity - before.reserved_bytes + before.cached_free_bytes;
   const size_t wanted = free_bytes / 2;
@@ -127,17 +127,17 @@ TEST(VmmPoolTest, MemoryFreeInPiecesServesOneLargeRequest) {
 
   Result<void*> on_vmm = vmm->Allocate(wanted);
   ASSERT_TRUE(on_vmm.ok()) << on_vmm.status().message();
-  Live big{*on_vmm, wanted, 0xEE};
-  Fill(big);
-  for (const Live& b : vmm_live) EXPECT_TRUE(Intact(b)) << "a live block changed";
+  VmmTestLive big{*on_vmm, wanted, 0xEE};
+  VmmTestFill(big);
+  for (const VmmTestLive& b : vmm_live) EXPECT_TRUE(VmmTestIntact(b)) << "a live block changed";
   const PoolStats after = vmm->Stats();
   EXPECT_GT(after.hole_bytes, 0u);
   EXPECT_GT(after.decommits, 0u);
   EXPECT_EQ(after.oom_retries, 1u);
 
   vmm->Free(big.ptr);
-  for (const Live& b : vmm_live) vmm->Free(b.ptr);
-  for (const Live& b : plain_live) plain->Free(b.ptr);
+  for (const VmmTestLive& b : vmm_live) vmm->Free(b.ptr);
+  for (const VmmTestLive& b : plain_live) plain->Free(b.ptr);
   vmm->Trim();
   EXPECT_EQ(vmm->Stats().reserved_bytes, 0u);
   EXPECT_EQ(vmm->Stats().hole_bytes, 0u);
@@ -145,45 +145,45 @@ TEST(VmmPoolTest, MemoryFreeInPiecesServesOneLargeRequest) {
 }
 
 TEST(VmmPoolTest, TrimGivesBackFreeGranulesOfSegmentsInUseAndHolesAreNeverHandedOut) {
-  auto pool = VmmPool(256 * MiB);
-  std::vector<Live> live = Checkerboard(pool.get());
+  auto pool = MakeVmmTestPool(256 * kVmmMiB);
+  std::vector<VmmTestLive> live = VmmTestCheckerboard(pool.get());
   const PoolStats before = pool->Stats();
-  EXPECT_EQ(before.decommit_granularity, kGranule);
+  EXPECT_EQ(before.decommit_granularity, kVmmGranule);
   EXPECT_GT(before.remappable_free_bytes, 0u);
-  // The 3 MiB free pieces are split across granules: some hold a whole one, some none.
+  // The 3 kVmmMiB free pieces are split across granules: some hold a whole one, some none.
   EXPECT_LT(before.fragmentation, 1.0 - static_cast<double>(before.largest_free_block_bytes) /
                                             before.cached_free_bytes);
 
   const size_t returned = pool->Trim();
   const PoolStats trimmed = pool->Stats();
-  // The first block's segment was its own (4 MiB) and is now fully free: it goes whole; the
-  // rest of what is returned stays as holes in the 12 MiB segments.
+  // The first block's segment was its own (4 kVmmMiB) and is now fully free: it goes whole; the
+  // rest of what is returned stays as holes in the 12 kVmmMiB segments.
   EXPECT_EQ(returned, before.remappable_free_bytes);
   EXPECT_EQ(trimmed.segments, before.segments - 1);
-  EXPECT_EQ(trimmed.hole_bytes, returned - 4 * MiB);
+  EXPECT_EQ(trimmed.hole_bytes, returned - 4 * kVmmMiB);
   EXPECT_EQ(trimmed.reserved_bytes, before.reserved_bytes - returned);
   EXPECT_EQ(trimmed.remappable_free_bytes, 0u);
   EXPECT_EQ(trimmed.allocated_bytes, before.allocated_bytes);
 
   // What is left of the free pieces still serves small requests, and never from a hole (the
   // writes would fault).
-  std::vector<Live> small;
+  std::vector<VmmTestLive> small;
   for (int i = 0; i < 64; ++i) {
     Result<void*> p = pool->Allocate(256 * 1024);
     ASSERT_TRUE(p.ok()) << p.status().message();
     small.push_back({*p, 256 * 1024, static_cast<uint8_t>(100 + i % 50)});
-    Fill(small.back());
+    VmmTestFill(small.back());
   }
   for (int i = 0; i < 8; ++i) {
-    Result<void*> p = pool->Allocate(3 * MiB);
+    Result<void*> p = pool->Allocate(3 * kVmmMiB);
     ASSERT_TRUE(p.ok()) << p.status().message();
-    small.push_back({*p, 3 * MiB, static_cast<uint8_t>(200 + i)});
-    Fill(small.back());
+    small.push_back({*p, 3 * kVmmMiB, static_cast<uint8_t>(200 + i)});
+    VmmTestFill(small.back());
   }
   // Freeing a neighbour of a hole leaves the hole alone.
-  for (const Live& b : live) pool->Free(b.ptr);
-  for (const Live& b : small) EXPECT_TRUE(Intact(b));
-  for (const Live& b : small) pool->Free(b.ptr);
+  for (const VmmTestLive& b : live) pool->Free(b.ptr);
+  for (const VmmTestLive& b : small) EXPECT_TRUE(VmmTestIntact(b));
+  for (const VmmTestLive& b : small) pool->Free(b.ptr);
   EXPECT_EQ(pool->Stats().allocated_bytes, 0u);
   pool->Trim();
   const PoolStats empty = pool->Stats();
@@ -192,17 +192,16 @@ TEST(VmmPoolTest, TrimGivesBackFreeGranulesOfSegmentsInUseAndHolesAreNeverHanded
   EXPECT_EQ(empty.segments, 0u);
 }
 
-// A fragmenting trace (sizes from 4 KiB to 24 MiB, frees in random order) on both pools, seeded:
+// A fragmenting trace (sizes from 4 KiB to 24 kVmmMiB, frees in random order) on both pools, seeded:
 // at the end the VMM pool serves half of what is free as one request, the caching pool does not.
 TEST(VmmPoolTest, AfterAFragmentingTraceHalfTheFreeMemoryIsOneAllocation) {
-  constexpr size_t kCapacity = 512 * MiB;
+  constexpr size_t kCapacity = 512 * kVmmMiB;
   for (bool vmm : {false, true}) {
     SCOPED_TRACE(vmm ? "vmm pool" : "caching pool");
-    auto pool = vmm ? VmmPool(kCapacity) : PlainPool(kCapacity);
+    auto pool = vmm ? MakeVmmTestPool(kCapacity) : MakePlainTestPool(kCapacity);
     std::mt19937_64 rng(17);
-    std::uniform_real_distribution<double> log_size(12.0, 24.6);  // 4 KiB .. 24 MiB
-    std::vector<Live> live;
-    size_t live_bytes = 0;
+    std::uniform_real_distribution<double> log_size(12.0, 24.6);  // 4 KiB .. 24 kVmmMiB
+    std::vector<VmmTestLive> live;
     for (int step = 0; step < 4000; ++step) {
       const bool allocate = live.empty() || (rng() % 100) < 60;
       if (allocate) {
@@ -211,11 +210,9 @@ TEST(VmmPoolTest, AfterAFragmentingTraceHalfTheFreeMemoryIsOneAllocation) {
         if (!p.ok()) continue;  // full: the trace goes on freeing
         live.push_back({*p, size, static_cast<uint8_t>(1 + step % 250)});
         std::memset(p.value(), live.back().tag, std::min<size_t>(size, 4096));
-        live_bytes += size;
       } else {
         const size_t i = rng() % live.size();
         pool->Free(live[i].ptr);
-        live_bytes -= live[i].size;
         live[i] = live.back();
         live.pop_back();
       }
@@ -224,7 +221,6 @@ TEST(VmmPoolTest, AfterAFragmentingTraceHalfTheFreeMemoryIsOneAllocation) {
     std::shuffle(live.begin(), live.end(), rng);
     for (size_t i = live.size() / 2; i < live.size(); ++i) {
       pool->Free(live[i].ptr);
-      live_bytes -= live[i].size;
     }
     live.resize(live.size() / 2);
     const PoolStats s = pool->Stats();
@@ -236,7 +232,7 @@ TEST(VmmPoolTest, AfterAFragmentingTraceHalfTheFreeMemoryIsOneAllocation) {
       std::memset(*big, 0xAB, free_bytes / 2);
       pool->Free(*big);
     }
-    for (const Live& b : live) {
+    for (const VmmTestLive& b : live) {
       const auto* p = static_cast<const uint8_t*>(b.ptr);
       EXPECT_EQ(p[0], b.tag);
       pool->Free(b.ptr);
@@ -247,31 +243,31 @@ TEST(VmmPoolTest, AfterAFragmentingTraceHalfTheFreeMemoryIsOneAllocation) {
 }
 
 TEST(VmmPoolTest, EvictGivesBackALiveAllocationsMemoryAndRestoreMapsItAtTheSameAddress) {
-  auto pool = VmmPool(24 * MiB);
-  Result<void*> weights = pool->Allocate(10 * MiB);
+  auto pool = MakeVmmTestPool(24 * kVmmMiB);
+  Result<void*> weights = pool->Allocate(10 * kVmmMiB);
   ASSERT_TRUE(weights.ok());
-  std::memset(*weights, 0x5A, 10 * MiB);
+  std::memset(*weights, 0x5A, 10 * kVmmMiB);
   Result<size_t> given = pool->Evict(*weights);
   ASSERT_TRUE(given.ok()) << given.status().message();
-  EXPECT_EQ(*given, 10 * MiB);  // its own segment: every granule
+  EXPECT_EQ(*given, 10 * kVmmMiB);  // its own segment: every granule
   EXPECT_EQ(*pool->Evict(*weights), 0u);  // already evicted
   PoolStats s = pool->Stats();
   EXPECT_EQ(s.reserved_bytes, 0u);
   EXPECT_EQ(s.allocated_bytes, 0u);
-  EXPECT_EQ(s.hole_bytes, 10 * MiB);
+  EXPECT_EQ(s.hole_bytes, 10 * kVmmMiB);
 
   // The device can use the memory meanwhile; the wake then waits for room.
-  Result<void*> other = pool->Allocate(20 * MiB);
+  Result<void*> other = pool->Allocate(20 * kVmmMiB);
   ASSERT_TRUE(other.ok()) << other.status().message();
   Status full = pool->Restore(*weights);
   EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
   pool->Free(*other);
   pool->Trim();
   ASSERT_TRUE(pool->Restore(*weights).ok());
-  std::memset(*weights, 0x6B, 10 * MiB);  // writable again, at the same address
+  std::memset(*weights, 0x6B, 10 * kVmmMiB);  // writable again, at the same address
   s = pool->Stats();
-  EXPECT_EQ(s.allocated_bytes, 10 * MiB);
-  EXPECT_EQ(s.reserved_bytes, 10 * MiB);
+  EXPECT_EQ(s.allocated_bytes, 10 * kVmmMiB);
+  EXPECT_EQ(s.reserved_bytes, 10 * kVmmMiB);
   EXPECT_EQ(s.hole_bytes, 0u);
   pool->Free(*weights);
   pool->Trim();
@@ -279,36 +275,36 @@ TEST(VmmPoolTest, EvictGivesBackALiveAllocationsMemoryAndRestoreMapsItAtTheSameA
 }
 
 TEST(VmmPoolTest, EvictKeepsGranulesSharedWithNeighboursAndAnEvictedBlockCanBeFreed) {
-  auto pool = VmmPool(64 * MiB);
-  // A 4 MiB segment for the first, then one 12 MiB segment for three 3 MiB blocks: the middle
-  // one, at [3, 6) MiB, holds one whole granule, [4, 6).
-  std::vector<Live> blocks;
+  auto pool = MakeVmmTestPool(64 * kVmmMiB);
+  // A 4 kVmmMiB segment for the first, then one 12 kVmmMiB segment for three 3 kVmmMiB blocks: the middle
+  // one, at [3, 6) kVmmMiB, holds one whole granule, [4, 6).
+  std::vector<VmmTestLive> blocks;
   for (int i = 0; i < 4; ++i) {
-    Result<void*> p = pool->Allocate(3 * MiB);
+    Result<void*> p = pool->Allocate(3 * kVmmMiB);
     ASSERT_TRUE(p.ok());
-    blocks.push_back({*p, 3 * MiB, static_cast<uint8_t>(i + 1)});
-    Fill(blocks.back());
+    blocks.push_back({*p, 3 * kVmmMiB, static_cast<uint8_t>(i + 1)});
+    VmmTestFill(blocks.back());
   }
   Result<size_t> given = pool->Evict(blocks[2].ptr);
   ASSERT_TRUE(given.ok());
-  EXPECT_EQ(*given, 2 * MiB);
-  EXPECT_TRUE(Intact(blocks[1]));
-  EXPECT_TRUE(Intact(blocks[3]));
+  EXPECT_EQ(*given, 2 * kVmmMiB);
+  EXPECT_TRUE(VmmTestIntact(blocks[1]));
+  EXPECT_TRUE(VmmTestIntact(blocks[3]));
   // Freed while evicted: the granule stays a hole, the rest is free again, and nothing handed
   // out later lands in the hole (the writes would fault).
   pool->Free(blocks[2].ptr);
   const PoolStats s = pool->Stats();
-  EXPECT_EQ(s.hole_bytes, 2 * MiB);
-  EXPECT_EQ(s.allocated_bytes, (4 + 3 + 3) * MiB);  // the first block keeps its segment's 1 MiB rest
-  std::vector<Live> more;
+  EXPECT_EQ(s.hole_bytes, 2 * kVmmMiB);
+  EXPECT_EQ(s.allocated_bytes, (4 + 3 + 3) * kVmmMiB);  // the first block keeps its segment's 1 kVmmMiB rest
+  std::vector<VmmTestLive> more;
   for (int i = 0; i < 6; ++i) {
     Result<void*> p = pool->Allocate(1536 * 1024);
     ASSERT_TRUE(p.ok());
     more.push_back({*p, 1536 * 1024, static_cast<uint8_t>(50 + i)});
-    Fill(more.back());
+    VmmTestFill(more.back());
   }
-  for (const Live& b : more) EXPECT_TRUE(Intact(b));
-  for (const Live& b : more) pool->Free(b.ptr);
+  for (const VmmTestLive& b : more) EXPECT_TRUE(VmmTestIntact(b));
+  for (const VmmTestLive& b : more) pool->Free(b.ptr);
   for (int i : {0, 1, 3}) pool->Free(blocks[i].ptr);
   pool->Trim();
   EXPECT_EQ(pool->Stats().reserved_bytes, 0u);
@@ -316,12 +312,12 @@ TEST(VmmPoolTest, EvictKeepsGranulesSharedWithNeighboursAndAnEvictedBlockCanBeFr
 }
 
 TEST(VmmPoolTest, EvictNeedsAPoolThatCanDecommit) {
-  auto plain = PlainPool(16 * MiB);
-  Result<void*> p = plain->Allocate(4 * MiB);
+  auto plain = MakePlainTestPool(16 * kVmmMiB);
+  Result<void*> p = plain->Allocate(4 * kVmmMiB);
   ASSERT_TRUE(p.ok());
   Result<size_t> given = plain->Evict(*p);
   EXPECT_EQ(given.status().code(), StatusCode::kUnsupported);
-  auto vmm = VmmPool(16 * MiB);
+  auto vmm = MakeVmmTestPool(16 * kVmmMiB);
   int not_ours = 0;
   EXPECT_EQ(vmm->Evict(&not_ours).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(vmm->Restore(&not_ours).code(), StatusCode::kInvalidArgument);
@@ -329,46 +325,46 @@ TEST(VmmPoolTest, EvictNeedsAPoolThatCanDecommit) {
 }
 
 TEST(VmmPoolTest, LargeSegmentsAreBackedAndGivenBackInLargerUnits) {
-  EXPECT_EQ(VmmDecommitUnit(2 * MiB, kGranule), kGranule);
-  EXPECT_EQ(VmmDecommitUnit(62 * MiB, kGranule), kGranule);
-  EXPECT_EQ(VmmDecommitUnit(64 * MiB, kGranule), 8 * MiB);
-  EXPECT_EQ(VmmDecommitUnit(100 * MiB, kGranule), 8 * MiB);
-  EXPECT_EQ(VmmDecommitUnit(1024 * MiB, kGranule), 32 * MiB);
-  EXPECT_EQ(VmmDecommitUnit(8192 * MiB, kGranule), 32 * MiB);
+  EXPECT_EQ(VmmDecommitUnit(2 * kVmmMiB, kVmmGranule), kVmmGranule);
+  EXPECT_EQ(VmmDecommitUnit(62 * kVmmMiB, kVmmGranule), kVmmGranule);
+  EXPECT_EQ(VmmDecommitUnit(64 * kVmmMiB, kVmmGranule), 8 * kVmmMiB);
+  EXPECT_EQ(VmmDecommitUnit(100 * kVmmMiB, kVmmGranule), 8 * kVmmMiB);
+  EXPECT_EQ(VmmDecommitUnit(1024 * kVmmMiB, kVmmGranule), 32 * kVmmMiB);
+  EXPECT_EQ(VmmDecommitUnit(8192 * kVmmMiB, kVmmGranule), 32 * kVmmMiB);
 
-  auto pool = VmmPool(256 * MiB);
-  Result<void*> first = pool->Allocate(100 * MiB);  // a segment of 100 MiB: units of 8 MiB
+  auto pool = MakeVmmTestPool(256 * kVmmMiB);
+  Result<void*> first = pool->Allocate(100 * kVmmMiB);  // a segment of 100 kVmmMiB: units of 8 kVmmMiB
   ASSERT_TRUE(first.ok());
   pool->Free(*first);
-  Result<void*> kept = pool->Allocate(20 * MiB);  // [0, 20) of that segment
+  Result<void*> kept = pool->Allocate(20 * kVmmMiB);  // [0, 20) of that segment
   ASSERT_TRUE(kept.ok());
   ASSERT_EQ(*kept, *first);
-  Live live{*kept, 20 * MiB, 0x3C};
-  Fill(live);
+  VmmTestLive live{*kept, 20 * kVmmMiB, 0x3C};
+  VmmTestFill(live);
   // Free: [20, 100). Whole units: [24, 96), and the short last one, [96, 100).
-  EXPECT_EQ(pool->Stats().remappable_free_bytes, 76 * MiB);
-  EXPECT_EQ(pool->Trim(), 76 * MiB);
-  EXPECT_EQ(pool->Stats().reserved_bytes, 24 * MiB);
-  EXPECT_TRUE(Intact(live));  // [20, 24) shares its unit with the live block: kept
-  // The source agrees: the 232 MiB it has left can be had in one piece.
-  Result<void*> rest = pool->Allocate(232 * MiB);
+  EXPECT_EQ(pool->Stats().remappable_free_bytes, 76 * kVmmMiB);
+  EXPECT_EQ(pool->Trim(), 76 * kVmmMiB);
+  EXPECT_EQ(pool->Stats().reserved_bytes, 24 * kVmmMiB);
+  EXPECT_TRUE(VmmTestIntact(live));  // [20, 24) shares its unit with the live block: kept
+  // The source agrees: the 232 kVmmMiB it has left can be had in one piece.
+  Result<void*> rest = pool->Allocate(232 * kVmmMiB);
   ASSERT_TRUE(rest.ok()) << rest.status().message();
   pool->Free(*rest);
   Result<size_t> evicted = pool->Evict(*kept);
   ASSERT_TRUE(evicted.ok());
-  EXPECT_EQ(*evicted, 16 * MiB);  // units 0 and 1; unit 2 holds [16, 24)
+  EXPECT_EQ(*evicted, 16 * kVmmMiB);  // units 0 and 1; unit 2 holds [16, 24)
   ASSERT_TRUE(pool->Restore(*kept).ok());
-  Fill(live);
+  VmmTestFill(live);
   pool->Free(*kept);
   pool->Trim();
   EXPECT_EQ(pool->Stats().reserved_bytes, 0u);
 }
 
 TEST(VmmPoolTest, TheOutOfMemoryReportSaysWhatWasDecommitted) {
-  auto pool = VmmPool(32 * MiB);
-  Result<void*> a = pool->Allocate(20 * MiB);
+  auto pool = MakeVmmTestPool(32 * kVmmMiB);
+  Result<void*> a = pool->Allocate(20 * kVmmMiB);
   ASSERT_TRUE(a.ok());
-  Result<void*> b = pool->Allocate(20 * MiB);
+  Result<void*> b = pool->Allocate(20 * kVmmMiB);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("whole granules of free blocks, decommitted"),
             std::string::npos)

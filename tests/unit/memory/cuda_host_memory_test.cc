@@ -23,7 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const void* Addr(uintptr_t i) { return reinterpret_cast<const void*>(i * 4096); }
+const void* HostMemAddr(uintptr_t i) { return reinterpret_cast<const void*>(i * 4096); }
 
 class CudaHostWithoutGpuTest : public ::testing::Test {
  protected:
@@ -63,11 +63,11 @@ TEST_F(CudaHostWithoutGpuTest, AllocatingIsUnavailableAndLeavesNoPoolOrRecord) {
 TEST(CudaHostLedgerTest, PinnedBytesHaveTheirOwnByDeviceEntry) {
   Ledger ledger;
   OwnerId owner = ledger.OpenOwner(ledger.root(), OwnerKind::kVersion, "1");
-  ledger.RecordAllocation(Addr(1), 10, Device::Cpu(), owner);
-  ledger.RecordAllocation(Addr(2), 300, Device::CudaHost(), owner);
-  ledger.RecordAllocation(Addr(3), 20, Device::Cuda(0), owner);
-  ledger.RecordAllocation(Addr(4), 40, Device::Cuda(99), owner);  // the overflow entry, cuda:16
-  ledger.RecordAllocation(Addr(5), 5, Device::CudaHost(), owner);
+  ledger.RecordAllocation(HostMemAddr(1), 10, Device::Cpu(), owner);
+  ledger.RecordAllocation(HostMemAddr(2), 300, Device::CudaHost(), owner);
+  ledger.RecordAllocation(HostMemAddr(3), 20, Device::Cuda(0), owner);
+  ledger.RecordAllocation(HostMemAddr(4), 40, Device::Cuda(99), owner);  // the overflow entry, cuda:16
+  ledger.RecordAllocation(HostMemAddr(5), 5, Device::CudaHost(), owner);
   std::vector<std::pair<Device, int64_t>> want = {{Device::Cpu(), 10},
                                                   {Device::Cuda(0), 20},
                                                   {Device::Cuda(16), 40},
@@ -77,15 +77,15 @@ TEST(CudaHostLedgerTest, PinnedBytesHaveTheirOwnByDeviceEntry) {
       EXPECT_EQ(o.live_bytes_by_device, want);
     }
   }
-  ledger.RecordFree(Addr(2));
-  ledger.RecordFree(Addr(5));
+  ledger.RecordFree(HostMemAddr(2));
+  ledger.RecordFree(HostMemAddr(5));
   want.pop_back();
   for (const OwnerSnapshot& o : ledger.Snapshot()) {
     if (o.id == owner) {
       EXPECT_EQ(o.live_bytes_by_device, want);
     }
   }
-  for (int i = 1; i <= 5; ++i) ledger.RecordFree(Addr(i));
+  for (int i = 1; i <= 5; ++i) ledger.RecordFree(HostMemAddr(i));
   EXPECT_TRUE(ledger.CloseOwner(owner).empty());
 }
 
@@ -93,7 +93,7 @@ TEST(CudaHostReportTest, ThePinnedPoolIsReportedAndNeverTakenForAGpu) {
   Ledger ledger;
   OwnerId model = ledger.OpenOwner(kNoOwner, OwnerKind::kModel, "big");
   OwnerId version = ledger.OpenOwner(model, OwnerKind::kVersion, "1");
-  ledger.RecordAllocation(Addr(7), 64 << 20, Device::CudaHost(), version);
+  ledger.RecordAllocation(HostMemAddr(7), 64 << 20, Device::CudaHost(), version);
 
   PoolStats pinned;
   pinned.device = Device::CudaHost();
@@ -124,7 +124,7 @@ TEST(CudaHostReportTest, ThePinnedPoolIsReportedAndNeverTakenForAGpu) {
   EXPECT_THAT(text, HasSubstr(R"(vramd_memory_live_bytes{model="big",version="1",instance="",)"
                               R"(device="cuda_host"} 67108864)"));
   EXPECT_THAT(text, Not(HasSubstr(R"(vramd_memory_unattributed_bytes{device="cuda_host"})")));
-  ledger.RecordFree(Addr(7));
+  ledger.RecordFree(HostMemAddr(7));
 }
 
 }  // namespace

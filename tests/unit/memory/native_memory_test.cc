@@ -15,13 +15,13 @@
 namespace vramd::memory {
 namespace {
 
-constexpr int64_t kMiB = 1 << 20;
+constexpr int64_t kNativeTestMiB = 1 << 20;
 
 class MovingNvml : public Nvml {
  public:
   int DeviceCount() const override { return 1; }
   Result<NvmlMemoryInfo> DeviceMemory(int) const override {
-    return NvmlMemoryInfo{80 * 1024 * kMiB, 10 * 1024 * kMiB, 70 * 1024 * kMiB, std::nullopt};
+    return NvmlMemoryInfo{80 * 1024 * kNativeTestMiB, 10 * 1024 * kNativeTestMiB, 70 * 1024 * kNativeTestMiB, std::nullopt};
   }
   Result<uint64_t> ProcessUsedBytes(int ordinal, uint32_t) const override {
     if (ordinal != 0) return Status::Unavailable("no such device");
@@ -31,7 +31,7 @@ class MovingNvml : public Nvml {
   Result<std::string> Name(int) const override { return std::string("Fake GPU"); }
   Result<std::string> Uuid(int) const override { return std::string("GPU-fake"); }
 
-  std::atomic<uint64_t> used{600 * kMiB};
+  std::atomic<uint64_t> used{600 * kNativeTestMiB};
 };
 
 class NativeMemoryTest : public ::testing::Test {
@@ -53,13 +53,13 @@ class NativeMemoryTest : public ::testing::Test {
 TEST_F(NativeMemoryTest, GrowthOutsideThePoolsIsChargedToTheInstanceAndReleasedWithIt) {
   {
     NativeCharges charges(&meter_, instance_, 0);
-    charges.Measure([&] { nvml_.used += 48 * kMiB; });  // a cuDNN handle, say
-    EXPECT_EQ(charges.bytes(), 48 * kMiB);
-    EXPECT_EQ(Live(instance_), 48 * kMiB);
-    EXPECT_EQ(meter_.Total(0), 48 * kMiB);
-    charges.Measure([&] { nvml_.used += 8 * kMiB; });
-    EXPECT_EQ(Live(instance_), 56 * kMiB);
-    EXPECT_EQ(meter_.Total(0), 56 * kMiB);
+    charges.Measure([&] { nvml_.used += 48 * kNativeTestMiB; });  // a cuDNN handle, say
+    EXPECT_EQ(charges.bytes(), 48 * kNativeTestMiB);
+    EXPECT_EQ(Live(instance_), 48 * kNativeTestMiB);
+    EXPECT_EQ(meter_.Total(0), 48 * kNativeTestMiB);
+    charges.Measure([&] { nvml_.used += 8 * kNativeTestMiB; });
+    EXPECT_EQ(Live(instance_), 56 * kNativeTestMiB);
+    EXPECT_EQ(meter_.Total(0), 56 * kNativeTestMiB);
   }
   EXPECT_EQ(Live(instance_), 0);
   EXPECT_EQ(meter_.Total(0), 0);
@@ -68,8 +68,8 @@ TEST_F(NativeMemoryTest, GrowthOutsideThePoolsIsChargedToTheInstanceAndReleasedW
 
 TEST_F(NativeMemoryTest, SmallOrNegativeGrowthIsNotCharged) {
   NativeCharges charges(&meter_, instance_, 0);
-  charges.Measure([&] { nvml_.used += kMiB / 2; });
-  charges.Measure([&] { nvml_.used -= 64 * kMiB; });
+  charges.Measure([&] { nvml_.used += kNativeTestMiB / 2; });
+  charges.Measure([&] { nvml_.used -= 64 * kNativeTestMiB; });
   EXPECT_EQ(charges.bytes(), 0);
   EXPECT_EQ(Live(instance_), 0);
 }
@@ -79,11 +79,11 @@ TEST_F(NativeMemoryTest, OnlyTheFirstExecutionsAreMeasured) {
   int measured = 0;
   for (int i = 0; i < 10; ++i) {
     if (!NativeMemoryMeter::WantsExecution(charges)) continue;
-    charges.MeasureExecution([&] { nvml_.used += 2 * kMiB; });
+    charges.MeasureExecution([&] { nvml_.used += 2 * kNativeTestMiB; });
     ++measured;
   }
   EXPECT_EQ(measured, NativeMemoryMeter::kExecutionsMeasured);
-  EXPECT_EQ(charges.bytes(), NativeMemoryMeter::kExecutionsMeasured * 2 * kMiB);
+  EXPECT_EQ(charges.bytes(), NativeMemoryMeter::kExecutionsMeasured * 2 * kNativeTestMiB);
 }
 
 // An execution that waits for another model's execution on the same device (a BLS call) must
@@ -97,7 +97,7 @@ TEST_F(NativeMemoryTest, AnExecutionNestedInAMeasuredOneRunsUnmeasured) {
     std::thread other([&] {  // the called model's instance thread
       callee.MeasureExecution([&] {
         callee_ran = true;
-        nvml_.used += 2 * kMiB;
+        nvml_.used += 2 * kNativeTestMiB;
       });
     });
     other.join();  // the caller waits for its answer
@@ -105,10 +105,10 @@ TEST_F(NativeMemoryTest, AnExecutionNestedInAMeasuredOneRunsUnmeasured) {
   EXPECT_TRUE(callee_ran);
   EXPECT_EQ(caller.executions_measured, 1);
   EXPECT_EQ(callee.executions_measured, 0) << "a later execution of it is measured instead";
-  EXPECT_EQ(caller.bytes(), 2 * kMiB) << "what grew during the caller's stretch is blamed on it";
-  callee.MeasureExecution([&] { nvml_.used += 4 * kMiB; });
+  EXPECT_EQ(caller.bytes(), 2 * kNativeTestMiB) << "what grew during the caller's stretch is blamed on it";
+  callee.MeasureExecution([&] { nvml_.used += 4 * kNativeTestMiB; });
   EXPECT_EQ(callee.executions_measured, 1);
-  EXPECT_EQ(callee.bytes(), 4 * kMiB);
+  EXPECT_EQ(callee.bytes(), 4 * kNativeTestMiB);
   // A creation on a device being measured (a model loaded from an execution) waits a bounded
   // time, then is created unmeasured.
   bool created = false;
@@ -125,7 +125,7 @@ TEST_F(NativeMemoryTest, WithoutNvmlTheStretchRunsAndNothingIsCharged) {
   bool ran = false;
   charges.Measure([&] {
     ran = true;
-    nvml_.used += 100 * kMiB;
+    nvml_.used += 100 * kNativeTestMiB;
   });
   EXPECT_TRUE(ran);
   EXPECT_EQ(charges.bytes(), 0);
@@ -135,11 +135,11 @@ TEST_F(NativeMemoryTest, WithoutNvmlTheStretchRunsAndNothingIsCharged) {
 
 TEST_F(NativeMemoryTest, MovedChargesAreReleasedOnce) {
   NativeCharges charges(&meter_, instance_, 0);
-  charges.Measure([&] { nvml_.used += 4 * kMiB; });
+  charges.Measure([&] { nvml_.used += 4 * kNativeTestMiB; });
   NativeCharges moved(std::move(charges));
-  EXPECT_EQ(moved.bytes(), 4 * kMiB);
+  EXPECT_EQ(moved.bytes(), 4 * kNativeTestMiB);
   charges = NativeCharges();  // releasing the moved-from one releases nothing
-  EXPECT_EQ(Live(instance_), 4 * kMiB);
+  EXPECT_EQ(Live(instance_), 4 * kNativeTestMiB);
   moved = NativeCharges();
   EXPECT_EQ(Live(instance_), 0);
   EXPECT_EQ(meter_.Total(0), 0);
@@ -147,19 +147,19 @@ TEST_F(NativeMemoryTest, MovedChargesAreReleasedOnce) {
 
 TEST_F(NativeMemoryTest, TheReportTakesTheChargesOutOfUnattributed) {
   NativeCharges charges(&meter_, instance_, 0);
-  charges.Measure([&] { nvml_.used += 40 * kMiB; });
-  std::vector<ContextBaseline> baselines{{0, 500 * kMiB, ""}};
+  charges.Measure([&] { nvml_.used += 40 * kNativeTestMiB; });
+  std::vector<ContextBaseline> baselines{{0, 500 * kNativeTestMiB, ""}};
   MemoryReportOptions options;
   options.native = &meter_;
   PoolStats pool;
   pool.device = Device::Cuda(0);
-  pool.reserved_bytes = 64 * kMiB;
+  pool.reserved_bytes = 64 * kNativeTestMiB;
   MemoryReport report = BuildMemoryReport(ledger_, {pool}, &nvml_, baselines, options);
   ASSERT_EQ(report.devices.size(), 1u);
   const DeviceMemoryReport& d = report.devices[0];
-  EXPECT_EQ(d.native_measured_bytes, 40 * kMiB);
+  EXPECT_EQ(d.native_measured_bytes, 40 * kNativeTestMiB);
   // 640 MiB in use = 64 pool + 500 context + 40 native + 36 nobody's.
-  EXPECT_EQ(*d.unattributed_bytes, 36 * kMiB);
+  EXPECT_EQ(*d.unattributed_bytes, 36 * kNativeTestMiB);
   EXPECT_NE(MemoryReportToJson(report).find("\"native_measured_bytes\":41943040"),
             std::string::npos);
 }
