@@ -9,7 +9,8 @@
 //   vramd_memory_leaked_bytes_total, vramd_memory_leak_reports_total,
 //   vramd_memory_unknown_frees_total                         counters
 //   vramd_pool_reserved_bytes, vramd_pool_allocated_bytes, vramd_pool_peak_reserved_bytes,
-//   vramd_pool_peak_allocated_bytes, vramd_pool_segments, vramd_pool_fragmentation_ratio
+//   vramd_pool_peak_allocated_bytes, vramd_pool_segments, vramd_pool_fragmentation_ratio,
+//   vramd_pool_decommitted_bytes (a VMM pool's holes)
 //                                                           gauges {device}, CPU pool included
 //   vramd_pool_out_of_memory_total{device}                  counter
 //   vramd_memory_context_baseline_bytes{device}, vramd_memory_unattributed_bytes{device}
