@@ -251,7 +251,7 @@ Result<size_t> Allocator::Park(OwnerId owner, const std::vector<Device>& devices
     MutexLock lock(mu_);
     for (auto& [key, pool] : pools_) {
       if (std::find(devices.begin(), devices.end(), pool->device()) != devices.end() &&
-          pool->Stats().decommit_granularity > 0) {
+          pool->decommit_granularity() > 0) {
         pools.push_back(pool.get());
       }
     }

@@ -145,6 +145,7 @@ class CachingPool::Impl {
   ~Impl();
 
   Device device() const { return device_; }
+  size_t decommit_granularity() const { return granularity_; }
   Result<void*> Allocate(size_t size, StreamId stream) EXCLUDES(mu_);
   void Free(void* ptr) EXCLUDES(mu_);
   size_t RequestedSize(void* ptr) const EXCLUDES(mu_);
@@ -192,6 +193,14 @@ class CachingPool::Impl {
   // Splits free block `b` (in no free set) into [head][hole][tail], `hole` being inside it:
   // b becomes the hole; head and tail are inserted as free blocks. Counters are the caller's.
   void SplitOutHole(Block* b, Range hole) REQUIRES(mu_);
+  // Counts `bytes` of `segment` as given back to the source (a hole, or an evicted interior).
+  void CountHole(Segment* segment, size_t bytes) REQUIRES(mu_) {
+    if (bytes == 0) return;
+    segment->holes += bytes;
+    c_.holes += bytes;
+    c_.reserved -= bytes;
+    ++c_.decommitted;
+  }
   // The bytes CarveHoles would turn into holes now.
   size_t CarvableBytes() const REQUIRES(mu_);
   // The part of block `b` made of whole units of its segment (SegmentSource::DecommitUnit;
@@ -514,10 +523,7 @@ std::vector<Range> CachingPool::Impl::CarveHoles() {
       const Range hole = Interior(b);
       set->erase(b);
       SplitOutHole(b, hole);
-      b->segment->holes += hole.size;
-      c_.holes += hole.size;
-      c_.reserved -= hole.size;
-      ++c_.decommitted;
+      CountHole(b->segment, hole.size);
       holes.push_back(hole);
     }
   }
@@ -544,11 +550,8 @@ Result<size_t> CachingPool::Impl::Evict(void* ptr) {
     if (b->evicted) return size_t{0};
     hole = Interior(b);
     b->evicted = true;
-    b->segment->holes += hole.size;
-    c_.holes += hole.size;
-    c_.reserved -= hole.size;
+    CountHole(b->segment, hole.size);
     c_.allocated -= hole.size;
-    if (hole.size > 0) ++c_.decommitted;
   }
   if (hole.size > 0) {
     source_->Synchronize();
@@ -721,6 +724,7 @@ CachingPool::CachingPool(std::unique_ptr<SegmentSource> source)
 CachingPool::~CachingPool() = default;
 
 Device CachingPool::device() const { return impl_->device(); }
+size_t CachingPool::decommit_granularity() const { return impl_->decommit_granularity(); }
 Result<void*> CachingPool::Allocate(size_t size, StreamId stream) {
   return impl_->Allocate(size, stream);
 }

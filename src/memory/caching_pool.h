@@ -118,6 +118,9 @@ class CachingPool {
   CachingPool& operator=(const CachingPool&) = delete;
 
   Device device() const;
+  // The source's decommit granularity (SegmentSource::decommit_granularity): non-zero for a VMM
+  // pool, whose Evict and Restore work.
+  size_t decommit_granularity() const;
 
   // A block of at least `size` bytes (size 0 gives a valid 512-byte block), usable on
   // `stream`. ResourceExhausted when the device is out of memory even after releasing cache;

@@ -79,6 +79,20 @@ Result<std::string> CudaPciBusId(int ordinal) {
   return std::string(bus_id);
 }
 
+Status CudaDeviceUsable(int ordinal) {
+  int count = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Unavailable(fmt::format("cuda:{} is not available: no usable CUDA device ({})",
+                                           ordinal, cudaGetErrorString(err)));
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    return Status::Unavailable(
+        fmt::format("cuda:{} does not exist: this process sees {} CUDA device(s)", ordinal, count));
+  }
+  return Status::Ok();
+}
+
 Status CudaInitContext(int ordinal) {
   int previous = 0;
   if (cudaGetDevice(&previous) != cudaSuccess) {
@@ -119,21 +133,15 @@ Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* sr
 
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream) {
-  if (size == 0) return Status::Ok();
-  if (!dst_device.is_cuda() && !src_device.is_cuda()) {
-    std::memcpy(dst, src, size);
-    return Status::Ok();
-  }
-  auto s = static_cast<cudaStream_t>(stream);
-  cudaError_t err = cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, s);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
-  if (err != cudaSuccess) {
+  VRAMD_RETURN_IF_ERROR(QueueCopy(dst_device, dst, src_device, src, size, stream));
+  if (size == 0 || (!dst_device.is_cuda() && !src_device.is_cuda())) return Status::Ok();
+  if (cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+      err != cudaSuccess) {
     cudaGetLastError();
     return Status::Internal(fmt::format("copying {} bytes from {} to {}: {}", size,
                                         src_device.ToString(), dst_device.ToString(),
                                         cudaGetErrorString(err)));
   }
-  CountCopy(dst_device, src_device, size);
   return Status::Ok();
 }
 
@@ -169,6 +177,9 @@ Result<std::string> CudaPciBusId(int ordinal) {
   return Status::Unavailable("built without CUDA");
 }
 Status CudaInitContext(int ordinal) { return Status::Unavailable("built without CUDA"); }
+Status CudaDeviceUsable(int ordinal) {
+  return Status::Unavailable(fmt::format("cuda:{} is not available: built without CUDA", ordinal));
+}
 Status SynchronizeDevice(int ordinal) { return Status::Unavailable("built without CUDA"); }
 Status SynchronizeStream(int ordinal, void* stream) {
   return Status::Unavailable("built without CUDA");

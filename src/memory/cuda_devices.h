@@ -14,6 +14,10 @@ namespace vramd::memory {
 // Number of CUDA devices visible to this process; 0 without CUDA, driver or GPU.
 int CudaDeviceCount();
 
+// Ok when this process sees CUDA device `ordinal`; Unavailable naming why otherwise (built
+// without CUDA, no usable device, an ordinal past the devices seen).
+Status CudaDeviceUsable(int ordinal);
+
 // A one-line description for the start-up log: the runtime version and devices, or why none.
 std::string CudaDescription();
 

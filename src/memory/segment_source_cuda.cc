@@ -10,6 +10,7 @@
 #if VRAMD_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "memory/cuda_devices.h"
 #include "memory/scoped_device.h"
 #endif
 
@@ -73,17 +74,7 @@ class CudaSegmentSource final : public SegmentSource {
 }  // namespace
 
 Result<std::unique_ptr<SegmentSource>> MakeCudaSegmentSource(int ordinal) {
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return Status::Unavailable(fmt::format("cuda:{} is not available: no usable CUDA device ({})",
-                                           ordinal, cudaGetErrorString(err)));
-  }
-  if (ordinal < 0 || ordinal >= count) {
-    return Status::Unavailable(
-        fmt::format("cuda:{} does not exist: this process sees {} CUDA device(s)", ordinal, count));
-  }
+  VRAMD_RETURN_IF_ERROR(CudaDeviceUsable(ordinal));
   return std::unique_ptr<SegmentSource>(std::make_unique<CudaSegmentSource>(ordinal));
 }
 

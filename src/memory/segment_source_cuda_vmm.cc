@@ -24,6 +24,7 @@
 
 #include "core/mutex.h"
 #include "memory/byte_size.h"
+#include "memory/cuda_devices.h"
 #include "memory/scoped_device.h"
 #endif
 
@@ -273,18 +274,8 @@ class CudaVmmSegmentSource final : public SegmentSource {
 }  // namespace
 
 Result<std::unique_ptr<SegmentSource>> MakeCudaVmmSegmentSource(int ordinal) {
-  int count = 0;
-  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
-    cudaGetLastError();
-    return Status::Unavailable(fmt::format("cuda:{} is not available: no usable CUDA device ({})",
-                                           ordinal, cudaGetErrorString(err)));
-  }
-  if (ordinal < 0 || ordinal >= count) {
-    return Status::Unavailable(
-        fmt::format("cuda:{} does not exist: this process sees {} CUDA device(s)", ordinal, count));
-  }
-  ScopedDevice scoped(ordinal);
-  cudaFree(nullptr);  // the primary context, which the driver calls below need current
+  VRAMD_RETURN_IF_ERROR(CudaDeviceUsable(ordinal));
+  VRAMD_RETURN_IF_ERROR(CudaInitContext(ordinal));  // the driver calls below need it
   const VmmDriver& driver = Driver();
   if (!driver.missing.empty()) {
     return Status::Unavailable(fmt::format(
