@@ -155,8 +155,9 @@ fi
 #    server.log. PYTORCH_MEM_ARGS / PYTORCH_TPUT_ARGS add arguments to the two scripts;
 #    PYTORCH_{BUILD,MEM,TPUT}_TIMEOUT (200, 240, 150 s) bound the parts, under 10 minutes in all
 #    (typically about 5). Each script writes its JSON as it goes, so a cut-short run keeps what
-#    it measured.
+#    it measured. PYTORCH_PARTS (default "check mem tput") picks the parts after the build.
 if has_step pytorch; then
+  pparts=" ${PYTORCH_PARTS:-check mem tput} "
   ptmp=$(mktemp -d)
   prefer_newer_stdcxx "$ptmp"
   echo "# pytorch: build_torch.sh" >> "$OUT/benchmarks.log"
@@ -164,28 +165,35 @@ if has_step pytorch; then
     say "PASS pytorch build (backend + direct_bench)"
     # What CI cannot check without a GPU: KIND_GPU answers vs torch's, weights in the ledger on
     # cuda:0, forward() exceptions, load/unload cycles without NVML growth.
-    timeout 180 python3 tests/device/pytorch_gpu_check.py --vramd "$BIN"/vramd \
-      --backend-directory build-torch-device/backends --log "$ptmp/check_server.log" \
-      > "$ptmp/check.out" 2>&1
-    rc=$?
-    grep -E '^(PASS|FAIL|FIGURE) ' "$ptmp/check.out" | tee -a "$summary"
-    [ "$rc" -eq 0 ] || { say "FAIL pytorch GPU check (exit $rc)"; tail -40 "$ptmp/check.out" >> "$OUT/benchmarks.log"; status=1; }
-    # A: memory. Bounded so that B still runs in the step's budget.
-    timeout "${PYTORCH_MEM_TIMEOUT:-240}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
-      --infer-load "$BIN"/infer_load --backend-dir build-torch-device/backends --work "$ptmp/mem" \
-      --out "$OUT/pytorch_bench.json" --server-log "$ptmp/server.log" \
-      --worker-log "$ptmp/workers.log" ${PYTORCH_MEM_ARGS:-} > "$ptmp/mem.out" 2> "$ptmp/mem.err"
-    rc=$?
-    grep -E '^(PASS|FAIL|FIGURE|#) ' "$ptmp/mem.out" | tee -a "$summary"
-    [ "$rc" -eq 0 ] || { say "FAIL pytorch memory comparison (exit $rc)"; status=1; }
+    if [[ "$pparts" == *" check "* ]]; then
+      timeout 180 python3 tests/device/pytorch_gpu_check.py --vramd "$BIN"/vramd \
+        --backend-directory build-torch-device/backends --log "$ptmp/check_server.log" \
+        > "$ptmp/check.out" 2>&1
+      rc=$?
+      grep -E '^(PASS|FAIL|FIGURE) ' "$ptmp/check.out" | tee -a "$summary"
+      [ "$rc" -eq 0 ] || { say "FAIL pytorch GPU check (exit $rc)"; tail -40 "$ptmp/check.out" >> "$OUT/benchmarks.log"; status=1; }
+    fi
+    # A: memory (and the ledger's coverage of NVML's figure). Bounded so that B still runs in
+    # the step's budget.
+    if [[ "$pparts" == *" mem "* ]]; then
+      timeout "${PYTORCH_MEM_TIMEOUT:-240}" python3 bench/torch/memory_compare.py --vramd "$BIN"/vramd \
+        --infer-load "$BIN"/infer_load --backend-dir build-torch-device/backends --work "$ptmp/mem" \
+        --out "$OUT/pytorch_bench.json" --server-log "$ptmp/server.log" \
+        --worker-log "$ptmp/workers.log" ${PYTORCH_MEM_ARGS:-} > "$ptmp/mem.out" 2> "$ptmp/mem.err"
+      rc=$?
+      grep -E '^(PASS|FAIL|FIGURE|#) ' "$ptmp/mem.out" | tee -a "$summary"
+      [ "$rc" -eq 0 ] || { say "FAIL pytorch memory comparison (exit $rc)"; status=1; }
+    fi
     # B: throughput.
-    timeout "${PYTORCH_TPUT_TIMEOUT:-150}" python3 bench/torch/throughput_compare.py --vramd "$BIN"/vramd \
-      --infer-load "$BIN"/infer_load --direct-bench build-torch-bench/direct_bench \
-      --backend-dir build-torch-device/backends --work "$ptmp/tput" --out "$OUT/pytorch_bench.json" \
-      --server-log "$ptmp/server.log" ${PYTORCH_TPUT_ARGS:-} > "$ptmp/tput.out" 2> "$ptmp/tput.err"
-    rc=$?
-    grep -E '^(PASS|FAIL|FIGURE|#) ' "$ptmp/tput.out" | tee -a "$summary"
-    [ "$rc" -eq 0 ] || { say "FAIL pytorch throughput comparison (exit $rc)"; status=1; }
+    if [[ "$pparts" == *" tput "* ]]; then
+      timeout "${PYTORCH_TPUT_TIMEOUT:-150}" python3 bench/torch/throughput_compare.py --vramd "$BIN"/vramd \
+        --infer-load "$BIN"/infer_load --direct-bench build-torch-bench/direct_bench \
+        --backend-dir build-torch-device/backends --work "$ptmp/tput" --out "$OUT/pytorch_bench.json" \
+        --server-log "$ptmp/server.log" ${PYTORCH_TPUT_ARGS:-} > "$ptmp/tput.out" 2> "$ptmp/tput.err"
+      rc=$?
+      grep -E '^(PASS|FAIL|FIGURE|#) ' "$ptmp/tput.out" | tee -a "$summary"
+      [ "$rc" -eq 0 ] || { say "FAIL pytorch throughput comparison (exit $rc)"; status=1; }
+    fi
   else
     say "FAIL pytorch build (scripts/device/build_torch.sh; log in benchmarks.log)"; status=1
   fi

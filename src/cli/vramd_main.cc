@@ -24,12 +24,14 @@
 #include "core/log_format.h"
 #include "memory/admission.h"
 #include "memory/allocator.h"
+#include "memory/byte_size.h"
 #include "memory/cuda_devices.h"
 #include "memory/growth_detector.h"
 #include "memory/ledger.h"
 #include "memory/memory_report.h"
 #include "memory/nvml.h"
 #include "memory/quota.h"
+#include "memory/unattributed_alarm.h"
 #include "runtime/custom_metrics.h"
 #include "runtime/model_manager.h"
 #include "server/grpc/grpc_routes.h"
@@ -70,6 +72,7 @@ struct ServeOptions {
   int metrics_port = 8002;
   int memory_growth_requests = 16;
   std::string memory_budget;  // --memory-budget, memory/quota.h's form; empty: none
+  std::string memory_unattributed_alarm = "64MiB";  // a byte size; "0": off
   std::string device_pool = "caching";  // --device-pool: memory::ParseDevicePool's form
   bool memory_admission = true;
   int64_t memory_admission_wait_ms = 30000;
@@ -189,6 +192,13 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Stub and process-per-instance hosts, shown per PID under the models they serve.
   report_options.hosted = &vramd::memory::HostedProcesses::Global();
   report_options.admission = admission ? &*admission : nullptr;
+  auto alarm_threshold = vramd::memory::ParseByteSize(options.memory_unattributed_alarm);
+  if (!alarm_threshold.ok()) {
+    spdlog::error("--memory-unattributed-alarm: {}", alarm_threshold.status().message());
+    return 1;
+  }
+  vramd::memory::UnattributedAlarm unattributed_alarm(*alarm_threshold);
+  report_options.unattributed_alarm = &unattributed_alarm;
   vramd::memory::LiveMemoryReportSource memory_report(
       &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
       report_options);
@@ -226,6 +236,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   manager_options.exit_on_error = options.exit_on_error;
   manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr, nvml_ptr,
                             &native_meter};
+  // Each load and unload ends with a look at memory: the unattributed alarm sees its figure.
+  manager_options.memory_settled = [&memory_report] { (void)memory_report.Build(); };
   if (admission) {
     manager_options.memory.admission = &*admission;
     manager_options.memory.admission_wait =
@@ -493,6 +505,10 @@ int main(int argc, char** argv) {
                     "What the server may hold per device, all models together: a size for each "
                     "GPU (\"100GiB\") or DEVICE=SIZE,... (\"cuda:0=100GiB,cpu=64GiB\"); an "
                     "allocation past it fails as a full device would");
+  serve->add_option("--memory-unattributed-alarm", options.memory_unattributed_alarm,
+                    "Warn, and set vramd_memory_unattributed_alarm, when a GPU's unattributed "
+                    "memory passes this size either way (\"0\" = off; docs/memory.md)")
+      ->capture_default_str();
   serve->add_option("--device-pool", options.device_pool,
                     "How GPU pools get memory: \"caching\" (cudaMalloc segments) or \"vmm\" "
                     "(CUDA virtual memory: free granules go back to the driver, so memory free in "

@@ -85,6 +85,7 @@ std::string_view OwnerKindName(OwnerKind kind) {
     case OwnerKind::kRequest: return "request";
     case OwnerKind::kScope: return "scope";
     case OwnerKind::kSequence: return "sequence";
+    case OwnerKind::kBackend: return "backend";
   }
   return "unknown";
 }

@@ -3,7 +3,7 @@
 // the allocation site.
 //
 // Owners form a tree: server (the root) > model > version > instance > request, plus ad-hoc
-// scopes. An owner is opened under a parent and closed when what it stands for ends (a request
+// scopes and backends (what a backend's libraries keep beyond its models). An owner is opened under a parent and closed when what it stands for ends (a request
 // answered, an instance destroyed, a version unloaded). Closing an owner that still holds
 // allocations files a LeakReport: it is logged through the leak callback, counted in
 // leaked_bytes_total(), and kept in Leaks(). Nothing is freed silently: leaked allocations stay
@@ -38,7 +38,9 @@ namespace vramd::memory {
 using OwnerId = uint64_t;
 inline constexpr OwnerId kNoOwner = 0;
 
-enum class OwnerKind { kServer, kModel, kVersion, kInstance, kRequest, kScope, kSequence };
+// kBackend: what a backend's libraries keep in the process beyond the models that made it
+// (memory/native_memory.h), directly under the server.
+enum class OwnerKind { kServer, kModel, kVersion, kInstance, kRequest, kScope, kSequence, kBackend };
 std::string_view OwnerKindName(OwnerKind kind);  // "server", "model", ...
 
 struct OwnerStats {

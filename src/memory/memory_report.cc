@@ -53,7 +53,10 @@ DeviceMemoryReport DeviceReport(int ordinal, const std::vector<PoolStats>& pools
     d.context_baseline_bytes = b.bytes;
     d.context_baseline_reason = b.bytes ? "" : b.reason;
   }
-  if (options.native != nullptr) d.native_measured_bytes = options.native->Total(ordinal);
+  if (options.native != nullptr) {
+    d.native_measured_bytes = options.native->Total(ordinal);
+    d.native_residue_bytes = options.native->ResidueTotal(ordinal);
+  }
   if (!d.process_used_bytes) {
     d.unattributed_reason = "no NVML figure for this process: " + d.process_used_reason;
   } else if (!d.context_baseline_bytes) {
@@ -62,6 +65,12 @@ DeviceMemoryReport DeviceReport(int ordinal, const std::vector<PoolStats>& pools
     const int64_t reserved = d.pool ? static_cast<int64_t>(d.pool->reserved_bytes) : 0;
     d.unattributed_bytes = *d.process_used_bytes - reserved - *d.context_baseline_bytes -
                            d.native_measured_bytes;
+    if (options.unattributed_alarm != nullptr) {
+      const UnattributedAlarm::State alarm =
+          options.unattributed_alarm->Observe(ordinal, *d.unattributed_bytes);
+      d.unattributed_alarm = alarm.on;
+      d.unattributed_alarms_raised = alarm.raised;
+    }
   }
   return d;
 }
@@ -174,8 +183,12 @@ void WriteDevice(JsonWriter& w, const DeviceMemoryReport& d) {
   OptionalInt(w, "context_baseline_bytes", d.context_baseline_bytes);
   Text(w, "context_baseline_reason", d.context_baseline_bytes ? "" : d.context_baseline_reason);
   Int(w, "native_measured_bytes", d.native_measured_bytes);
+  Int(w, "native_residue_bytes", d.native_residue_bytes);
   OptionalInt(w, "unattributed_bytes", d.unattributed_bytes);
   Text(w, "unattributed_reason", d.unattributed_bytes ? "" : d.unattributed_reason);
+  WriteJsonKey(w, "unattributed_alarm");
+  w.Bool(d.unattributed_alarm);
+  Uint(w, "unattributed_alarms_raised", d.unattributed_alarms_raised);
   Int(w, "hosted_used_bytes", d.hosted_used_bytes);
   WriteJsonKey(w, "hosted_processes");
   w.StartArray();
@@ -444,6 +457,8 @@ std::string MemoryReportToJson(const MemoryReport& report) {
     OptionalInt(w, "context_baseline_bytes", d.context_baseline_bytes);
     Int(w, "native_measured_bytes", d.native_measured_bytes);
     Text(w, "reason", d.unattributed_bytes ? "" : d.unattributed_reason);
+    WriteJsonKey(w, "alarm");
+    w.Bool(d.unattributed_alarm);
     w.EndObject();
   }
   w.EndArray();

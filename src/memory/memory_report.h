@@ -38,6 +38,7 @@
 #include "memory/device.h"
 #include "memory/hosted_processes.h"
 #include "memory/native_memory.h"
+#include "memory/unattributed_alarm.h"
 #include "memory/ledger.h"
 #include "memory/nvml.h"
 
@@ -57,11 +58,16 @@ struct DeviceMemoryReport {
   std::optional<PoolStats> pool;  // absent until something was allocated on the device
   std::optional<int64_t> context_baseline_bytes;
   std::string context_baseline_reason;
-  // What instances' libraries took outside the pools, measured and charged to them
-  // (native_memory.h); 0 without a meter.
+  // What models' libraries took outside the pools, measured and charged to their owners
+  // (native_memory.h), backends' residues included; 0 without a meter.
   int64_t native_measured_bytes = 0;
+  int64_t native_residue_bytes = 0;  // of which what outlived its owners (backend:<name>)
   std::optional<int64_t> unattributed_bytes;  // see the file comment; may be negative
   std::string unattributed_reason;
+  // The unattributed figure past the alarm's threshold either way (unattributed_alarm.h);
+  // false without an alarm or a figure.
+  bool unattributed_alarm = false;
+  uint64_t unattributed_alarms_raised = 0;
   // Backend host processes serving models (hosted_processes.h) that NVML lists on this device:
   // their own contexts and libraries' memory, which no ledger holds, under the model they serve.
   // Apart from process_used_bytes (this process's) and so from unattributed.
@@ -114,6 +120,9 @@ struct MemoryReportOptions {
   const HostedProcesses* hosted = nullptr;
   // Memory-aware admission (admission.h); null: none. Must outlive the report source.
   const Admission* admission = nullptr;
+  // Observes each device's unattributed figure (unattributed_alarm.h); null: no alarm. Must
+  // outlive the report source.
+  UnattributedAlarm* unattributed_alarm = nullptr;
 };
 
 // Reads the ledger, the allocator's pools and NVML (null: unavailable). `baselines` come from

@@ -137,10 +137,22 @@ LoadedModel::~LoadedModel() {
   Shutdown();
   readiness_.reset();  // waits for a readiness round in flight, which uses the instances
   scheduler_.reset();
-  instances_.clear();  // before backend_model_, whose state they may use
+  // Before backend_model_, whose state they may use. Each end is measured: what an instance's
+  // libraries keep after it (a handle pooled for the next thread) becomes its backend's
+  // residue (memory/native_memory.h).
+  for (Instance& instance : instances_) {
+    instance.native.ReleaseAround([&] { instance.backend.reset(); });
+  }
+  instances_.clear();
   {
     memory::OwnerScope scope(owner_.id());  // the backend frees what it holds as the version
-    backend_model_.reset();
+    std::vector<memory::NativeCharges*> native;
+    for (memory::NativeCharges& charges : native_) native.push_back(&charges);
+    if (memory_.native != nullptr) {
+      memory_.native->ReleaseAround(native, [&] { backend_model_.reset(); });
+    } else {
+      backend_model_.reset();
+    }
   }
   owner_.Close();
 }
@@ -203,7 +215,31 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   ctx.services = services;
   {
     memory::OwnerScope scope(ctx.owner);
-    auto backend_model = (*backend)->LoadModel(ctx);
+    // The model's creation is measured on every GPU its instances will use: a library may
+    // set itself up there (memory/native_memory.h).
+    std::vector<memory::NativeCharges*> native;
+    if (memory.native != nullptr) {
+      for (const backends::InstanceContext& instance_ctx : *plan) {
+        if (instance_ctx.kind != backends::DeviceKind::kGpu) continue;
+        const bool listed = std::any_of(
+            model->native_.begin(), model->native_.end(),
+            [&](const memory::NativeCharges& c) { return c.ordinal() == instance_ctx.device_id; });
+        if (listed) continue;
+        model->native_.emplace_back(memory.native, ctx.owner, instance_ctx.device_id,
+                                    std::string((*backend)->name()));
+      }
+      for (memory::NativeCharges& charges : model->native_) native.push_back(&charges);
+    }
+    Result<std::unique_ptr<backends::BackendModel>> backend_model =
+        Status::Internal("model not created");
+    auto create = [&] { backend_model = (*backend)->LoadModel(ctx); };
+    if (native.empty()) {
+      create();
+    } else if (!memory.native->Measure(native, create, memory::NativeMemoryMeter::kCreationWait)) {
+      spdlog::info("{}: a GPU was being measured; the model was created unmeasured (what its "
+                   "libraries took shows as unattributed)",
+                   where);
+    }
     if (!backend_model.ok()) return backend_model.status().WithContext(where);
     model->backend_model_ = std::move(backend_model).value();
   }
@@ -230,7 +266,8 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     memory::OwnerScope scope(owner.id());
     memory::NativeCharges native;
     if (memory.native != nullptr && instance_ctx.kind == backends::DeviceKind::kGpu) {
-      native = memory::NativeCharges(memory.native, owner.id(), instance_ctx.device_id);
+      native = memory::NativeCharges(memory.native, owner.id(), instance_ctx.device_id,
+                                     std::string((*backend)->name()));
     }
     Result<std::unique_ptr<backends::BackendInstance>> instance =
         Status::Internal("instance not created");

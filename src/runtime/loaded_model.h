@@ -250,6 +250,9 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // scheduler, the instances, then the backend model, then the version's owner is closed.
   memory::ScopedOwner owner_;
   std::unique_ptr<backends::BackendModel> backend_model_;
+  // What the backend's libraries took outside the pools while it created the model, one per
+  // GPU its instances use (released around backend_model_'s destruction, before owner_ closes).
+  std::vector<memory::NativeCharges> native_;
   std::vector<Instance> instances_;
   // Made by Load once the instances exist (never null afterwards); it outlives the scheduler,
   // whose executions pass it.

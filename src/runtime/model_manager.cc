@@ -314,6 +314,7 @@ ModelManager::ModelManager(const Options& options)
       load_thread_count_(std::max(1, options.load_thread_count)),
       auto_complete_config_(options.auto_complete_config),
       custom_metrics_(options.custom_metrics),
+      memory_settled_(options.memory_settled),
       services_(std::make_unique<ModelServices>(this, options.custom_metrics)),
       load_slots_(std::max(1, options.load_thread_count)),
       keeper_(std::make_unique<SleepKeeper>([this] { return LoadedVersions(); },
@@ -760,7 +761,7 @@ class ModelManager::LoadRun {
       entry.serving.config = old.config;
     });
     Status gone = manager_.DrainAndUnload(name_, std::move(old), "unloading the old versions");
-    manager_.memory_.allocator->TrimAll();
+    manager_.SettleMemory();
     timing_.Add("drain_unload", SecondsSince(drain_start));
     // The load goes on: the old versions are out of the map, and the new ones may still fit.
     if (!gone.ok()) spdlog::error("{}", gone.message());
@@ -812,7 +813,7 @@ class ModelManager::LoadRun {
       if (!gone.ok()) spdlog::warn("{}", gone.message());
       timing_.Add("retire_old", SecondsSince(retire_start));
     }
-    size_t trimmed = manager_.memory_.allocator->TrimAll();
+    size_t trimmed = manager_.SettleMemory();
     if (trimmed > 0) spdlog::info("returned {} bytes of cached load-time memory", trimmed);
     Finish(/*ok=*/true, "");
     std::string phases;
@@ -851,7 +852,7 @@ class ModelManager::LoadRun {
     // Logged, not returned: the load's own error is the answer.
     Status gone = manager_.WaitRetired(name_);
     if (!gone.ok()) spdlog::warn("{}", gone.message());
-    manager_.memory_.allocator->TrimAll();
+    manager_.SettleMemory();
     Finish(/*ok=*/false, error);
     return Status::InvalidArgument(fmt::format("failed to load '{}': {}", name_, error));
   }
@@ -1008,13 +1009,19 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
   // request still holds are destroyed (and their owners closed) once it lets go.
   Status gone = DrainAndUnload(name, std::move(old), "unloading");
   if (!gone.ok()) spdlog::warn("{}", gone.message());
-  size_t trimmed = memory_.allocator->TrimAll();
+  size_t trimmed = SettleMemory();
   Update(name, [&](ModelEntry& entry) {
     entry.lifecycle.TransitionOrLog(name, versions, LifecycleState::kUnloaded, "unloaded");
     entry.unloaded_on_request = true;
   });
   if (!versions.empty()) spdlog::info("unloaded model '{}'; returned {} bytes", name, trimmed);
   return Status::Ok();
+}
+
+size_t ModelManager::SettleMemory() {
+  const size_t trimmed = memory_.allocator->TrimAll();
+  if (memory_settled_) memory_settled_();
+  return trimmed;
 }
 
 Status ModelManager::PollOnce() {

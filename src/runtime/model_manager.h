@@ -151,6 +151,9 @@ class ModelManager {
     // max_batch_size, batching: Backend::AutoCompleteConfig) before the config is validated;
     // a config override is taken as given. false: --disable-auto-complete-config.
     bool auto_complete_config = true;
+    // Called after each load, reload and unload, once its pools are trimmed (the server looks
+    // at its memory then: memory/unattributed_alarm.h); may be empty. From the acting thread.
+    std::function<void()> memory_settled;
   };
 
   // Scans the repositories and loads the start-up models (in parallel). A broken model is
@@ -401,6 +404,10 @@ class ModelManager {
   const int load_thread_count_;
   const bool auto_complete_config_;
   CustomMetricsRegistry* const custom_metrics_;
+  const std::function<void()> memory_settled_;
+  // Trims the pools (what a load or unload used and freed goes back) and calls memory_settled_;
+  // returns the bytes trimmed.
+  size_t SettleMemory();
   // What the versions' backends may ask of the server, given to every LoadedModel::Load; made
   // here because it needs `this`. Destroyed after the threads below and after the destructor
   // unloaded every version, so after every model that holds it.

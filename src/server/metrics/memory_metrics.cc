@@ -78,12 +78,13 @@ void QuotaFamily(PrometheusText& out, const std::vector<QuotaSample>& quotas,
 // A gauge family over the CUDA devices that have the figure; nothing when none has.
 void DeviceGauge(PrometheusText& out, const memory::MemoryReport& report, std::string_view name,
                  std::string_view help,
-                 const std::function<std::optional<double>(const DeviceMemoryReport&)>& value) {
+                 const std::function<std::optional<double>(const DeviceMemoryReport&)>& value,
+                 MetricType type = kGauge) {
   bool started = false;
   for (const DeviceMemoryReport& d : report.devices) {
     std::optional<double> v = value(d);
     if (!v) continue;
-    if (!started) out.Family(name, help, kGauge);
+    if (!started) out.Family(name, help, type);
     started = true;
     const std::string device = d.device.ToString();
     out.Sample({{"device", device}}, *v);
@@ -203,9 +204,31 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
               [&](const DeviceMemoryReport& d) {
                 return std::optional<double>(static_cast<double>(d.native_measured_bytes));
               });
+  DeviceGauge(out, report, "vramd_memory_native_residue_bytes",
+              "Of the native memory, what outlived the owners that made it (modules, pooled "
+              "handles), charged to its backend.",
+              [&](const DeviceMemoryReport& d) {
+                return std::optional<double>(static_cast<double>(d.native_residue_bytes));
+              });
   DeviceGauge(out, report, "vramd_memory_unattributed_bytes",
-              "NVML process bytes minus pool reserved minus context baseline (may be negative).",
+              "NVML process bytes minus pool reserved minus context baseline minus native "
+              "measured (may be negative).",
               [&](const DeviceMemoryReport& d) { return bytes(d.unattributed_bytes); });
+  DeviceGauge(out, report, "vramd_memory_unattributed_alarm",
+              "1 while the unattributed figure is past the alarm's threshold either way "
+              "(--memory-unattributed-alarm), else 0.",
+              [&](const DeviceMemoryReport& d) -> std::optional<double> {
+                if (!d.unattributed_bytes) return std::nullopt;
+                return d.unattributed_alarm ? 1.0 : 0.0;
+              });
+  DeviceGauge(
+      out, report, "vramd_memory_unattributed_alarms_total",
+      "Times the unattributed memory alarm was raised.",
+      [&](const DeviceMemoryReport& d) -> std::optional<double> {
+        if (!d.unattributed_bytes) return std::nullopt;
+        return static_cast<double>(d.unattributed_alarms_raised);
+      },
+      kCounter);
 
   out.Family("vramd_hosted_process_gpu_used_bytes",
              "Device memory NVML reports for a backend host process (stub) serving a model: "

@@ -13,9 +13,12 @@
 //   vramd_pool_decommitted_bytes (a VMM pool's holes)
 //                                                           gauges {device}, CPU pool included
 //   vramd_pool_out_of_memory_total{device}                  counter
-//   vramd_memory_context_baseline_bytes{device}, vramd_memory_unattributed_bytes{device}
+//   vramd_memory_context_baseline_bytes{device}, vramd_memory_native_measured_bytes{device},
+//   vramd_memory_native_residue_bytes{device}, vramd_memory_unattributed_bytes{device},
+//   vramd_memory_unattributed_alarm{device}
 //       gauges, only for devices where they are known (see memory/memory_report.h); the
-//       unattributed figure may be negative.
+//       unattributed figure may be negative; the alarm is 1 or 0 (memory/unattributed_alarm.h).
+//   vramd_memory_unattributed_alarms_total{device}         counter, where the figure is known
 //   vramd_nvml_available                                    gauge, 1 or 0
 //   vramd_gpu_memory_total_bytes, vramd_gpu_memory_used_bytes, vramd_gpu_memory_free_bytes,
 //   vramd_gpu_process_memory_used_bytes, vramd_gpu_utilization_ratio

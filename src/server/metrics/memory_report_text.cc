@@ -97,8 +97,12 @@ void RenderDevices(const Value& doc, std::string& out) {
       }
       const int64_t native = Int(d, "native_measured_bytes").value_or(0);
       if (native != 0) {
+        const int64_t residue = Int(d, "native_residue_bytes").value_or(0);
         out += "    native        " + HumanBytes(native) +
-               " measured, charged to the instances that took it\n";
+               " measured, charged to the owners that took it" +
+               (residue != 0 ? " (" + HumanBytes(residue) + " outlived them: backend:<name>)"
+                             : std::string()) +
+               "\n";
       }
       if (auto un = Int(d, "unattributed_bytes")) {
         out += fmt::format("    unattributed  {} = process {} - pool {} - context {}{}\n",
@@ -106,6 +110,9 @@ void RenderDevices(const Value& doc, std::string& out) {
                            HumanBytes(Int(d, "pool_reserved_bytes").value_or(0)),
                            Bytes(Int(d, "context_baseline_bytes")),
                            native != 0 ? " - native " + HumanBytes(native) : std::string());
+        if (Bool(d, "unattributed_alarm")) {
+          out += "    ALARM         unattributed memory past --memory-unattributed-alarm\n";
+        }
       } else {
         out += "    unattributed  unknown: " + Str(d, "unattributed_reason") + "\n";
       }

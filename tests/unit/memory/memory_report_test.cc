@@ -303,7 +303,22 @@ TEST(MemoryReportTest, MetricsCarryOwnerPoolLeakAndNvmlSamples) {
   has(R"(vramd_gpu_memory_used_bytes{device="cuda:0"} 10737418240)");
   has(R"(vramd_gpu_utilization_ratio{device="cuda:0"} 0.37)");
   has("vramd_nvml_available 1");
+  has(R"(vramd_memory_unattributed_alarm{device="cuda:0"} 0)");
   EXPECT_NE(text.find("vramd_pool_reserved_bytes{device=\"cpu\"} "), std::string::npos);
+
+  // 460 MiB that no owner holds is past an alarm's 256 MiB.
+  UnattributedAlarm alarm(256 * kMiB);
+  MemoryReportOptions options;
+  options.unattributed_alarm = &alarm;
+  const std::string alarmed = metrics::RenderMemoryMetrics(
+      BuildMemoryReport(ledger, pools, &nvml, {{0, 500 * kMiB, ""}}, options));
+  EXPECT_NE(alarmed.find("vramd_memory_unattributed_alarm{device=\"cuda:0\"} 1\n"),
+            std::string::npos)
+      << alarmed;
+  EXPECT_NE(alarmed.find("# TYPE vramd_memory_unattributed_alarms_total counter\n"
+                         "vramd_memory_unattributed_alarms_total{device=\"cuda:0\"} 1\n"),
+            std::string::npos)
+      << alarmed;
 
   allocator.Free(Device::Cpu(), *leaked);
 }
