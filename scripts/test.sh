@@ -4,6 +4,9 @@
 # VRAMD_TEST_SANITIZERS=0 stops after the ordinary suite (a quicker local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's time, printed as it ends (docs/benchmarks.md, "CI time", keeps them).
+phase_start=$SECONDS
+phase() { echo "[test.sh] $1: $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
 # gold links a test binary in half the time of the default linker (bfd) and comes with the same
 # binutils; CI links some fifty binaries in each of its two builds.
 link_flags=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=gold -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=gold
@@ -25,7 +28,9 @@ unit_here=ON
 VRAMD_BUILD_TYPE=Release bash scripts/build.sh "${link_flags[@]}" \
   -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \
   -DVRAMD_BUILD_UNIT_TESTS="$unit_here"
+phase "packages and the ordinary build"
 ctest --test-dir "${VRAMD_BUILD_DIR:-build}" --output-on-failure --parallel "$(nproc)"
+phase "the ordinary build's tests"
 
 [ "$sanitizers" = 0 ] && exit 0
 
@@ -53,12 +58,14 @@ cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPI
   -DVRAMD_BUILD_BENCH=OFF -DVRAMD_BUILD_PYTORCH_BACKEND=OFF -DVRAMD_BUILD_PYTHON_BACKEND=OFF \
   -DVRAMD_BUILD_UNIT_TESTS=ON "${link_flags[@]}"
 cmake --build "$asan_dir" --parallel "$(nproc)"
+phase "the sanitizer build"
 # That build ran clang's thread-safety analysis over all it compiled (cmake/thread_safety.cmake);
 # what it leaves out (the benchmarks, the pytorch backend, CUDA-only files) the analysis reads
 # with clang -fsyntax-only, using the ordinary build's compile commands. No include cycle
 # between folders of src/ either.
 python3 scripts/thread_safety_check.py "${VRAMD_BUILD_DIR:-build}" "$asan_dir"
 python3 scripts/include_cycles.py
+phase "thread-safety and include checks"
 # Leaks fail a test like any other report. An allocation too large to make returns null, as
 # malloc does, rather than stopping the program: vramd answers that as ResourceExhausted, and
 # tests check it does. Deselected from the e2e tests: those that bound the server's RSS, which
@@ -68,4 +75,6 @@ export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:print_summary=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 PYTEST_ADDOPTS="-k 'not test_large_json_reply_peak_memory'" \
   ctest --test-dir "$asan_dir" --output-on-failure --parallel "$(nproc)" -E '_replay$'
+phase "the sanitizer build's tests"
 VRAMD_FUZZ_BUILD_DIR="$asan_dir" VRAMD_FUZZ_SECONDS="${VRAMD_FUZZ_SECONDS:-10}" bash scripts/fuzz.sh short
+phase "fuzzing"
