@@ -453,12 +453,15 @@ fi
 #    three KIND_GPU TorchScript models whose executions together pass a device budget, clients
 #    at 3x the instances for ADMISSION_SECONDS (default 60): no request fails for memory with
 #    admission; the same load without it is refused by the budget (needs the pytorch backend).
+#    ADMISSION_MODE=free: no budget, admitted against the GPU's free memory under a filler
+#    process (--memory-admission-device-free); ADMISSION_ARGS adds arguments.
 if has_step admission; then
   if [ -x build-torch-device/backends/pytorch/libvramd_pytorch.so ] \
      || timeout "${PYTORCH_BUILD_TIMEOUT:-300}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
     timeout 400 python3 tests/device/admission_gpu_check.py --vramd "$BIN"/vramd \
       --infer-load "$BIN"/infer_load --backend-dir build-torch-device/backends \
-      --seconds "${ADMISSION_SECONDS:-60}" > "$OUT/admission.log" 2>&1
+      --seconds "${ADMISSION_SECONDS:-60}" --mode "${ADMISSION_MODE:-budget}" ${ADMISSION_ARGS:-} \
+      > "$OUT/admission.log" 2>&1
     rc=$?
     grep -E '^(PASS|FAIL|FIGURE|# .*first error)' "$OUT/admission.log" | cut -c1-600 >> "$summary"
     [ "$rc" -eq 0 ] && say "PASS admission GPU check" || { say "FAIL admission GPU check (exit $rc)"; status=1; }

@@ -34,6 +34,7 @@
 #include "memory/unattributed_alarm.h"
 #include "runtime/custom_metrics.h"
 #include "runtime/model_manager.h"
+#include "runtime/reload_policy.h"
 #include "server/grpc/grpc_routes.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
@@ -75,6 +76,7 @@ struct ServeOptions {
   std::string memory_unattributed_alarm = "64MiB";  // a byte size; "0": off
   std::string device_pool = "caching";  // --device-pool: memory::ParseDevicePool's form
   bool memory_admission = true;
+  bool memory_admission_device_free = false;  // GPUs without a budget: against free memory
   int64_t memory_admission_wait_ms = 30000;
   int exit_timeout_secs = 30;
   std::string model_control_mode = "none";
@@ -172,7 +174,19 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   }
   // Executions wait for memory only where there is a budget to wait against.
   std::optional<vramd::memory::Admission> admission;
-  if (options.memory_admission && !ledger_options.budget.empty()) admission.emplace(&ledger, &allocator);
+  // Without a budget, a GPU is admitted against what it has free when asked to
+  // (--memory-admission-device-free): the driver's free memory and its pool's cached free.
+  vramd::memory::Admission::DeviceFree device_free;
+  if (options.memory_admission_device_free) {
+    device_free = [&allocator](vramd::memory::Device device) -> std::optional<int64_t> {
+      auto free = vramd::runtime::DeviceFreeBytes(device.ToString(), &allocator);
+      if (!free.ok()) return std::nullopt;
+      return *free;
+    };
+  }
+  if (options.memory_admission && (!ledger_options.budget.empty() || device_free)) {
+    admission.emplace(&ledger, &allocator, std::move(device_free));
+  }
   std::optional<vramd::memory::GrowthDetector> growth;
   if (options.memory_growth_requests > 0) growth.emplace(options.memory_growth_requests);
 
@@ -517,6 +531,10 @@ int main(int argc, char** argv) {
   serve->add_option("--memory-admission", options.memory_admission,
                     "On a device with a --memory-budget, start an execution only when what it "
                     "is predicted to make fits, else wait (docs/memory.md, \"Admission\")")
+      ->capture_default_str();
+  serve->add_option("--memory-admission-device-free", options.memory_admission_device_free,
+                    "On a GPU without a --memory-budget, admit executions against what the "
+                    "device has free (the driver's free memory plus the pool's cached free)")
       ->capture_default_str();
   serve->add_option("--memory-admission-wait-ms", options.memory_admission_wait_ms,
                     "The longest an execution waits for memory when its requests have no "

@@ -28,8 +28,8 @@ void Admission::Ticket::Release() {
   if (admission_ != nullptr) std::exchange(admission_, nullptr)->Release(slot_, id_);
 }
 
-Admission::Admission(Ledger* ledger, const Allocator* allocator)
-    : ledger_(ledger), allocator_(allocator) {
+Admission::Admission(Ledger* ledger, const Allocator* allocator, DeviceFree device_free)
+    : ledger_(ledger), allocator_(allocator), device_free_(std::move(device_free)) {
   MutexLock lock(mu_);
   for (int slot = 0; slot < kSlots; ++slot) {
     stats_[slot].device = slot == 0                ? Device::Cpu()
@@ -47,7 +47,9 @@ int Admission::SlotOf(Device device) {
   return 0;
 }
 
-bool Admission::Governs(Device device) const { return ledger_->BudgetOf(device).second > 0; }
+bool Admission::Governs(Device device) const {
+  return ledger_->BudgetOf(device).second > 0 || (device.is_cuda() && device_free_ != nullptr);
+}
 
 int64_t Admission::OutstandingLocked(int slot, Device device) const {
   int64_t outstanding = 0;
@@ -70,7 +72,14 @@ bool Admission::FitsLocked(int slot, Device device, int64_t bytes) const {
   // The running executions allocate and free while this reads: what they made is read
   // between two readings of the server's use, and the larger is taken, so that memory made
   // (or freed) meanwhile is counted at least once, never missed.
-  const int64_t used_before = ledger_->BudgetOf(device).first;
+  const auto [used_before, budget] = ledger_->BudgetOf(device);
+  if (budget <= 0) {
+    // Against the device's free memory: what the running executions made is out of it
+    // already; read after them, so that nothing they made meanwhile is counted as free.
+    const int64_t outstanding = OutstandingLocked(slot, device);
+    const std::optional<int64_t> free = device_free_ ? device_free_(device) : std::nullopt;
+    return !free || outstanding + bytes <= *free;  // nothing to judge by: it starts
+  }
   const int64_t outstanding = OutstandingLocked(slot, device);
   const auto [used_after, limit] = ledger_->BudgetOf(device);
   return std::max(used_before, used_after) + outstanding + bytes <= limit;
@@ -113,19 +122,28 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
       ++stats_[slot].timed_out;
       stats_[slot].wait_ns += (Clock::now() - start).count();
       const auto [used, limit] = ledger_->BudgetOf(device);
+      std::string room;
+      if (limit > 0) {
+        room = fmt::format("the server holds {} of its {} budget there",
+                           FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
+                           FormatBytes(static_cast<size_t>(limit)));
+      } else {
+        const std::optional<int64_t> free = device_free_ ? device_free_(device) : std::nullopt;
+        room = free ? fmt::format("the device has {} free (the driver's free memory and the "
+                                  "pool's cached free)",
+                                  FormatBytes(static_cast<size_t>(std::max<int64_t>(*free, 0))))
+                    : std::string("the device's free memory is unknown");
+      }
       std::string message = fmt::format(
           "{}: an execution needing {} on {} waited {} ms for memory and its deadline came "
-          "first: the server holds {} of its {} budget there and running executions are "
-          "predicted to make {} more",
+          "first: {} and running executions are predicted to make {} more",
           what,
           unknown ? std::string("an unknown amount (none of its size was measured yet, so it "
                                 "runs alone)")
                   : FormatBytes(static_cast<size_t>(bytes)),
           device.ToString(),
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count(),
-          FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
-          FormatBytes(static_cast<size_t>(limit)),
-          FormatBytes(static_cast<size_t>(OutstandingLocked(slot, device))));
+          room, FormatBytes(static_cast<size_t>(OutstandingLocked(slot, device))));
       // Who holds it, described unlocked: the description reads the memory report, which
       // reads this object's figures.
       lock.Unlock();
@@ -158,6 +176,8 @@ std::vector<Admission::DeviceStats> Admission::Stats() const {
   MutexLock lock(mu_);
   for (int slot = 0; slot < kSlots; ++slot) {
     if (!Governs(stats_[slot].device)) continue;
+    const bool budgeted = ledger_->BudgetOf(stats_[slot].device).second > 0;
+    if (!budgeted && stats_[slot].admitted == 0 && stats_[slot].timed_out == 0) continue;
     DeviceStats s = stats_[slot];
     s.reserved_bytes = OutstandingLocked(slot, s.device);
     out.push_back(s);

@@ -8,6 +8,12 @@
 // admitted it starts whatever its prediction: nothing running would free memory for it, and
 // its allocations then fail as they would have (the budget still refuses them).
 //
+// On a GPU without a budget, when the server was given a way to read what the device has free
+// (DeviceFree: the driver's free memory plus what the device's pool keeps cached, so memory
+// other processes take counts too), an execution starts only when what the admitted
+// executions are still predicted to make plus its own prediction fits what is free now. The
+// same waits, deadlines and runs-alone rules apply.
+//
 // "Still to make": an admitted execution's prediction less what its instance has made since
 // its mark (Ledger::MadeSinceMark), so that memory it already holds is not counted twice (once
 // in the server's use, once in its reservation). A prediction is the largest peak seen at that
@@ -20,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,7 +47,11 @@ class Admission {
   // `ledger` must outlive this object; its budget (Options::budget) is what is admitted against.
   // `allocator` (may be null; must outlive this object) describes a device's holders in the
   // error of an execution whose deadline came first (Allocator::DescribeDevice).
-  explicit Admission(Ledger* ledger, const Allocator* allocator = nullptr);
+  // `device_free` (may be empty): what a GPU could still give the server now, nullopt when it
+  // cannot say; with it, GPUs without a budget are admitted against it.
+  using DeviceFree = std::function<std::optional<int64_t>(Device)>;
+  explicit Admission(Ledger* ledger, const Allocator* allocator = nullptr,
+                     DeviceFree device_free = nullptr);
   Admission(const Admission&) = delete;
   Admission& operator=(const Admission&) = delete;
 
@@ -62,7 +73,7 @@ class Admission {
     uint64_t id_ = 0;
   };
 
-  // Whether `device` has a budget to admit against.
+  // Whether `device` has a budget, or free memory read by DeviceFree, to admit against.
   bool Governs(Device device) const;
 
   // Admits an execution predicted to make `bytes` on `device`: at once when it fits (or when
@@ -86,7 +97,7 @@ class Admission {
     uint64_t timed_out = 0;      // deadlines that came first
     int64_t wait_ns = 0;         // time spent waiting, all executions
   };
-  // Devices with a budget only.
+  // Devices with a budget, and GPUs admitted against their free memory that admitted any.
   std::vector<DeviceStats> Stats() const EXCLUDES(mu_);
 
  private:
@@ -108,6 +119,7 @@ class Admission {
 
   Ledger* const ledger_;
   const Allocator* const allocator_;
+  const DeviceFree device_free_;
   mutable Mutex mu_;
   std::condition_variable ended_;  // an admitted execution ended; waited on with mu_
   uint64_t next_id_ GUARDED_BY(mu_) = 1;

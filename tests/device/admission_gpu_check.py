@@ -10,8 +10,14 @@ instances (closed loop, infer_load) for --seconds:
   - the same load with --memory-admission=false for a third of the time: the budget refuses
     executions (the load does exceed the budget, so the first run shows something).
 
+With --mode free (no budget), the same three models on the device's real free memory: the
+server runs with --memory-admission-device-free, and a filler process takes all the GPU's free
+memory but --headroom-mib once the models are warm, so that the burst's executions do not all
+fit at once. With admission no request fails for memory (no pool out-of-memory); without it
+(a third of the time) the pool runs out (the load is real).
+
   admission_gpu_check.py --vramd BIN/vramd --infer-load BIN/infer_load \
-      --backend-dir build-torch-device/backends [--seconds 60]
+      --backend-dir build-torch-device/backends [--seconds 60] [--mode budget|free]
 
 Prints PASS/FAIL and FIGURE lines; exits 1 on any failure.
 """
@@ -161,6 +167,87 @@ def load(args, port, body, header_length, seconds, concurrency):
     return results
 
 
+FILLER = r"""
+import sys, torch
+headroom = int(sys.argv[1])
+free, _ = torch.cuda.mem_get_info()
+take = max(0, free - headroom)
+hold = torch.empty(take, dtype=torch.uint8, device="cuda")
+print("READY %d %d" % (free, take), flush=True)
+sys.stdin.read()
+"""
+
+
+class Filler:
+    """A process holding all of the GPU's free memory but `headroom` bytes until stopped."""
+
+    def __init__(self, headroom):
+        self.proc = subprocess.Popen([sys.executable, "-c", FILLER, str(headroom)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().split()
+        if not line or line[0] != "READY":
+            raise RuntimeError("the filler did not start (%s)" % line)
+        self.free_before, self.taken = int(line[1]), int(line[2])
+
+    def stop(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def free_mode(args, work, repo, body, header_length, concurrency):
+    """Admission against the device's free memory (no budget): with and without it, under a
+    filler that leaves --headroom-mib free once the models are warm."""
+    headroom = args.headroom_mib * (1 << 20)
+    runs = {}
+    for name, extra, seconds in (("free_admission", ["--memory-admission-device-free=true"],
+                                  args.seconds),
+                                 ("free_no_admission", ["--memory-admission=false"],
+                                  max(10, args.seconds // 3))):
+        server = Server(args, repo, args.port, extra, os.path.join(work, name + ".log"))
+        filler = None
+        try:
+            # Warm (peaks learned) with one client a model, so that what the pool keeps cached
+            # afterwards, which admission counts as free, is three executions' worth.
+            load(args, args.port, body, header_length, 3, 1)
+            filler = Filler(headroom)
+            print("FIGURE admission_%s_filler_took_bytes %d bytes (free before %d)"
+                  % (name, filler.taken, filler.free_before), flush=True)
+            results = load(args, args.port, body, header_length, seconds, concurrency)
+            figures = metrics(args.port)
+        finally:
+            if filler is not None:
+                filler.stop()
+            server.stop()
+        runs[name] = (results, figures)
+        for m, r in results.items():
+            if r.get("first_error"):
+                print("# %s %s first error: %s" % (name, m, r["first_error"]))
+            print("FIGURE admission_%s_%s_rps %.1f req/s (p50 %.1f ms, p99 %.1f ms, errors %d)"
+                  % (name, m, r.get("rps", 0), r.get("p50_ms", 0), r.get("p99_ms", 0),
+                     r.get("errors", 0)), flush=True)
+        print("FIGURE admission_%s_pool_oom %d" % (name, figures["pool_oom"]))
+        print("FIGURE admission_%s_admission_timeouts %d (waits %d)"
+              % (name, figures["admission_timeouts"], figures["admission_waits"]))
+    results, figures = runs["free_admission"]
+    p99 = max(r.get("p99_ms", 0) for r in results.values())
+    print("FIGURE admission_free_p99_ms %.1f ms (the slowest model's)" % p99)
+    check(figures["pool_oom"] == 0,
+          "against the device's free memory, no request failed for memory (pool OOM %d)"
+          % figures["pool_oom"])
+    errors = sum(r.get("errors", 0) for r in results.values())
+    check(errors <= figures["admission_timeouts"],
+          "against free memory, the only failures are admission timeouts (%d errors, %d timeouts)"
+          % (errors, figures["admission_timeouts"]))
+    check(figures["admission_waits"] > 0, "against free memory, executions did wait")
+    check(all(r.get("requests", 0) > 0 for r in results.values()), "every model served")
+    _, off = runs["free_no_admission"]
+    check(off["pool_oom"] > 0,
+          "without admission the same load runs the pool out of memory (%d): the load is real"
+          % off["pool_oom"])
+    print("%d failure(s)" % len(failures))
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vramd", required=True)
@@ -171,6 +258,9 @@ def main():
                     help="the budget: what the loaded, warmed-up models hold plus this")
     ap.add_argument("--port", type=int, default=18400)
     ap.add_argument("--device", default="cuda:0", choices=["cuda:0", "cpu"])
+    ap.add_argument("--mode", default="budget", choices=["budget", "free"],
+                    help="free: no budget; admitted against the GPU's free memory, which a "
+                         "filler process holds down to --headroom-mib")
     args = ap.parse_args()
     global DEVICE, KIND
     DEVICE, KIND = args.device, ("KIND_GPU" if args.device == "cuda:0" else "KIND_CPU")
@@ -181,6 +271,9 @@ def main():
     print("# work directory (server logs): %s" % work, flush=True)
     body, header_length = body_file(work)
     concurrency = 3 * INSTANCES
+
+    if args.mode == "free":
+        sys.exit(free_mode(args, work, repo, body, header_length, concurrency))
 
     # 1. What the models hold once loaded and warmed up (no budget), for the budget.
     server = Server(args, repo, args.port, [], os.path.join(work, "baseline.log"))

@@ -193,3 +193,33 @@ def test_a_burst_at_a_fast_model_is_answered_whole_through_the_inline_path(start
     assert budget["refusals"] == 0, budget
     (admission,) = report["admission"]
     assert admission["admitted"] == BURST * 20, admission
+
+
+def test_device_free_admission_leaves_the_host_and_budgetless_serving_alone(start_server,
+                                                                            tmp_path_factory):
+    # --memory-admission-device-free admits GPUs without a budget against their free memory
+    # (covered by AdmissionTest and tests/device/admission_gpu_check.py --mode free). The host
+    # is never admitted that way: with no budget, a CPU model's burst runs as before, all of it
+    # at once, and the memory report lists no admitted device.
+    repo = tmp_path_factory.mktemp("free-repo")
+    (repo / "burst" / "1").mkdir(parents=True)
+    (repo / "burst" / "config.pbtxt").write_text(CONFIG)
+    server = start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
+                                   "--memory-admission-device-free=true"],
+                          name="free", ready_models=["burst"])
+    values, answers = burst(server)
+    failed = [(i, a.status, a.error_message()) for i, a in enumerate(answers) if a.status != 200]
+    assert not failed, failed
+    for i, a in enumerate(answers):
+        np.testing.assert_array_equal(InferResult(a).outputs["OUTPUT0"], values + i)
+    client = server.client()
+    try:
+        report = client.get("/v2/memory").json()
+        assert report["admission"] == [], report["admission"]
+    finally:
+        client.close()
+    bad = start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
+                                "--memory-admission-device-free=maybe"],
+                       name="free-bad", launch_only=True)
+    assert bad.wait() != 0
+    assert "--memory-admission-device-free" in bad.log(), bad.log()

@@ -150,5 +150,66 @@ TEST(AdmissionTest, AnExecutionOfUnknownSizeRunsAloneAndNothingRunsBesideIt) {
   EXPECT_TRUE(after.ok()) << after.status().ToString();
 }
 
+// A GPU without a budget, admitted against what it has free (the driver's free memory and the
+// pool's cached free, read by the server's DeviceFree): an execution waits while the running
+// ones are still predicted to make what would leave it too little, and a deadline that comes
+// first names the free figure.
+TEST(AdmissionTest, WithoutABudgetAGpuIsAdmittedAgainstWhatItHasFree) {
+  Ledger ledger;
+  std::atomic<int64_t> free_bytes{1000};
+  Admission admission(&ledger, nullptr, [&](Device d) -> std::optional<int64_t> {
+    if (d != Device::Cuda(0)) return std::nullopt;
+    return free_bytes.load();
+  });
+  EXPECT_TRUE(admission.Governs(Device::Cuda(0)));
+  EXPECT_FALSE(admission.Governs(Device::Cpu())) << "the host is not admitted against free memory";
+  EXPECT_TRUE(admission.Stats().empty()) << "no GPU admitted anything yet";
+  const OwnerId a = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "a", MeasurePeaks());
+  const OwnerId b = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "b", MeasurePeaks());
+  ledger.MarkPeaks(a);
+  auto first = admission.Admit(Device::Cuda(0), 600, a, DeadlineIn(milliseconds(1000)), "m");
+  ASSERT_TRUE(first.ok());
+  // 600 still to make + 600 > 1000 free: it waits, then its deadline comes.
+  auto late = admission.Admit(Device::Cuda(0), 600, b, DeadlineIn(milliseconds(50)),
+                              "model 'x' version 1");
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(late.status().message().find("the device has 1000 B free"), std::string::npos)
+      << late.status().message();
+  // The first one made 500 of its 600 (the driver's free memory fell by that): 100 still to
+  // make + 400 fits the 500 left.
+  ledger.RecordAllocation(AdmissionAddr(1), 500, Device::Cuda(0), a);
+  free_bytes = 500;
+  ledger.MarkPeaks(b);
+  auto fits = admission.Admit(Device::Cuda(0), 400, b, DeadlineIn(milliseconds(0)), "m");
+  EXPECT_TRUE(fits.ok()) << fits.status().ToString();
+  // Another process took memory: 300 no longer fits beside them; it starts once they end.
+  free_bytes = 200;
+  std::atomic<bool> started{false};
+  std::thread third([&] {
+    auto ticket = admission.Admit(Device::Cuda(0), 300, kNoOwner, DeadlineIn(milliseconds(10000)), "m");
+    EXPECT_TRUE(ticket.ok()) << ticket.status().ToString();
+    started = true;
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(started.load());
+  ledger.RecordFree(AdmissionAddr(1));
+  free_bytes = 1000;
+  first->Release();
+  fits->Release();
+  third.join();
+  EXPECT_TRUE(started.load());
+  auto stats = admission.Stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].device, Device::Cuda(0));
+  EXPECT_EQ(stats[0].timed_out, 1u);
+  EXPECT_EQ(stats[0].waited, 1u);
+  // Where the device cannot say, nothing waits.
+  Admission blind(&ledger, nullptr, [](Device) -> std::optional<int64_t> { return std::nullopt; });
+  auto held = blind.Admit(Device::Cuda(0), 600, a, DeadlineIn(milliseconds(0)), "m");
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE(blind.Admit(Device::Cuda(0), 600, b, DeadlineIn(milliseconds(0)), "m").ok());
+}
+
 }  // namespace
 }  // namespace vramd::memory
