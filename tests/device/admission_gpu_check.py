@@ -167,6 +167,21 @@ def load(args, port, body, header_length, seconds, concurrency):
     return results
 
 
+def report_run(name, results, figures):
+    """FIGURE lines of one run: each model's req/s and latencies, and the memory failures."""
+    for m, r in results.items():
+        if r.get("first_error"):
+            print("# %s %s first error: %s" % (name, m, r["first_error"]))
+        print("FIGURE admission_%s_%s_rps %.1f req/s (p50 %.1f ms, p99 %.1f ms, errors %d)"
+              % (name, m, r.get("rps", 0), r.get("p50_ms", 0), r.get("p99_ms", 0),
+                 r.get("errors", 0)), flush=True)
+    if "budget_refusals" in figures:
+        print("FIGURE admission_%s_budget_refusals %d" % (name, figures["budget_refusals"]))
+    print("FIGURE admission_%s_pool_oom %d" % (name, figures["pool_oom"]))
+    print("FIGURE admission_%s_admission_timeouts %d (waits %d)"
+          % (name, figures["admission_timeouts"], figures["admission_waits"]))
+
+
 FILLER = r"""
 import sys, torch
 headroom = int(sys.argv[1])
@@ -219,15 +234,7 @@ def free_mode(args, work, repo, body, header_length, concurrency):
                 filler.stop()
             server.stop()
         runs[name] = (results, figures)
-        for m, r in results.items():
-            if r.get("first_error"):
-                print("# %s %s first error: %s" % (name, m, r["first_error"]))
-            print("FIGURE admission_%s_%s_rps %.1f req/s (p50 %.1f ms, p99 %.1f ms, errors %d)"
-                  % (name, m, r.get("rps", 0), r.get("p50_ms", 0), r.get("p99_ms", 0),
-                     r.get("errors", 0)), flush=True)
-        print("FIGURE admission_%s_pool_oom %d" % (name, figures["pool_oom"]))
-        print("FIGURE admission_%s_admission_timeouts %d (waits %d)"
-              % (name, figures["admission_timeouts"], figures["admission_waits"]))
+        report_run(name, results, figures)
     results, figures = runs["free_admission"]
     p99 = max(r.get("p99_ms", 0) for r in results.values())
     print("FIGURE admission_free_p99_ms %.1f ms (the slowest model's)" % p99)
@@ -299,16 +306,7 @@ def main():
         finally:
             server.stop()
         runs[name] = (results, figures)
-        for m, r in results.items():
-            if r.get("first_error"):
-                print("# %s %s first error: %s" % (name, m, r["first_error"]))
-            print("FIGURE admission_%s_%s_rps %.1f req/s (p50 %.1f ms, p99 %.1f ms, errors %d)"
-                  % (name, m, r.get("rps", 0), r.get("p50_ms", 0), r.get("p99_ms", 0),
-                     r.get("errors", 0)), flush=True)
-        print("FIGURE admission_%s_budget_refusals %d" % (name, figures["budget_refusals"]))
-        print("FIGURE admission_%s_pool_oom %d" % (name, figures["pool_oom"]))
-        print("FIGURE admission_%s_admission_timeouts %d (waits %d)"
-              % (name, figures["admission_timeouts"], figures["admission_waits"]))
+        report_run(name, results, figures)
 
     results, figures = runs["admission"]
     p99 = max(r.get("p99_ms", 0) for r in results.values())
