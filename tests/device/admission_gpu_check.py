@@ -187,7 +187,12 @@ import sys, torch
 headroom = int(sys.argv[1])
 free, _ = torch.cuda.mem_get_info()
 take = max(0, free - headroom)
-hold = torch.empty(take, dtype=torch.uint8, device="cuda")
+hold = None
+while hold is None:  # the driver keeps a little of what it calls free: step down to what it gives
+    try:
+        hold = torch.empty(take, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        take -= 32 << 20
 print("READY %d %d" % (free, take), flush=True)
 sys.stdin.read()
 """
