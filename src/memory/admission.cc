@@ -171,6 +171,28 @@ void Admission::Release(int slot, uint64_t id) {
   ended_.notify_all();
 }
 
+int64_t Admission::RoomAlone(Device device) const {
+  if (!Governs(device)) return -1;
+  const int slot = SlotOf(device);
+  MutexLock lock(mu_);
+  const auto [used, limit] = ledger_->BudgetOf(device);
+  int64_t made = 0;
+  for (const Admitted& a : admitted_[slot]) {
+    made += std::max<int64_t>(0, ledger_->MadeSinceMark(a.measured, device));
+  }
+  if (limit <= 0) {  // against the device's free memory, which what they made will join
+    const std::optional<int64_t> free = device_free_ ? device_free_(device) : std::nullopt;
+    return free ? *free + made : -1;
+  }
+  return limit - std::max<int64_t>(0, used - made);
+}
+
+void Admission::CountSplit(Device device) {
+  if (!Governs(device)) return;
+  MutexLock lock(mu_);
+  ++stats_[SlotOf(device)].splits;
+}
+
 std::vector<Admission::DeviceStats> Admission::Stats() const {
   std::vector<DeviceStats> out;
   MutexLock lock(mu_);

@@ -76,6 +76,15 @@ class Admission {
   // Whether `device` has a budget, or free memory read by DeviceFree, to admit against.
   bool Governs(Device device) const;
 
+  // What one execution on `device` could make if it ran alone: the budget less what the server
+  // holds there outside the admitted executions (what they made since their marks goes when
+  // they end), or, admitted against free memory, what is free plus what they made. -1 where
+  // `device` is not governed or its free memory is unknown. A batch predicted to make more can never be
+  // admitted whole: the runtime splits it (docs/memory.md, "Admission").
+  int64_t RoomAlone(Device device) const EXCLUDES(mu_);
+  // Counts a batch split because it could never fit (DeviceStats::splits).
+  void CountSplit(Device device) EXCLUDES(mu_);
+
   // Admits an execution predicted to make `bytes` on `device`: at once when it fits (or when
   // the device has no budget, or nothing is predicted), else after admitted executions end;
   // Unavailable naming `what`, the prediction and the device's figures when `deadline` comes
@@ -95,6 +104,7 @@ class Admission {
     uint64_t admitted = 0;       // executions admitted with a prediction
     uint64_t waited = 0;         // of those, admitted after waiting
     uint64_t timed_out = 0;      // deadlines that came first
+    uint64_t splits = 0;         // batches split because they could never fit whole
     int64_t wait_ns = 0;         // time spent waiting, all executions
   };
   // Devices with a budget, and GPUs admitted against their free memory that admitted any.

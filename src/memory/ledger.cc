@@ -278,8 +278,8 @@ class Ledger::Impl {
   void MarkPeaks(OwnerId owner) EXCLUDES(tree_mu_);
   void LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_t batch_size, Device device)
       EXCLUDES(tree_mu_);
-  int64_t PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const
-      EXCLUDES(tree_mu_);
+  int64_t PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size,
+                               bool scale = true) const EXCLUDES(tree_mu_);
   std::pair<int64_t, int64_t> BudgetOf(Device device) const;
   int64_t MadeSinceMark(OwnerId owner, Device device) const;
   OwnerId RecordFree(const void* ptr) EXCLUDES(tree_mu_);
@@ -600,15 +600,15 @@ void Ledger::Impl::Undo(OwnerNode* node, size_t size, Device device) {
   Release(Record{node, size, device, 0, {}});
 }
 
-int64_t Ledger::Impl::PredictExecutionPeak(OwnerId learner, Device device,
-                                           int64_t batch_size) const {
+int64_t Ledger::Impl::PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size,
+                                           bool scale) const {
   std::shared_ptr<QuotaState> q = OwnQuota(learner);
   if (q == nullptr) return kUnknownPeak;
   const int slot = DeviceSlot(device);
   MutexLock lock(q->learned_mu);
   auto it = q->learned.lower_bound({slot, batch_size});
   if (it != q->learned.end() && it->first.first == slot) return it->second;  // this size or larger
-  if (it == q->learned.begin()) return kUnknownPeak;
+  if (!scale || it == q->learned.begin()) return kUnknownPeak;
   --it;  // the largest smaller size
   if (it->first.first != slot || it->first.second <= 0) return kUnknownPeak;
   return it->second * batch_size / it->first.second;
@@ -1081,6 +1081,9 @@ Ledger::PendingCharge& Ledger::PendingCharge::operator=(PendingCharge&& other) n
 void Ledger::MarkPeaks(OwnerId owner) { impl_->MarkPeaks(owner); }
 int64_t Ledger::PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const {
   return impl_->PredictExecutionPeak(learner, device, batch_size);
+}
+int64_t Ledger::LearnedExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const {
+  return impl_->PredictExecutionPeak(learner, device, batch_size, /*scale=*/false);
 }
 int64_t Ledger::MadeSinceMark(OwnerId owner, Device device) const {
   return impl_->MadeSinceMark(owner, device);

@@ -188,6 +188,9 @@ class Ledger {
   // was learned on `device` (admission.h runs such an execution alone).
   static constexpr int64_t kUnknownPeak = -1;
   int64_t PredictExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const;
+  // The same without scaling: the figure learned at `batch_size` or the nearest larger size
+  // learned (a bound seen, not a guess); kUnknownPeak otherwise.
+  int64_t LearnedExecutionPeak(OwnerId learner, Device device, int64_t batch_size) const;
   // What `owner`'s subtree holds on `device` above its mark now (0 for an owner not measured).
   int64_t MadeSinceMark(OwnerId owner, Device device) const;
 

@@ -442,6 +442,7 @@ std::string MemoryReportToJson(const MemoryReport& report) {
     Uint(w, "admitted", a.admitted);
     Uint(w, "waited", a.waited);
     Uint(w, "timed_out", a.timed_out);
+    Uint(w, "splits", a.splits);
     Int(w, "wait_ns", a.wait_ns);
     w.EndObject();
   }

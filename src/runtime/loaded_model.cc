@@ -432,7 +432,69 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   return model;
 }
 
+size_t LoadedModel::PrefixThatFits(size_t index, const std::vector<QueuedRequest>& batch) const {
+  const memory::Device device = instances_[index].device;
+  const int64_t room = memory_.admission->RoomAlone(device);
+  if (room < 0) return batch.size();
+  // Samples in the first k requests, for k = 1..n.
+  std::vector<int64_t> samples;
+  int64_t sum = 0;
+  for (const auto& queued : batch) {
+    if (!queued.null_request) sum += static_cast<int64_t>(queued.batch_size);
+    samples.push_back(sum);
+  }
+  // A size whose peak was seen runs whole when that fits. A size not seen yet has only a
+  // figure scaled up from smaller batches, which can miss what a larger one makes besides (a
+  // joined batch's outputs of 1 MiB and more come from the pool: twice the scaled figure for
+  // the echo test model), so it runs whole only when twice that fits; it is learned then.
+  const int64_t seen_whole = memory_.ledger->LearnedExecutionPeak(owner_.id(), device, sum);
+  const int64_t scaled_whole = memory_.ledger->PredictExecutionPeak(owner_.id(), device, sum);
+  if (scaled_whole == memory::Ledger::kUnknownPeak) return batch.size();  // runs alone, unsplit
+  if (seen_whole != memory::Ledger::kUnknownPeak ? seen_whole <= room
+                                                 : 2 * scaled_whole <= room) {
+    return batch.size();
+  }
+  // Split into the largest prefix whose size was seen and fits: a split that passes the budget
+  // would fail the very requests it was for.
+  for (size_t k = batch.size() - 1; k > 1; --k) {
+    const int64_t seen = memory_.ledger->LearnedExecutionPeak(owner_.id(), device, samples[k - 1]);
+    if (seen != memory::Ledger::kUnknownPeak && seen <= room) return k;
+  }
+  return 1;  // one request at a time; one that cannot fit alone fails alone
+}
+
 void LoadedModel::RunBatch(size_t index, std::vector<QueuedRequest> batch) {
+  // A batch predicted to make more than the budget (or the free memory) could ever leave it is
+  // split, on the instance's thread (where waiting is allowed), into executions run one after
+  // the other, each of a size that fits. Not for sequences, whose batch slots are the
+  // sequences' own.
+  if (batch.size() <= 1 || memory_.admission == nullptr || config_->has_sequence_batching() ||
+      !scheduler_->OnWorkerThread()) {
+    RunExecution(index, std::move(batch));
+    return;
+  }
+  bool counted = false;
+  while (!batch.empty()) {
+    const size_t fits = batch.size() > 1 ? PrefixThatFits(index, batch) : batch.size();
+    if (fits == batch.size()) {
+      RunExecution(index, std::move(batch));
+      return;
+    }
+    if (!counted) {
+      memory_.admission->CountSplit(instances_[index].device);
+      spdlog::debug("model '{}' version {}: a batch of {} request(s) could never fit the memory "
+                    "it may use whole; running {} at a time",
+                    config_->name(), version_, batch.size(), fits);
+      counted = true;
+    }
+    std::vector<QueuedRequest> part(std::make_move_iterator(batch.begin()),
+                                    std::make_move_iterator(batch.begin() + fits));
+    batch.erase(batch.begin(), batch.begin() + fits);
+    RunExecution(index, std::move(part));
+  }
+}
+
+void LoadedModel::RunExecution(size_t index, std::vector<QueuedRequest> batch) {
   // Each outcome holds this version (InferOutcome::version_hold), so that an unload waits for
   // the outputs of its requests instead of closing their owners under them. Null while the
   // version is being destroyed (its last holder let go with requests still queued).

@@ -219,8 +219,15 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   // given the validation error (counted as a failure).
   std::optional<QueuedRequest> Admit(std::shared_ptr<const InferRequest> request,
                                      InferCallback done);
-  // Runs a batch the scheduler formed on instance `index`.
+  // Runs a batch the scheduler formed on instance `index`: as one execution, or, when it
+  // could never fit the memory admission governs, as several (PrefixThatFits).
   void RunBatch(size_t index, std::vector<QueuedRequest> batch);
+  // Runs `batch` as one execution on instance `index`.
+  void RunExecution(size_t index, std::vector<QueuedRequest> batch);
+  // How many of `batch`'s first requests to run as one execution on instance `index`: all when
+  // the whole is predicted to fit what admission could leave one execution (or nothing says),
+  // else the most whose learned peak fits, else 1. REQUIRES: memory_.admission is set.
+  size_t PrefixThatFits(size_t index, const std::vector<QueuedRequest>& batch) const;
 
   struct Instance {
     memory::ScopedOwner owner;  // closed after the backend instance is destroyed

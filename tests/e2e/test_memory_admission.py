@@ -44,17 +44,19 @@ def start(start_server, tmp_path_factory, admission, extra=()):
                         name="admission-%s" % admission, ready_models=["burst"])
 
 
-def burst(server):
-    """One request alone (the model learns its peak), then BURST at once; the answers."""
-    values = np.arange(SCRATCH // 4, dtype=np.float32)
+def burst(server, model="burst", values=None):
+    """One request alone (the model learns its peak), then BURST at once, request i sending
+    values + i; (values, the answers)."""
+    if values is None:
+        values = np.arange(SCRATCH // 4, dtype=np.float32)
     client = server.client()
     try:
-        first = client.infer_raw("burst", [Input("INPUT0", "FP32", values, binary=True)])
+        first = client.infer_raw(model, [Input("INPUT0", "FP32", values, binary=True)])
         assert first.status == 200, first
         # Learned once the execution has returned, which is after its answer was sent: a
         # request sent at once may still find nothing learned, and run unpredicted.
-        wait_for(lambda: learned(client.get("/v2/memory").json()), timeout=10,
-                 what="the burst model's learned execution peak")
+        wait_for(lambda: learned(client.get("/v2/memory").json(), model), timeout=10,
+                 what="the %s model's learned execution peak" % model)
     finally:
         client.close()
     answers = [None] * BURST
@@ -64,7 +66,7 @@ def burst(server):
         c = server.client()
         try:
             go.wait()
-            answers[i] = c.infer_raw("burst", [Input("INPUT0", "FP32", values + i, binary=True)])
+            answers[i] = c.infer_raw(model, [Input("INPUT0", "FP32", values + i, binary=True)])
         finally:
             c.close()
 
@@ -142,9 +144,9 @@ def test_an_execution_whose_wait_runs_out_is_told_who_holds_the_memory(start_ser
         assert "Held on cpu:" in text and "server/model:burst/version:1" in text, text
 
 
-def learned(report):
+def learned(report, model="burst"):
     version = next((n for n in walk(report["owners"])
-                    if n["path"] == "server/model:burst/version:1"), None)
+                    if n["path"] == "server/model:%s/version:1" % model), None)
     return version is not None and version.get("execution_peaks")
 
 
@@ -225,3 +227,44 @@ def test_device_free_admission_leaves_the_host_and_budgetless_serving_alone(star
                        name="free-bad", launch_only=True)
     assert bad.wait() != 0
     assert "--memory-admission-device-free" in bad.log(), bad.log()
+
+
+BATCHED_CONFIG = """
+backend: "echo_c"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+dynamic_batching { max_queue_delay_microseconds: 300000 preferred_batch_size: [ 8 ] }
+"""
+
+
+def test_a_batch_that_could_never_fit_is_split_into_executions_that_do(start_server,
+                                                                         tmp_path_factory):
+    # One request makes a 256 KiB scratch copy (its input), so a batch of 8 joined into one
+    # execution is predicted to make 2 MiB, past the 1.25 MiB budget whoever else runs. It is
+    # split into executions of sizes whose peaks were learned and fit (here only single
+    # requests: a joined batch's output of 1 MiB or more also comes from the pool, which no
+    # figure scaled up from one request foresees), run one after the other, and every request
+    # is answered.
+    repo = tmp_path_factory.mktemp("split-repo")
+    (repo / "batched" / "1").mkdir(parents=True)
+    (repo / "batched" / "config.pbtxt").write_text(BATCHED_CONFIG)
+    server = start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
+                                   "--memory-budget", "cpu=1.25MiB"],
+                          name="split", ready_models=["batched"])
+    values, answers = burst(server, "batched",
+                            np.arange(64 * 1024, dtype=np.float32).reshape(1, -1))  # 256 KiB
+    assert_all_answered(values, answers)
+    client = server.client()
+    try:
+        report = client.get("/v2/memory").json()
+        (admission,) = report["admission"]
+        assert admission["splits"] >= 1, admission
+        (budget,) = report["owners"]["quota"]
+        assert budget["refusals"] == 0, budget
+        version = next(n for n in walk(report["owners"])
+                       if n["path"] == "server/model:batched/version:1")
+        assert max(p["batch_size"] for p in version["execution_peaks"]) < BURST, version
+    finally:
+        client.close()

@@ -146,6 +146,12 @@ void AppendMemoryMetrics(const memory::MemoryReport& report, PrometheusText& out
     for (const auto& a : report.admission) {
       out.Sample({{"device", a.device.ToString()}}, static_cast<double>(a.timed_out));
     }
+    out.Family("vramd_memory_admission_splits_total",
+               "Batches split into smaller executions because they could never fit whole.",
+               kCounter);
+    for (const auto& a : report.admission) {
+      out.Sample({{"device", a.device.ToString()}}, static_cast<double>(a.splits));
+    }
   }
 
   out.Family("vramd_memory_leaked_bytes_total",

@@ -121,6 +121,9 @@ TEST(AdmissionTest, PredictionsComeFromTheLearnedBatchSizes) {
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 2), 400);    // next larger
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 6), 1000);   // next larger
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(0), 16), 2000);  // scaled up
+  // What was seen, never scaled: what a split may count on (LoadedModel::PrefixThatFits).
+  EXPECT_EQ(ledger.LearnedExecutionPeak(version, Device::Cuda(0), 6), 1000);
+  EXPECT_EQ(ledger.LearnedExecutionPeak(version, Device::Cuda(0), 16), Ledger::kUnknownPeak);
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cuda(1), 4), Ledger::kUnknownPeak);
   EXPECT_EQ(ledger.PredictExecutionPeak(version, Device::Cpu(), 4), Ledger::kUnknownPeak);
 }
@@ -204,11 +207,40 @@ TEST(AdmissionTest, WithoutABudgetAGpuIsAdmittedAgainstWhatItHasFree) {
   EXPECT_EQ(stats[0].device, Device::Cuda(0));
   EXPECT_EQ(stats[0].timed_out, 1u);
   EXPECT_EQ(stats[0].waited, 1u);
+  // What one execution could make alone: what is free plus what the admitted ones made (it
+  // comes back when they end); -1 where the device cannot say.
+  {
+    ledger.MarkPeaks(a);
+    auto running = admission.Admit(Device::Cuda(0), 600, a, DeadlineIn(milliseconds(0)), "m");
+    ASSERT_TRUE(running.ok());
+    ledger.RecordAllocation(AdmissionAddr(2), 300, Device::Cuda(0), a);
+    free_bytes = 700;
+    EXPECT_EQ(admission.RoomAlone(Device::Cuda(0)), 1000);
+    ledger.RecordFree(AdmissionAddr(2));
+  }
   // Where the device cannot say, nothing waits.
   Admission blind(&ledger, nullptr, [](Device) -> std::optional<int64_t> { return std::nullopt; });
   auto held = blind.Admit(Device::Cuda(0), 600, a, DeadlineIn(milliseconds(0)), "m");
   ASSERT_TRUE(held.ok());
   EXPECT_TRUE(blind.Admit(Device::Cuda(0), 600, b, DeadlineIn(milliseconds(0)), "m").ok());
+}
+
+TEST(AdmissionTest, RoomAloneIsTheBudgetLessWhatIsHeldOutsideRunningExecutions) {
+  Ledger ledger(BudgetOf1000());
+  Admission admission(&ledger);
+  EXPECT_EQ(admission.RoomAlone(Device::Cuda(0)), -1) << "not governed";
+  const OwnerId a = ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "a", MeasurePeaks());
+  ledger.RecordAllocation(AdmissionAddr(1), 100, Device::Cpu());  // held by the server
+  EXPECT_EQ(admission.RoomAlone(Device::Cpu()), 900);
+  ledger.MarkPeaks(a);
+  auto running = admission.Admit(Device::Cpu(), 500, a, DeadlineIn(milliseconds(0)), "m");
+  ASSERT_TRUE(running.ok());
+  ledger.RecordAllocation(AdmissionAddr(2), 400, Device::Cpu(), a);  // goes when it ends
+  EXPECT_EQ(admission.RoomAlone(Device::Cpu()), 900);
+  admission.CountSplit(Device::Cpu());
+  EXPECT_EQ(admission.Stats().at(0).splits, 1u);
+  ledger.RecordFree(AdmissionAddr(2));
+  ledger.RecordFree(AdmissionAddr(1));
 }
 
 }  // namespace
