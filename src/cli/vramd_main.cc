@@ -179,7 +179,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::memory::Admission::DeviceFree device_free;
   if (options.memory_admission_device_free) {
     device_free = [&allocator](vramd::memory::Device device) -> std::optional<int64_t> {
-      auto free = vramd::runtime::DeviceFreeBytes(device.ToString(), &allocator);
+      auto free = vramd::runtime::DeviceFreeBytes(device, &allocator);
       if (!free.ok()) return std::nullopt;
       return *free;
     };

@@ -47,6 +47,10 @@ int Admission::SlotOf(Device device) {
   return 0;
 }
 
+std::optional<int64_t> Admission::FreeNow(Device device) const {
+  return device_free_ ? device_free_(device) : std::nullopt;
+}
+
 bool Admission::Governs(Device device) const {
   return ledger_->BudgetOf(device).second > 0 || (device.is_cuda() && device_free_ != nullptr);
 }
@@ -77,7 +81,7 @@ bool Admission::FitsLocked(int slot, Device device, int64_t bytes) const {
     // Against the device's free memory: what the running executions made is out of it
     // already; read after them, so that nothing they made meanwhile is counted as free.
     const int64_t outstanding = OutstandingLocked(slot, device);
-    const std::optional<int64_t> free = device_free_ ? device_free_(device) : std::nullopt;
+    const std::optional<int64_t> free = FreeNow(device);
     return !free || outstanding + bytes <= *free;  // nothing to judge by: it starts
   }
   const int64_t outstanding = OutstandingLocked(slot, device);
@@ -128,7 +132,7 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
                            FormatBytes(static_cast<size_t>(std::max<int64_t>(used, 0))),
                            FormatBytes(static_cast<size_t>(limit)));
       } else {
-        const std::optional<int64_t> free = device_free_ ? device_free_(device) : std::nullopt;
+        const std::optional<int64_t> free = FreeNow(device);
         room = free ? fmt::format("the device has {} free (the driver's free memory and the "
                                   "pool's cached free)",
                                   FormatBytes(static_cast<size_t>(std::max<int64_t>(*free, 0))))
@@ -181,7 +185,7 @@ int64_t Admission::RoomAlone(Device device) const {
     made += std::max<int64_t>(0, ledger_->MadeSinceMark(a.measured, device));
   }
   if (limit <= 0) {  // against the device's free memory, which what they made will join
-    const std::optional<int64_t> free = device_free_ ? device_free_(device) : std::nullopt;
+    const std::optional<int64_t> free = FreeNow(device);
     return free ? *free + made : -1;
   }
   return limit - std::max<int64_t>(0, used - made);

@@ -113,6 +113,8 @@ class Admission {
  private:
   static constexpr int kSlots = 19;  // cpu, cuda:0..16, cuda_host: the ledger's slots
   static int SlotOf(Device device);
+  // What DeviceFree says of `device` now; nullopt without one.
+  std::optional<int64_t> FreeNow(Device device) const;
   void Release(int slot, uint64_t id) EXCLUDES(mu_);
   // What the admitted executions on `slot` are still predicted to make.
   // Whether an execution predicted to make `bytes` fits beside those admitted on `slot`.

@@ -21,6 +21,12 @@ std::vector<NativeCharges*> Measurable(const std::vector<NativeCharges*>& charge
   return out;
 }
 
+std::vector<NativeCharges*> PointersTo(std::vector<NativeCharges>& group) {
+  std::vector<NativeCharges*> out;
+  for (NativeCharges& c : group) out.push_back(&c);
+  return out;
+}
+
 }  // namespace
 
 NativeCharges& NativeCharges::operator=(NativeCharges&& other) noexcept {
@@ -65,6 +71,27 @@ void NativeCharges::ReleaseAround(const std::function<void()>& end) {
     return;
   }
   meter_->ReleaseAround({this}, end);
+}
+
+bool NativeCharges::MeasureGroup(std::vector<NativeCharges>& group,
+                                 const std::function<void()>& stretch,
+                                 std::chrono::milliseconds wait_for) {
+  NativeMemoryMeter* meter = group.empty() ? nullptr : group.front().meter_;
+  if (meter == nullptr) {
+    stretch();
+    return true;
+  }
+  return meter->Measure(PointersTo(group), stretch, wait_for);
+}
+
+void NativeCharges::ReleaseGroupAround(std::vector<NativeCharges>& group,
+                                       const std::function<void()>& end) {
+  NativeMemoryMeter* meter = group.empty() ? nullptr : group.front().meter_;
+  if (meter == nullptr) {
+    end();
+    return;
+  }
+  meter->ReleaseAround(PointersTo(group), end);
 }
 
 void NativeCharges::Release() {
@@ -188,7 +215,7 @@ void NativeMemoryMeter::ReleaseAround(const std::vector<NativeCharges*>& charges
     NativeCharges& c = *measured[i];
     const int64_t charged = c.bytes_;
     const int ordinal = c.ordinal_;
-    const std::string backend = c.backend_;
+    const std::string& backend = c.backend_;  // Release leaves it
     c.Release();
     if (!growth[i]) continue;  // no figure: nothing known of what stayed
     // The end's growth is negative by what it gave back.

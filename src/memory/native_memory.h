@@ -87,6 +87,14 @@ class NativeCharges {
   // Runs `end` (the destruction of what the owner stands for), measured when active, then
   // releases the charge; what `end` did not give back of it becomes the backend's residue.
   void ReleaseAround(const std::function<void()>& end);
+  // The same for one owner's charges on several GPUs (a version's, one per device, all of one
+  // meter), measured together (NativeMemoryMeter::Measure, ReleaseAround); an empty group just
+  // runs the stretch. MeasureGroup: true when it measured.
+  static bool MeasureGroup(std::vector<NativeCharges>& group,
+                           const std::function<void()>& stretch,
+                           std::chrono::milliseconds wait_for);
+  static void ReleaseGroupAround(std::vector<NativeCharges>& group,
+                                 const std::function<void()>& end);
   int64_t bytes() const { return bytes_; }
   // Executions measured so far (the meter stops after kExecutionsMeasured).
   int executions_measured = 0;

@@ -146,13 +146,7 @@ LoadedModel::~LoadedModel() {
   instances_.clear();
   {
     memory::OwnerScope scope(owner_.id());  // the backend frees what it holds as the version
-    std::vector<memory::NativeCharges*> native;
-    for (memory::NativeCharges& charges : native_) native.push_back(&charges);
-    if (memory_.native != nullptr) {
-      memory_.native->ReleaseAround(native, [&] { backend_model_.reset(); });
-    } else {
-      backend_model_.reset();
-    }
+    memory::NativeCharges::ReleaseGroupAround(native_, [&] { backend_model_.reset(); });
   }
   owner_.Close();
 }
@@ -217,7 +211,6 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
     memory::OwnerScope scope(ctx.owner);
     // The model's creation is measured on every GPU its instances will use: a library may
     // set itself up there (memory/native_memory.h).
-    std::vector<memory::NativeCharges*> native;
     if (memory.native != nullptr) {
       for (const backends::InstanceContext& instance_ctx : *plan) {
         if (instance_ctx.kind != backends::DeviceKind::kGpu) continue;
@@ -228,14 +221,12 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
         model->native_.emplace_back(memory.native, ctx.owner, instance_ctx.device_id,
                                     std::string((*backend)->name()));
       }
-      for (memory::NativeCharges& charges : model->native_) native.push_back(&charges);
     }
     Result<std::unique_ptr<backends::BackendModel>> backend_model =
         Status::Internal("model not created");
     auto create = [&] { backend_model = (*backend)->LoadModel(ctx); };
-    if (native.empty()) {
-      create();
-    } else if (!memory.native->Measure(native, create, memory::NativeMemoryMeter::kCreationWait)) {
+    if (!memory::NativeCharges::MeasureGroup(model->native_, create,
+                                             memory::NativeMemoryMeter::kCreationWait)) {
       spdlog::info("{}: a GPU was being measured; the model was created unmeasured (what its "
                    "libraries took shows as unattributed)",
                    where);
@@ -436,13 +427,11 @@ size_t LoadedModel::PrefixThatFits(size_t index, const std::vector<QueuedRequest
   const memory::Device device = instances_[index].device;
   const int64_t room = memory_.admission->RoomAlone(device);
   if (room < 0) return batch.size();
-  // Samples in the first k requests, for k = 1..n.
-  std::vector<int64_t> samples;
+  auto samples_of = [](const QueuedRequest& queued) {
+    return queued.null_request ? int64_t{0} : static_cast<int64_t>(queued.batch_size);
+  };
   int64_t sum = 0;
-  for (const auto& queued : batch) {
-    if (!queued.null_request) sum += static_cast<int64_t>(queued.batch_size);
-    samples.push_back(sum);
-  }
+  for (const auto& queued : batch) sum += samples_of(queued);
   // A size whose peak was seen runs whole when that fits. A size not seen yet has only a
   // figure scaled up from smaller batches, which can miss what a larger one makes besides (a
   // joined batch's outputs of 1 MiB and more come from the pool: twice the scaled figure for
@@ -456,8 +445,10 @@ size_t LoadedModel::PrefixThatFits(size_t index, const std::vector<QueuedRequest
   }
   // Split into the largest prefix whose size was seen and fits: a split that passes the budget
   // would fail the very requests it was for.
+  int64_t prefix = sum;  // samples in the first k requests
   for (size_t k = batch.size() - 1; k > 1; --k) {
-    const int64_t seen = memory_.ledger->LearnedExecutionPeak(owner_.id(), device, samples[k - 1]);
+    prefix -= samples_of(batch[k]);
+    const int64_t seen = memory_.ledger->LearnedExecutionPeak(owner_.id(), device, prefix);
     if (seen != memory::Ledger::kUnknownPeak && seen <= room) return k;
   }
   return 1;  // one request at a time; one that cannot fit alone fails alone

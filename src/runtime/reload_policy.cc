@@ -157,6 +157,10 @@ ReloadDecision ChooseReloadPolicy(
 
 Result<int64_t> DeviceFreeBytes(const std::string& device_name, memory::Allocator* allocator) {
   VRAMD_ASSIGN_OR_RETURN(memory::Device device, memory::Device::Parse(device_name));
+  return DeviceFreeBytes(device, allocator);
+}
+
+Result<int64_t> DeviceFreeBytes(memory::Device device, const memory::Allocator* allocator) {
   int64_t pooled_free = 0;
   if (allocator != nullptr) {
     for (const auto& pool : allocator->PoolStatistics()) {
@@ -172,12 +176,13 @@ Result<int64_t> DeviceFreeBytes(const std::string& device_name, memory::Allocato
     if (err == cudaSuccess) err = cudaMemGetInfo(&free, &total);
     cudaSetDevice(previous);
     if (err != cudaSuccess) {
-      return Status::Unavailable(fmt::format("cudaMemGetInfo on {}: {}", device_name,
+      return Status::Unavailable(fmt::format("cudaMemGetInfo on {}: {}", device.ToString(),
                                              cudaGetErrorString(err)));
     }
     return static_cast<int64_t>(free) + pooled_free;
 #else
-    return Status::Unavailable(fmt::format("{}: this server was built without CUDA", device_name));
+    return Status::Unavailable(
+        fmt::format("{}: this server was built without CUDA", device.ToString()));
 #endif
   }
   std::ifstream meminfo("/proc/meminfo");

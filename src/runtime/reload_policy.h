@@ -96,5 +96,6 @@ ReloadDecision ChooseReloadPolicy(const ReloadSettings& settings, const Footprin
 // free (reusable without the system): for a GPU, cudaMemGetInfo's free; for the CPU,
 // /proc/meminfo's MemAvailable.
 Result<int64_t> DeviceFreeBytes(const std::string& device, memory::Allocator* allocator);
+Result<int64_t> DeviceFreeBytes(memory::Device device, const memory::Allocator* allocator);
 
 }  // namespace vramd::runtime

@@ -267,6 +267,29 @@ TEST_F(NativeMemoryTest, AModelsCreationIsMeasuredOnEachOfItsGpus) {
   EXPECT_EQ(again.bytes(), 0);
 }
 
+TEST_F(NativeMemoryTest, AGroupIsMeasuredAndReleasedTogether) {
+  OwnerId version = ledger_.OpenOwner(model_, OwnerKind::kVersion, "2");
+  std::vector<NativeCharges> group;
+  group.emplace_back(&meter_, version, 0, "python");
+  group.emplace_back(&meter_, version, 1, "python");
+  EXPECT_TRUE(NativeCharges::MeasureGroup(group, [&] {
+    nvml_.used += 2 * kNativeTestMiB;
+    nvml_.used1 += 3 * kNativeTestMiB;
+  }, NativeMemoryMeter::kCreationWait));
+  EXPECT_EQ(Live(version), 5 * kNativeTestMiB);
+  NativeCharges::ReleaseGroupAround(group, [&] {
+    nvml_.used -= 2 * kNativeTestMiB;
+    nvml_.used1 -= 3 * kNativeTestMiB;
+  });
+  EXPECT_EQ(Live(version), 0);
+  EXPECT_EQ(meter_.Total(0) + meter_.Total(1), 0);
+  std::vector<NativeCharges> none;  // a CPU model's
+  int runs = 0;
+  EXPECT_TRUE(NativeCharges::MeasureGroup(none, [&] { ++runs; }, NativeMemoryMeter::kCreationWait));
+  NativeCharges::ReleaseGroupAround(none, [&] { ++runs; });
+  EXPECT_EQ(runs, 2);
+}
+
 TEST_F(NativeMemoryTest, TheAlarmRisesPastItsThresholdEitherWayAndClears) {
   UnattributedAlarm alarm(32 * kNativeTestMiB);
   EXPECT_FALSE(alarm.Observe(0, 20 * kNativeTestMiB).on);
