@@ -157,6 +157,43 @@ int SleepControl(const std::string& url_text, const std::string& model, bool sle
   return 0;
 }
 
+// vramctl drain: POST /v2/drain and wait for its answer (a preStop hook's command). Exit 0 when
+// the server went quiet, 3 when the wait timed out with requests still coming.
+int DrainControl(const std::string& url_text, int quiet_ms, int timeout_ms) {
+  auto url = vramd::cli::ParseUrl(url_text);
+  if (!url.ok()) {
+    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  const std::string body = "{\"quiet_ms\": " + std::to_string(quiet_ms) +
+                           ", \"timeout_ms\": " + std::to_string(timeout_ms) + "}";
+  const std::string target = url->path + "/v2/drain";
+  // The answer comes when the drain ends: give it the drain's timeout and ten seconds more.
+  auto response = vramd::cli::HttpPost(*url, target, body, std::chrono::seconds(10),
+                                       std::chrono::milliseconds(timeout_ms) +
+                                           std::chrono::seconds(10));
+  if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
+  auto doc = vramd::ParseJson(response->body, "drain answer");
+  if (!doc.ok() || !doc->IsObject() || !doc->HasMember("quiet") || !(*doc)["quiet"].IsBool()) {
+    std::fprintf(stderr, "vramctl: %s answered %s with %s\n", url_text.c_str(), target.c_str(),
+                 response->body.c_str());
+    return 1;
+  }
+  const bool quiet = (*doc)["quiet"].GetBool();
+  const auto number = [&](const char* key) -> uint64_t {
+    return doc->HasMember(key) && (*doc)[key].IsUint64() ? (*doc)[key].GetUint64() : 0;
+  };
+  if (quiet) {
+    std::printf("drained: no request for %d ms, after %llu ms\n", quiet_ms,
+                static_cast<unsigned long long>(number("waited_ms")));
+    return 0;
+  }
+  std::printf("drain timed out after %llu ms with %llu request(s) in flight\n",
+              static_cast<unsigned long long>(number("waited_ms")),
+              static_cast<unsigned long long>(number("in_flight")));
+  return 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,7 +239,21 @@ int main(int argc, char** argv) {
         ->capture_default_str();
   }
 
+  CLI::App* drain = app.add_subcommand(
+      "drain", "Take vramd out of rotation (readiness fails, requests are still served) and "
+               "wait until no request has been in flight for --quiet-ms; exit 3 on timeout");
+  int quiet_ms = 1000;
+  int drain_timeout_ms = 30000;
+  drain->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
+  drain->add_option("--quiet-ms", quiet_ms, "How long no request may arrive before it is quiet")
+      ->check(CLI::Range(0, 86'400'000))
+      ->capture_default_str();
+  drain->add_option("--timeout-ms", drain_timeout_ms, "The longest the drain may wait")
+      ->check(CLI::Range(0, 86'400'000))
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+  if (drain->parsed()) return DrainControl(url, quiet_ms, drain_timeout_ms);
   if (memory->parsed()) {
     return FetchAndPrint(url, "/v2/memory", raw_json, timeout_ms, [](std::string_view json) {
       return vramd::metrics::RenderMemoryReportText(json);

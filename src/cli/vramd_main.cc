@@ -35,6 +35,7 @@
 #include "runtime/custom_metrics.h"
 #include "runtime/model_manager.h"
 #include "runtime/reload_policy.h"
+#include "server/drain/drain.h"
 #include "server/grpc/grpc_routes.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
@@ -282,10 +283,11 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::shared_memory::SharedMemoryRegions shared_memory_regions(&ledger);
   const std::string server_name = triton.id.empty() ? "vramd" : triton.id;
   vramd::logging::LogSettings log_settings(log_startup, *log_sink);
+  vramd::server::Drain drain;
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
                                    {server_name, VRAMD_VERSION, options.strict_readiness,
                                     options.http_shared_memory ? &shared_memory_regions : nullptr,
-                                    &log_settings});
+                                    &log_settings, &drain});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -344,7 +346,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     grpc_routes = std::make_unique<vramd::grpc_server::GrpcRoutes>(
         manager->get(),
         vramd::grpc_server::GrpcRoutes::ServerInfo{server_name, VRAMD_VERSION,
-                                                   options.strict_readiness, &log_settings},
+                                                   options.strict_readiness, &log_settings,
+                                                   &drain},
         options.grpc_shared_memory ? &shared_memory_regions : nullptr);
     vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
     grpc_options.address = options.grpc_address;
@@ -390,6 +393,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   }
 
   int sig = stop_signals.Wait();
+  drain.Begin();  // readiness fails from here, for a probe that comes while requests finish
   spdlog::info("received {}: finishing in-flight requests, then exiting",
                sig == SIGINT ? "SIGINT" : "SIGTERM");
   if (grpc_server) grpc_server->Shutdown();

@@ -77,7 +77,7 @@ void GrpcRoutes::ServerLive(std::shared_ptr<const inference::ServerLiveRequest>,
 void GrpcRoutes::ServerReady(std::shared_ptr<const inference::ServerReadyRequest>,
                              Reply<inference::ServerReadyResponse> reply) const {
   inference::ServerReadyResponse r;
-  r.set_ready(!info_.strict_readiness || manager_->AllModelsReady());
+  r.set_ready(!Draining() && (!info_.strict_readiness || manager_->AllModelsReady()));
   reply(Ok(), std::move(r));
 }
 
@@ -86,8 +86,9 @@ grpc::health::v1::HealthCheckResponse::ServingStatus GrpcRoutes::HealthOf(
   using Health = grpc::health::v1::HealthCheckResponse;
   if (service.empty()) return Health::SERVING;
   if (service == "inference.GRPCInferenceService") {
-    return !info_.strict_readiness || manager_->AllModelsReady() ? Health::SERVING
-                                                                 : Health::NOT_SERVING;
+    return !Draining() && (!info_.strict_readiness || manager_->AllModelsReady())
+               ? Health::SERVING
+               : Health::NOT_SERVING;
   }
   return Health::SERVICE_UNKNOWN;
 }
@@ -189,8 +190,11 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   // As the HTTP route's: run by the model's scheduler, possibly on an instance thread, which
   // encodes and replies; the outcome's ledger owner closes after the reply is encoded.
   const shared_memory::SharedMemoryRegions* shm = shared_memory_;
-  runtime::InferCallback done = [request, message, shm, reply = std::move(reply)](
+  server::Drain* drain = info_.drain;
+  if (drain != nullptr) drain->RequestStarted();
+  runtime::InferCallback done = [request, message, shm, drain, reply = std::move(reply)](
                                     Result<runtime::InferOutcome> outcome) {
+    server::EndsRequest ends(drain);
     request->inputs = {};  // views into the message: the runtime is done with them
     if (!outcome.ok()) return Fail(reply, outcome.status());
     // The outcome lives on with the answer, which may send its outputs from where they are.
@@ -314,8 +318,11 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   // Set by the build step (the version's config says it); read by `done`, which runs after.
   auto decoupled = std::make_shared<bool>(false);
   const shared_memory::SharedMemoryRegions* shm = shared_memory_;
-  runtime::InferCallback done = [request, send, empty_final, decoupled, message, shm](
+  server::Drain* drain = info_.drain;
+  if (drain != nullptr) drain->RequestStarted();
+  runtime::InferCallback done = [request, send, empty_final, decoupled, message, shm, drain](
                                     Result<runtime::InferOutcome> outcome) {
+    server::EndsRequest ends(drain);
     request->inputs = {};
     if (!outcome.ok()) return send(StreamError(outcome.status()), true);
     inference::ModelStreamInferResponse r;

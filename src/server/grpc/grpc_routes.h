@@ -24,6 +24,7 @@
 #include "server/grpc/infer_proto_codec.h"
 #include "server/logging/log_settings.h"
 #include "server/http/control_dispatcher.h"
+#include "server/drain/drain.h"
 #include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::grpc_server {
@@ -45,6 +46,9 @@ class GrpcRoutes {
     // The logging extension's settings, shared with HTTP; outlives the routes. Null: the
     // LogSettings RPC is UNIMPLEMENTED.
     logging::LogSettings* log_settings = nullptr;
+    // The drain shared with HTTP (server/drain/drain.h): counts ModelInfer and stream
+    // requests, and makes ServerReady and the service's health NOT_SERVING while draining.
+    server::Drain* drain = nullptr;
   };
 
   // `manager` must outlive this object and every request it starts. A const manager serves
@@ -65,6 +69,7 @@ class GrpcRoutes {
   // NOT_SERVING; any other name is unknown (Check: NOT_FOUND naming it; Watch:
   // SERVICE_UNKNOWN).
   grpc::health::v1::HealthCheckResponse::ServingStatus HealthOf(const std::string& service) const;
+  bool Draining() const { return info_.drain != nullptr && info_.drain->draining(); }
   void HealthCheck(std::shared_ptr<const grpc::health::v1::HealthCheckRequest> request,
                    Reply<grpc::health::v1::HealthCheckResponse> reply) const;
   void ModelReady(std::shared_ptr<const inference::ModelReadyRequest> request,

@@ -205,10 +205,13 @@ void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
       return;
     }
     const auto parts = SplitPath(request.target);
-    if (control_ != nullptr && parts.size() == 5 && parts[0] == "v2" &&
-        parts[1] == "repository" && parts[2] == "models" &&
-        (parts[4] == "load" || parts[4] == "unload" || parts[4] == "sleep" ||
-         parts[4] == "wake")) {
+    const bool control_call = parts.size() == 5 && parts[0] == "v2" &&
+                              parts[1] == "repository" && parts[2] == "models" &&
+                              (parts[4] == "load" || parts[4] == "unload" ||
+                               parts[4] == "sleep" || parts[4] == "wake");
+    const bool drain_call = parts.size() == 2 && parts[0] == "v2" && parts[1] == "drain" &&
+                            info_.drain != nullptr;
+    if (control_ != nullptr && (control_call || drain_call)) {
       control_->Post([this, request = std::move(request), respond = std::move(respond)] {
         respond(Route(request));
       });
@@ -260,6 +263,12 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
     if (!get) return method_not_allowed();
     if (parts[2] == "live") return Empty(200);
     if (parts[2] == "ready") {
+      // Not ready while draining: a load balancer's probe takes the server out of rotation
+      // while it still serves what arrives. 503, not Triton's 400: the server is going away.
+      if (info_.drain != nullptr && info_.drain->draining()) {
+        return Error(503, "vramd is draining: it serves requests that still arrive but asks "
+                          "to be taken out of rotation");
+      }
       return Empty(!info_.strict_readiness || manager_->AllModelsReady() ? 200 : 400);
     }
   }
@@ -271,6 +280,9 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
   }
   if (parts[1] == "logging" && parts.size() == 2) {
     return get || post ? Logging(request) : method_not_allowed();
+  }
+  if (parts[1] == "drain" && parts.size() == 2 && info_.drain != nullptr && control_) {
+    return post ? DrainResponse(request) : method_not_allowed();
   }
   if (parts[1] == "memory" && parts.size() == 2) {
     return get ? MemoryReportResponse(*memory_report_) : method_not_allowed();
@@ -457,8 +469,11 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
   // response has been encoded and its tensors released. The callback holds the request (the
   // encoder needs its id and output choices) but not the model, and nothing of the routes: a
   // request parked in a reload's gap may be answered after they are gone.
-  runtime::InferCallback done = [request, placed, shm, respond = std::move(respond)](
+  server::Drain* drain = info_.drain;
+  if (drain != nullptr) drain->RequestStarted();
+  runtime::InferCallback done = [request, placed, shm, drain, respond = std::move(respond)](
                                     Result<runtime::InferOutcome> outcome) {
+    server::EndsRequest ends(drain);
     // The runtime is done with the inputs once it answers (infer_outcome.h). They are views
     // into the request body, which can be as large as the output: dropping them frees it
     // before the reply is written next to the output, rather than holding all three at the
@@ -497,7 +512,10 @@ void KServeRoutes::Generate(HttpRequest http, const std::string& model, int64_t 
   // As Infer's callback: the inputs go first, then the answer is encoded from the outcome,
   // whose owner closes after it. For a decoupled model the responses went to the answer
   // already (the stream below) and this ends it.
-  runtime::InferCallback done = [answer, request](Result<runtime::InferOutcome> outcome) {
+  server::Drain* drain = info_.drain;
+  if (drain != nullptr) drain->RequestStarted();
+  runtime::InferCallback done = [answer, request, drain](Result<runtime::InferOutcome> outcome) {
+    server::EndsRequest ends(drain);
     request->inputs = {};
     if (!outcome.ok()) return answer->Finish(outcome.status(), nullptr, request->model_version);
     answer->Finish(Status::Ok(), &outcome->response, request->model_version);
@@ -675,6 +693,48 @@ HttpResponse KServeRoutes::Logging(const HttpRequest& request) const {
   w.Uint(now.verbose_level);
   w.Key("log_format");
   WriteJsonString(w, now.format);
+  w.EndObject();
+  return Json(200, sb.GetString());
+}
+
+HttpResponse KServeRoutes::DrainResponse(const HttpRequest& request) const {
+  // Defaults fit a preStop hook: a second of no traffic, within Kubernetes' default 30 s grace.
+  uint64_t quiet_ms = 1000;
+  uint64_t timeout_ms = 30000;
+  if (request.body != nullptr && !request.body->empty()) {
+    auto parsed = ParseJson(*request.body, "drain request body");
+    if (!parsed.ok()) return Error(parsed.status());
+    const rapidjson::Document& doc = *parsed;
+    if (!doc.IsObject()) return Error(400, "drain request body must be a JSON object");
+    for (const auto& m : doc.GetObject()) {
+      const std::string_view name(m.name.GetString(), m.name.GetStringLength());
+      uint64_t* field = name == "quiet_ms" ? &quiet_ms : name == "timeout_ms" ? &timeout_ms : nullptr;
+      if (field == nullptr) {
+        return Error(400, fmt::format("drain request: unknown field '{}' (quiet_ms, timeout_ms)",
+                                      name));
+      }
+      // A day bounds both: a longer wait is a typo, and it keeps the sum from overflowing.
+      if (!m.value.IsUint64() || m.value.GetUint64() > 86'400'000) {
+        return Error(400, fmt::format("drain request: '{}' must be a whole number of "
+                                      "milliseconds from 0 to 86400000",
+                                      name));
+      }
+      *field = m.value.GetUint64();
+    }
+  }
+  const server::Drain::Outcome outcome = info_.drain->BeginAndWait(
+      std::chrono::milliseconds(quiet_ms), std::chrono::milliseconds(timeout_ms));
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  w.Key("draining");
+  w.Bool(true);
+  w.Key("quiet");
+  w.Bool(outcome.quiet);
+  w.Key("in_flight");
+  w.Uint64(outcome.in_flight);
+  w.Key("waited_ms");
+  w.Uint64(static_cast<uint64_t>(outcome.waited.count()));
   w.EndObject();
   return Json(200, sb.GetString());
 }

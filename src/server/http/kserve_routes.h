@@ -14,7 +14,9 @@
 //   POST /v2/repository/models/{m}/load           explicit mode only (else 400); 200, empty body
 //   POST /v2/repository/models/{m}/unload         explicit mode only (else 400); 200, empty body
 //   GET  /v2/repository/models/{m}/lifecycle      vramd's lifecycle view (lifecycle_routes.h)
-// Load and unload run on the routes' control threads (control_dispatcher.h), not on the HTTP
+//   POST /v2/drain                                vramd's drain (server/drain/drain.h): body
+//                                                 {"quiet_ms", "timeout_ms"}, both optional
+// Load, unload and drain run on the routes' control threads (control_dispatcher.h), not on the HTTP
 // I/O thread that received them; a model ready question whose backend checks readiness (up
 // to 5 s: LoadedModel::CheckReadyAsync) is answered from the version's probe thread.
 //   GET  /v2/memory                               vramd's memory report (docs/memory.md)
@@ -38,6 +40,7 @@
 #include "runtime/model_manager.h"
 #include "server/http/control_dispatcher.h"
 #include "server/http/http_server.h"
+#include "server/drain/drain.h"
 #include "server/logging/log_settings.h"
 #include "server/shared_memory/shared_memory_regions.h"
 
@@ -57,6 +60,10 @@ class KServeRoutes {
     // Triton's logging extension (GET/POST /v2/logging): the settings, shared with the gRPC
     // front end and outliving the routes; null answers 404.
     logging::LogSettings* log_settings = nullptr;
+    // The server's drain (server/drain/drain.h), shared with the gRPC front end: counts
+    // inference requests, fails readiness while draining and serves POST /v2/drain; null
+    // answers that 404.
+    server::Drain* drain = nullptr;
   };
 
   // `manager` and `memory_report` must outlive this object. A const manager serves everything
@@ -87,6 +94,8 @@ class KServeRoutes {
   // GET: the settings; POST with a JSON object of settings: changes them (all or none, as
   // LogSettings::Update), then the settings.
   HttpResponse Logging(const HttpRequest& request) const;
+  // Blocks until the drain is quiet or times out: a control thread's call.
+  HttpResponse DrainResponse(const HttpRequest& request) const;
   // /v2/systemsharedmemory/... or /v2/cudasharedmemory/..., by `kind`.
   HttpResponse SharedMemory(const HttpRequest& request, const std::vector<std::string_view>& parts,
                             shared_memory::RegionKind kind) const;
