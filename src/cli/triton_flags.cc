@@ -32,12 +32,6 @@ constexpr Ignored kIgnored[] = {
     {"--metrics-config", "vramd's metric set is fixed (docs/metrics.md)"},
     {"--host-policy", "vramd has no host policies"},
     {"--model-namespacing", "vramd's model names are one namespace"},
-    {"--trace-config", "vramd does not trace requests"},
-    {"--trace-file", "vramd does not trace requests"},
-    {"--trace-level", "vramd does not trace requests"},
-    {"--trace-rate", "vramd does not trace requests"},
-    {"--trace-count", "vramd does not trace requests"},
-    {"--trace-log-frequency", "vramd does not trace requests"},
     {"--allow-sagemaker", "vramd serves no SageMaker endpoint"},
     {"--allow-vertex-ai", "vramd serves no Vertex AI endpoint"},
     {"--reuse-http-port", "vramd does not share its ports"},
@@ -73,6 +67,30 @@ bool IsTrue(std::string value) {
 }  // namespace
 
 void AddTritonFlags(CLI::App* serve, TritonFlags* flags) {
+  serve->add_option("--trace-config", flags->trace_config,
+                    "Tracing (docs/tracing.md): [triton,|opentelemetry,]setting=value; repeat "
+                    "for several (level=TIMESTAMPS, rate=N, count=N, mode=opentelemetry, "
+                    "triton,file=PATH, opentelemetry,url=URL, ...)");
+  // Triton's deprecated spellings, kept as --trace-config settings.
+  serve->add_option_function<std::string>(
+      "--trace-file", [flags](const std::string& v) { flags->trace_config.push_back("triton,file=" + v); },
+      "As --trace-config triton,file=PATH");
+  serve->add_option_function<std::vector<std::string>>(
+      "--trace-level",
+      [flags](const std::vector<std::string>& levels) {
+        for (const auto& v : levels) flags->trace_config.push_back("level=" + v);
+      },
+      "As --trace-config level=LEVEL");
+  serve->add_option_function<std::string>(
+      "--trace-rate", [flags](const std::string& v) { flags->trace_config.push_back("rate=" + v); },
+      "As --trace-config rate=N");
+  serve->add_option_function<std::string>(
+      "--trace-count", [flags](const std::string& v) { flags->trace_config.push_back("count=" + v); },
+      "As --trace-config count=N");
+  serve->add_option_function<std::string>(
+      "--trace-log-frequency",
+      [flags](const std::string& v) { flags->trace_config.push_back("triton,log-frequency=" + v); },
+      "As --trace-config triton,log-frequency=N");
   serve->add_option("--allow-http", flags->allow_http,
                     "Serve HTTP (Triton's flag; false: only gRPC and metrics)")
       ->capture_default_str();

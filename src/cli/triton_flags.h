@@ -25,6 +25,9 @@ struct TritonFlags {
   bool log_warning = true;
   bool log_error = true;
   std::string id;  // the server's name in metadata ("" keeps "vramd")
+  // --trace-config values in order, the deprecated --trace-* flags among them as their
+  // --trace-config spelling (server/trace/tracer.h: TracerOptions::FromFlags).
+  std::vector<std::string> trace_config;
   // Flag name -> the values given, for the accepted-with-a-warning and refused kinds.
   std::map<std::string, std::vector<std::string>> ignored;
   std::map<std::string, std::vector<std::string>> refused;

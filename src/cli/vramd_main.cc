@@ -37,6 +37,7 @@
 #include "runtime/reload_policy.h"
 #include "server/drain/drain.h"
 #include "server/grpc/grpc_routes.h"
+#include "server/trace/tracer.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
 #include "server/shared_memory/shared_memory_regions.h"
@@ -243,6 +244,14 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   }
   vramd::backends::SetBackendSettings(std::move(backend_settings));
 
+  // The tracer: before the manager, so it outlives every request and load it records.
+  auto tracer_options = vramd::trace::TracerOptions::FromFlags(triton.trace_config);
+  if (!tracer_options.ok()) {
+    spdlog::error("{}", tracer_options.status().message());
+    return 1;
+  }
+  vramd::trace::Tracer tracer(std::move(tracer_options).value());
+
   // Models' custom metrics: declared before the manager, so it outlives every model.
   vramd::runtime::CustomMetricsRegistry custom_metrics;
   vramd::runtime::ModelManager::Options manager_options;
@@ -253,6 +262,10 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
                             &native_meter};
   // Each load and unload ends with a look at memory: the unattributed alarm sees its figure.
   manager_options.memory_settled = [&memory_report] { (void)memory_report.Build(); };
+  manager_options.load_finished = [&tracer](const std::string& model,
+                                            const vramd::runtime::LoadReport& report) {
+    tracer.LoadFinished(model, report);
+  };
   if (admission) {
     manager_options.memory.admission = &*admission;
     manager_options.memory.admission_wait =
@@ -287,7 +300,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
                                    {server_name, VRAMD_VERSION, options.strict_readiness,
                                     options.http_shared_memory ? &shared_memory_regions : nullptr,
-                                    &log_settings, &drain});
+                                    &log_settings, &drain, &tracer});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -347,7 +360,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
         manager->get(),
         vramd::grpc_server::GrpcRoutes::ServerInfo{server_name, VRAMD_VERSION,
                                                    options.strict_readiness, &log_settings,
-                                                   &drain},
+                                                   &drain, &tracer},
         options.grpc_shared_memory ? &shared_memory_regions : nullptr);
     vramd::grpc_server::GrpcServer::Options grpc_options = options.grpc;
     grpc_options.address = options.grpc_address;

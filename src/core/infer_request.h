@@ -53,6 +53,7 @@ class CancelFlag {
 inline constexpr int kAnyGpu = -2;
 
 struct InferResponse;
+class RequestTrace;  // core/request_trace.h
 
 // Memory a consumer gave for one output (a client's shared-memory region): `data` has exactly
 // the output's size, in host memory or on CUDA device `gpu`.
@@ -103,6 +104,9 @@ struct InferRequest {
   // that can writes such an output there directly, and the front end then copies nothing (a
   // joined batch's outputs are made as usual). Null: none.
   OutputBufferSource output_buffer;
+  // Set by a front end that samples this request for tracing (core/request_trace.h); null
+  // otherwise. Shared by the copies the runtime makes of the request.
+  std::shared_ptr<RequestTrace> trace;
 
   const Tensor* FindInput(std::string_view name) const {
     for (const auto& t : inputs)

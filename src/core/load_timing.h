@@ -13,6 +13,7 @@
 // Thread safety: every method is safe from any thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -26,20 +27,31 @@ struct LoadPhase {
   std::string name;
   double seconds = 0;
   uint64_t bytes = 0;  // bytes moved in the phase, where that means something; else 0
+  // The phase's first start and last end (a phase timed in several pieces, such as each
+  // instance's creation, may overlap itself, so `seconds` can exceed end - start): a lifecycle
+  // trace's span (server/trace/tracer.h).
+  std::chrono::steady_clock::time_point start, end;
 };
 
 class LoadTiming {
  public:
+  // A piece of phase `name` that took `seconds` and ended now.
   void Add(std::string_view name, double seconds, uint64_t bytes = 0) {
+    const auto end = std::chrono::steady_clock::now();
+    const auto start =
+        end - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(seconds));
     std::lock_guard lock(mu_);
     for (auto& phase : phases_) {
       if (phase.name == name) {
         phase.seconds += seconds;
         phase.bytes += bytes;
+        phase.start = std::min(phase.start, start);
+        phase.end = std::max(phase.end, end);
         return;
       }
     }
-    phases_.push_back({std::string(name), seconds, bytes});
+    phases_.push_back({std::string(name), seconds, bytes, start, end});
   }
 
   // In the order each phase was first recorded.

@@ -308,6 +308,7 @@ class LazyOwner {
   // The owner's id, opening it now if needed; kNoOwner for a default-constructed one.
   OwnerId Open();
   bool opened() const { return id_ != kNoOwner; }
+  OwnerId id() const { return id_; }  // kNoOwner until opened; never opens
   Ledger* ledger() const { return ledger_; }
   // Closes the owner if it was opened: the leak reports filed. Idempotent.
   std::vector<LeakReport> Close();

@@ -8,6 +8,7 @@
 #include "runtime/request_owner.h"
 #include "runtime/request_responder.h"
 #include "runtime/tensor_memory.h"
+#include "runtime/trace_points.h"
 
 namespace vramd::runtime {
 namespace {
@@ -52,7 +53,12 @@ Result<std::vector<Tensor>> BatchExecutor::Classified(const InferRequest& reques
 }
 
 void BatchExecutor::FailAll(std::vector<QueuedRequest>& batch, const Status& status) {
+  const auto now = SchedulerClock::now();
   for (auto& r : batch) {
+    if (r.request->trace) {
+      StampExecution(*r.request, version_, r.batch_size, {r.arrival, r.enqueued, now, {}, {}, now},
+                     memory_, memory::kNoOwner, nullptr, status);
+    }
     if (!r.null_request) {
       stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
     }
@@ -138,6 +144,15 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
     }
   }
   const auto end = SchedulerClock::now();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const QueuedRequest& r = batch[i];
+    if (r.request->trace) {
+      StampExecution(*r.request, version_, r.batch_size,
+                     {r.arrival, r.enqueued, start, input_end, infer_end, end}, memory_,
+                     instance_owner, owners[i].lazy_owner(),
+                     results[i].ok() ? Status::Ok() : results[i].status());
+    }
+  }
   const uint64_t input_ns = Ns(input_end - start);
   const uint64_t infer_ns = Ns(infer_end - input_end);
   const uint64_t output_ns = Ns(end - infer_end);

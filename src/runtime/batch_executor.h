@@ -75,6 +75,7 @@ class BatchExecutor {
   int64_t version() const { return version_; }
   const std::string& where() const { return where_; }  // "model 'm' version 1"
   InferenceStatistics* stats() const { return stats_; }
+  const MemoryContext& memory() const { return memory_; }
 
  private:
   void FailAll(std::vector<QueuedRequest>& batch, const Status& status);

@@ -315,6 +315,7 @@ ModelManager::ModelManager(const Options& options)
       auto_complete_config_(options.auto_complete_config),
       custom_metrics_(options.custom_metrics),
       memory_settled_(options.memory_settled),
+      load_finished_(options.load_finished),
       services_(std::make_unique<ModelServices>(this, options.custom_metrics)),
       load_slots_(std::max(1, options.load_thread_count)),
       keeper_(std::make_unique<SleepKeeper>([this] { return LoadedVersions(); },
@@ -866,7 +867,9 @@ class ModelManager::LoadRun {
     spdlog::error("{}", message);
     report_.error = error.message();
     report_.total_seconds = SecondsSince(start_);
+    report_.started = start_;
     report_.finished = std::chrono::system_clock::now();
+    if (manager_.load_finished_) manager_.load_finished_(name_, report_);
     bool known = false;
     {
       ReaderLock lock(manager_.mu_);
@@ -896,8 +899,10 @@ class ModelManager::LoadRun {
     report_.error = error;
     report_.phases = timing_.phases();
     report_.total_seconds = SecondsSince(start_);
+    report_.started = start_;
     report_.finished = std::chrono::system_clock::now();
     manager_.Update(name_, [&](ModelEntry& entry) { entry.last_load = report_; });
+    if (manager_.load_finished_) manager_.load_finished_(name_, report_);
   }
 
   ModelManager& manager_;

@@ -106,6 +106,7 @@ struct LoadReport {
   DeviceBytes measured;  // live bytes of the new versions once warmed up (empty on failure)
   std::vector<LoadPhase> phases;  // load_timing.h; the manager adds warmup, switch, drain
   double total_seconds = 0;
+  std::chrono::steady_clock::time_point started;  // the phases' clock
   std::chrono::system_clock::time_point finished;
 };
 
@@ -154,6 +155,9 @@ class ModelManager {
     // Called after each load, reload and unload, once its pools are trimmed (the server looks
     // at its memory then: memory/unattributed_alarm.h); may be empty. From the acting thread.
     std::function<void()> memory_settled;
+    // Called once each load or reload attempt ends, ok or not, with its report (a lifecycle
+    // trace: server/trace/tracer.h); may be empty. From the loading thread; must not block.
+    std::function<void(const std::string& model, const LoadReport& report)> load_finished;
   };
 
   // Scans the repositories and loads the start-up models (in parallel). A broken model is
@@ -405,6 +409,7 @@ class ModelManager {
   const bool auto_complete_config_;
   CustomMetricsRegistry* const custom_metrics_;
   const std::function<void()> memory_settled_;
+  const std::function<void(const std::string&, const LoadReport&)> load_finished_;
   // Trims the pools (what a load or unload used and freed goes back) and calls memory_settled_;
   // returns the bytes trimmed.
   size_t SettleMemory();

@@ -6,6 +6,7 @@
 
 #include "runtime/batch_executor.h"
 #include "runtime/tensor_memory.h"
+#include "runtime/trace_points.h"
 
 namespace vramd::runtime {
 namespace {
@@ -141,6 +142,12 @@ RequestResponder::Completion RequestResponder::Finish() {
   Completion completion;
   completion.done = std::move(done_);
   const bool streamed = decoupled_ && request_->stream;
+  if (request_->trace) {
+    const Status status = held_.has_value() && !held_->ok() ? held_->status() : Status::Ok();
+    StampExecution(*request_, executor_->version(), 0,
+                   {arrival_, enqueued_, execution_start_, {}, {}, end}, executor_->memory(),
+                   memory::kNoOwner, owner_.lazy_owner(), status);
+  }
   if (!streamed && held_.has_value() && !held_->ok()) {
     stats->RecordFailure(request_ns, FailureReason::kBackend);
     completion.outcome = held_->status();

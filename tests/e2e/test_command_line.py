@@ -44,11 +44,13 @@ def stop(s):
 IGNORED = ["--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
            "--cuda-memory-pool-byte-size=1:67108864", "--rate-limit=off",
            "--response-cache-byte-size=0", "--allow-gpu-metrics=false",
-           "--metrics-interval-ms=2000", "--trace-level=OFF", "--model-load-retry-count=0"]
+           "--metrics-interval-ms=2000", "--model-load-retry-count=0"]
 
 
 def test_tritonserver_flags_without_the_serve_word(tmp_path):
+    # --trace-level is Triton's deprecated spelling of --trace-config level=..., taken as such.
     s = start(tmp_path, IGNORED + ["--id=triton-compat", "--strict-model-config=false",
+                                   "--trace-level=OFF", "--trace-rate=100",
                                    "--log-format=ISO8601", "--allow-http=true",
                                    "--grpc-use-ssl=false", "--allow-grpc=true"], "triton_style")
     try:
@@ -80,7 +82,7 @@ def test_log_file_and_levels(tmp_path):
     log_file = tmp_path / "vramd.log"
     port = free_port()
     s = TritonStyle([FIXTURE_REPO], tmp_path / "log_file", BASE + [
-        "--log-file", str(log_file), "--log-info=false", "--trace-file=/tmp/t.json"],
+        "--log-file", str(log_file), "--log-info=false", "--rate-limit=off"],
         name="log_file", port=port, ready_models=[MODEL])
     s.launch()
     try:
@@ -91,7 +93,7 @@ def test_log_file_and_levels(tmp_path):
         code = s.stop()
     assert code == 0
     text = log_file.read_text()
-    assert "--trace-file ignored" in text and " warning " in text, text[:2000]
+    assert "--rate-limit ignored" in text and " warning " in text, text[:2000]
     assert " info " not in text, text[:2000]
     assert s.stderr_text() == "", s.stderr_text()[:2000]
 

@@ -423,11 +423,11 @@ def test_cuda_shared_memory_registration_is_checked(stub):
     assert not stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest()).regions
 
 
-@pytest.mark.parametrize("rpc,request_type", [
-    ("TraceSetting", "TraceSettingRequest")])
-def test_rpcs_not_served_yet_say_so(stub, rpc, request_type):
-    e = rpc_error(getattr(stub, rpc), getattr(pb, request_type)())
-    assert e.code() == grpc.StatusCode.UNIMPLEMENTED and rpc in e.details()
+def test_trace_setting_answers_the_global_settings(stub):
+    # The trace extension in full is tests/e2e/test_trace.py.
+    r = stub.TraceSetting(pb.TraceSettingRequest())
+    assert list(r.settings["trace_level"].value) == ["OFF"]
+    assert list(r.settings["trace_rate"].value) == ["1000"]
 
 
 def test_stream_infer_answers_each_request_in_order(stub):

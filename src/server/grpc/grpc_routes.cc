@@ -138,6 +138,7 @@ void GrpcRoutes::ServerMetadata(std::shared_ptr<const inference::ServerMetadataR
                         "parameters", "statistics"}) {
     r.add_extensions(e);
   }
+  if (info_.tracer != nullptr) r.add_extensions("trace");
   if (shared_memory_ != nullptr) {
     r.add_extensions("system_shared_memory");
     r.add_extensions("cuda_shared_memory");
@@ -183,6 +184,8 @@ void GrpcRoutes::ModelConfig(std::shared_ptr<const inference::ModelConfigRequest
 }
 
 void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> message,
+                            std::string_view traceparent,
+                            std::chrono::steady_clock::time_point received,
                             Reply<EncodedInferResponse> reply) const {
   auto version = ParseModelVersion(message->model_version());
   if (!version.ok()) return Fail(reply, version.status());
@@ -192,16 +195,33 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   const shared_memory::SharedMemoryRegions* shm = shared_memory_;
   server::Drain* drain = info_.drain;
   if (drain != nullptr) drain->RequestStarted();
-  runtime::InferCallback done = [request, message, shm, drain, reply = std::move(reply)](
-                                    Result<runtime::InferOutcome> outcome) {
+  trace::Tracer* tracer = info_.tracer;
+  std::shared_ptr<RequestTrace> trace =
+      tracer != nullptr
+          ? tracer->Start(message->model_name(), TraceProtocol::kGrpc, traceparent, received)
+          : nullptr;
+  request->trace = trace;  // for an answer before the build, which carries it over
+  // A trace ends as the answer is handed to gRPC (GRPC_SEND_END).
+  auto finish_trace = [tracer](const std::shared_ptr<RequestTrace>& t, const Status& status) {
+    if (t == nullptr) return;
+    if (!status.ok()) t->SetError(status.message());
+    t->Stamp(TracePoint::kSendStart);
+    tracer->Finish(t);
+  };
+  runtime::InferCallback done = [request, message, shm, drain, finish_trace,
+                                 reply = std::move(reply)](Result<runtime::InferOutcome> outcome) {
     server::EndsRequest ends(drain);
     request->inputs = {};  // views into the message: the runtime is done with them
-    if (!outcome.ok()) return Fail(reply, outcome.status());
+    if (!outcome.ok()) {
+      finish_trace(request->trace, outcome.status());
+      return Fail(reply, outcome.status());
+    }
     // The outcome lives on with the answer, which may send its outputs from where they are.
     auto held = std::make_shared<runtime::InferOutcome>(std::move(*outcome));
     EncodedInferResponse r;
     Status encoded =
         EncodeInferResponse(held->response, *request, &r.message, message.get(), shm, &r.raw);
+    finish_trace(request->trace, encoded);
     if (!encoded.ok()) return Fail(reply, encoded);
     r.keep = std::move(held);
     reply(Ok(), std::move(r));
@@ -209,12 +229,15 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message = std::move(message), shm](const config::ModelConfig& config) -> Result<InferRequest> {
+      [message = std::move(message), shm, trace](
+          const config::ModelConfig& config) -> Result<InferRequest> {
         if (IsDecoupled(config)) {
           return Status::Unsupported(
               "ModelInfer RPC doesn't support models with decoupled transaction policy");
         }
-        return DecodeInferRequest(message, shm);
+        Result<InferRequest> built = DecodeInferRequest(message, shm);
+        if (built.ok()) built->trace = trace;
+        return built;
       },
       std::move(done));
 }
@@ -291,6 +314,33 @@ void GrpcRoutes::LogSettings(std::shared_ptr<const inference::LogSettingsRequest
   settings["log_error"].set_bool_param(now.error);
   settings["log_verbose_level"].set_uint32_param(now.verbose_level);
   settings["log_format"].set_string_param(now.format);
+  reply(Ok(), std::move(r));
+}
+
+void GrpcRoutes::TraceSetting(std::shared_ptr<const inference::TraceSettingRequest> request,
+                              Reply<inference::TraceSettingResponse> reply) const {
+  if (info_.tracer == nullptr) {
+    return Fail(reply, Status::Unsupported("TraceSetting: this server has no trace extension"));
+  }
+  trace::TraceSettings& settings = info_.tracer->settings();
+  trace::TraceSettings::Changes changes;
+  for (const auto& [name, value] : request->settings()) {
+    // No value clears a model's setting (back to the global one), as Triton's RPC says.
+    if (value.value().empty()) {
+      changes.emplace_back(name, std::nullopt);
+    } else {
+      changes.emplace_back(name,
+                           std::vector<std::string>(value.value().begin(), value.value().end()));
+    }
+  }
+  if (Status updated = settings.Update(request->model_name(), changes); !updated.ok()) {
+    return Fail(reply, updated);
+  }
+  inference::TraceSettingResponse r;
+  for (const auto& [name, values] : settings.Answer(request->model_name())) {
+    auto& out = (*r.mutable_settings())[name];
+    for (const std::string& v : values) out.add_value(v);
+  }
   reply(Ok(), std::move(r));
 }
 

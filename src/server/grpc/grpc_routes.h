@@ -26,6 +26,7 @@
 #include "server/http/control_dispatcher.h"
 #include "server/drain/drain.h"
 #include "server/shared_memory/shared_memory_regions.h"
+#include "server/trace/tracer.h"
 
 namespace vramd::grpc_server {
 
@@ -49,6 +50,9 @@ class GrpcRoutes {
     // The drain shared with HTTP (server/drain/drain.h): counts ModelInfer and stream
     // requests, and makes ServerReady and the service's health NOT_SERVING while draining.
     server::Drain* drain = nullptr;
+    // Tracing of ModelInfer calls and the TraceSetting RPC (shared with HTTP, outliving every
+    // request); null: TraceSetting is UNIMPLEMENTED and nothing is traced.
+    trace::Tracer* tracer = nullptr;
   };
 
   // `manager` must outlive this object and every request it starts. A const manager serves
@@ -81,7 +85,10 @@ class GrpcRoutes {
   void ModelConfig(std::shared_ptr<const inference::ModelConfigRequest> request,
                    Reply<inference::ModelConfigResponse> reply) const;
   // The answer's raw outputs are the outcome's own buffers (EncodedInferResponse).
+  // `traceparent`: the call's W3C trace context metadata, or empty; `received`: when the call
+  // and its message arrived (a trace's GRPC_WAITREAD_END).
   void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                  std::string_view traceparent, std::chrono::steady_clock::time_point received,
                   Reply<EncodedInferResponse> reply) const;
   void ModelStatistics(std::shared_ptr<const inference::ModelStatisticsRequest> request,
                        Reply<inference::ModelStatisticsResponse> reply) const;
@@ -89,6 +96,8 @@ class GrpcRoutes {
   // at start-up is UNIMPLEMENTED, naming its flag.
   void LogSettings(std::shared_ptr<const inference::LogSettingsRequest> request,
                    Reply<inference::LogSettingsResponse> reply) const;
+  void TraceSetting(std::shared_ptr<const inference::TraceSettingRequest> request,
+                    Reply<inference::TraceSettingResponse> reply) const;
   // One request of a ModelStreamInfer stream. `send` gets each response (or error, as
   // error_message) in order, with `last` true on the request's last call, once; a call with no
   // response only ends the request. A decoupled model's responses carry the parameter

@@ -361,6 +361,7 @@ class InferCall final : public Call {
   enum class State { kListening, kHandedOver, kFinishing };
 
   void Run() {
+    const auto received = std::chrono::steady_clock::now();  // the call and its message arrived
     auto message = std::make_shared<inference::ModelInferRequest>();
     if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&request_,
                                                                             message.get())
@@ -369,7 +370,13 @@ class InferCall final : public Call {
                              "ModelInfer: the request is not a ModelInferRequest message");
       return Answer();
     }
-    server_->routes()->ModelInfer(std::move(message),
+    // W3C trace context arrives as metadata (keys are lowercase in gRPC).
+    std::string traceparent;
+    const auto& metadata = context_.client_metadata();
+    if (auto it = metadata.find("traceparent"); it != metadata.end()) {
+      traceparent.assign(it->second.data(), it->second.size());
+    }
+    server_->routes()->ModelInfer(std::move(message), traceparent, received,
                                   [this](grpc::Status status, EncodedInferResponse response) {
                                     status_ = std::move(status);
                                     response_parts_ = std::move(response);
@@ -726,8 +733,8 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
   Serve<grpc::health::v1::HealthCheckRequest, grpc::health::v1::HealthCheckResponse,
         HealthService>(this, cq, &HealthService::RequestCheck, &GrpcRoutes::HealthCheck);
   WatchCall::Listen(this, cq);
-  Refuse<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
-                                                    "TraceSetting: vramd does not trace requests");
+  Serve<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
+                                                   &GrpcRoutes::TraceSetting);
 }
 
 Result<std::vector<std::pair<std::string, int>>> GrpcServer::ParseChannelArgs(

@@ -167,9 +167,10 @@ void Connection::TimeOutRead() {
 
 void Connection::OnHeader(beast::error_code ec) {
   if (ec) return OnReadError(ec);
+  header_read_ = Clock::now();
   BeginRequest();
   phase_ = Phase::kBody;
-  phase_since_ = Clock::now();
+  phase_since_ = header_read_;
   if (auto refusal = CheckHeader()) return Reject(refusal->first, std::move(refusal->second));
   const auto& req = parser_->get();
   if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
@@ -323,6 +324,9 @@ void Connection::Dispatch() {
   request.target = std::string(req.target());
   auto ihcl = req.find("Inference-Header-Content-Length");
   if (ihcl != req.end()) request.inference_header_length = std::string(ihcl->value());
+  auto traceparent = req.find("traceparent");
+  if (traceparent != req.end()) request.traceparent = std::string(traceparent->value());
+  request.received = header_read_;
   request.body = std::move(*decoded);
   if (cancel_ == nullptr) cancel_ = std::make_shared<CancelFlag>();
   request.cancel = cancel_;
@@ -499,7 +503,9 @@ void Connection::Write(HttpResponse r) {
   write_limit_ = server_->options().body_timeout +
                  std::chrono::seconds(bytes / kMinSendBytesPerSecond);
   bhttp::async_write(stream_, *res,
-                     [self = shared_from_this(), res, close](beast::error_code ec, size_t) {
+                     [self = shared_from_this(), res, close,
+                      written = std::move(r.written)](beast::error_code ec, size_t) {
+                       if (written) written();
                        self->OnWritten(ec, close || res->need_eof());
                      });
 }

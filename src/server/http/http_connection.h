@@ -116,6 +116,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Phase phase_ = Phase::kWaiting;
   Clock::time_point phase_since_;  // kBody: since the body's last read
   std::optional<Clock::time_point> header_started_;  // when the watchdog first saw its bytes
+  Clock::time_point header_read_;  // when the request being handled had its header read
   Clock::duration write_limit_{};
   bool in_request_ = false;  // counted in the server's busy requests
   size_t charged_ = 0;       // body bytes held in the server's budget

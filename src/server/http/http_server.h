@@ -66,6 +66,10 @@ struct HttpRequest {
   // takes no further request, and so the common case costs one allocation per connection,
   // not one per request. Never null for a request from a connection.
   std::shared_ptr<CancelFlag> cancel;
+  // The W3C `traceparent` header, raw; empty when absent (server/trace/tracer.h).
+  std::string traceparent;
+  // When the request's header had been read (a trace's HTTP_RECV_START).
+  std::chrono::steady_clock::time_point received;
 };
 
 struct HttpResponse {
@@ -81,6 +85,9 @@ struct HttpResponse {
   // it (their status and content type are ignored); the part with `more` false ends the
   // answer. A first part with `more` false is an ordinary answer.
   bool more = false;
+  // Called on the connection's thread once the answer has been written, or failed to be (a
+  // trace's HTTP_SEND_END); ignored for a streamed answer's parts. May be empty.
+  std::function<void()> written;
 };
 
 // Call exactly once per request, or once per part of a streamed answer (HttpResponse::more),

@@ -281,6 +281,12 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
   if (parts[1] == "logging" && parts.size() == 2) {
     return get || post ? Logging(request) : method_not_allowed();
   }
+  if (parts[1] == "trace" && parts.size() == 3 && parts[2] == "setting") {
+    return get || post ? TraceSetting(request, "") : method_not_allowed();
+  }
+  if (parts[1] == "models" && parts.size() == 5 && parts[3] == "trace" && parts[4] == "setting") {
+    return get || post ? TraceSetting(request, PercentDecode(parts[2])) : method_not_allowed();
+  }
   if (parts[1] == "drain" && parts.size() == 2 && info_.drain != nullptr && control_) {
     return post ? DrainResponse(request) : method_not_allowed();
   }
@@ -355,6 +361,7 @@ HttpResponse KServeRoutes::ServerMetadata() const {
     w.String("system_shared_memory");
     w.String("cuda_shared_memory");
   }
+  if (info_.tracer != nullptr) w.String("trace");
   w.EndArray();
   w.EndObject();
   return Json(200, sb.GetString());
@@ -471,7 +478,19 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
   // request parked in a reload's gap may be answered after they are gone.
   server::Drain* drain = info_.drain;
   if (drain != nullptr) drain->RequestStarted();
-  runtime::InferCallback done = [request, placed, shm, drain, respond = std::move(respond)](
+  trace::Tracer* tracer = info_.tracer;
+  std::shared_ptr<RequestTrace> trace =
+      tracer != nullptr ? tracer->Start(model, TraceProtocol::kHttp, http.traceparent, http.received)
+                        : nullptr;
+  // Answers through `respond`; a trace is finished once the reply has been written.
+  auto reply = [trace, tracer](const Responder& respond, HttpResponse r) {
+    if (trace != nullptr) {
+      trace->Stamp(TracePoint::kSendStart);
+      r.written = [trace, tracer] { tracer->Finish(trace); };
+    }
+    respond(std::move(r));
+  };
+  runtime::InferCallback done = [request, placed, shm, drain, reply, respond = std::move(respond)](
                                     Result<runtime::InferOutcome> outcome) {
     server::EndsRequest ends(drain);
     // The runtime is done with the inputs once it answers (infer_outcome.h). They are views
@@ -480,24 +499,29 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
     // peak (unless the HTTP thread that read it is still below us, on the fast path, which
     // the scheduler keeps for executions far shorter than encoding a large reply).
     request->inputs = {};
-    if (!outcome.ok()) return respond(Error(outcome.status()));
+    if (!outcome.ok()) {
+      if (request->trace) request->trace->SetError(outcome.status().message());
+      return reply(respond, Error(outcome.status()));
+    }
     auto encoded = EncodeInferResponse(outcome->response, *request, placed.get(), shm);
-    if (!encoded.ok()) return respond(Error(encoded.status()));
+    if (!encoded.ok()) return reply(respond, Error(encoded.status()));
     HttpResponse r = Json(200, std::move(encoded->body));
     r.inference_header_length = encoded->json_length;
     if (encoded->json_length) r.content_type = "application/octet-stream";
-    respond(std::move(r));
+    reply(respond, std::move(r));
   };
+  request->trace = trace;  // for an answer before the build, which carries it over
   // During a resource-preserving reload the router parks the request (not this I/O thread)
   // until the new version serves; the body waits with it, in the build step.
   runtime::InferRouter(manager_).InferAsync(
       model, version, std::move(request),
-      [http = std::move(http), placed, shm](const config::ModelConfig& config) {
+      [http = std::move(http), placed, shm, trace](const config::ModelConfig& config) {
         placed->clear();  // built at most once, but a gap may delay it: nothing carries over
         const SharedMemoryContext context{shm, placed.get()};
         Result<InferRequest> built = ParseHttpInferRequest(http, config, &context);
         if (built.ok()) {
           built->cancel = http.cancel;
+          built->trace = trace;
           if (!placed->empty()) built->output_buffer = shared_memory::PlacedOutputBuffers(shm, placed);
         }
         return built;
@@ -693,6 +717,69 @@ HttpResponse KServeRoutes::Logging(const HttpRequest& request) const {
   w.Uint(now.verbose_level);
   w.Key("log_format");
   WriteJsonString(w, now.format);
+  w.EndObject();
+  return Json(200, sb.GetString());
+}
+
+HttpResponse KServeRoutes::TraceSetting(const HttpRequest& request,
+                                        const std::string& model) const {
+  if (info_.tracer == nullptr) return Error(404, "this server has no trace extension");
+  trace::TraceSettings& settings = info_.tracer->settings();
+  if (request.method == "POST") {
+    auto parsed = ParseJson(request.body ? *request.body : std::string(), "trace setting body");
+    if (!parsed.ok()) return Error(parsed.status());
+    const rapidjson::Document& doc = *parsed;
+    if (!doc.IsObject()) return Error(400, "trace setting body must be a JSON object");
+    // A value is a string, a list of strings, a number (as its text), or null (back to the
+    // global value).
+    auto text = [](const rapidjson::Value& v) -> std::optional<std::string> {
+      if (v.IsString()) return std::string(v.GetString(), v.GetStringLength());
+      if (v.IsInt64()) return std::to_string(v.GetInt64());
+      if (v.IsUint64()) return std::to_string(v.GetUint64());
+      return std::nullopt;
+    };
+    trace::TraceSettings::Changes changes;
+    for (const auto& m : doc.GetObject()) {
+      std::string name(m.name.GetString(), m.name.GetStringLength());
+      if (m.value.IsNull()) {
+        changes.emplace_back(std::move(name), std::nullopt);
+        continue;
+      }
+      std::vector<std::string> values;
+      bool valid = true;
+      if (m.value.IsArray()) {
+        for (const auto& item : m.value.GetArray()) {
+          auto t = text(item);
+          valid = valid && t.has_value();
+          if (t) values.push_back(std::move(*t));
+        }
+      } else if (auto t = text(m.value)) {
+        values.push_back(std::move(*t));
+      } else {
+        valid = false;
+      }
+      if (!valid) {
+        return Error(400, fmt::format("trace setting '{}' must be a string, a list of strings "
+                                      "or null",
+                                      name));
+      }
+      changes.emplace_back(std::move(name), std::move(values));
+    }
+    if (Status updated = settings.Update(model, changes); !updated.ok()) return Error(updated);
+  }
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  for (const auto& [name, values] : settings.Answer(model)) {
+    WriteJsonKey(w, name);
+    if (name == "trace_level") {
+      w.StartArray();
+      for (const std::string& v : values) WriteJsonString(w, v);
+      w.EndArray();
+    } else {
+      WriteJsonString(w, values.empty() ? std::string() : values.front());
+    }
+  }
   w.EndObject();
   return Json(200, sb.GetString());
 }

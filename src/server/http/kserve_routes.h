@@ -14,6 +14,7 @@
 //   POST /v2/repository/models/{m}/load           explicit mode only (else 400); 200, empty body
 //   POST /v2/repository/models/{m}/unload         explicit mode only (else 400); 200, empty body
 //   GET  /v2/repository/models/{m}/lifecycle      vramd's lifecycle view (lifecycle_routes.h)
+//   GET|POST /v2[/models/{m}]/trace/setting        trace extension (server/trace/)
 //   POST /v2/drain                                vramd's drain (server/drain/drain.h): body
 //                                                 {"quiet_ms", "timeout_ms"}, both optional
 // Load, unload and drain run on the routes' control threads (control_dispatcher.h), not on the HTTP
@@ -42,6 +43,7 @@
 #include "server/http/http_server.h"
 #include "server/drain/drain.h"
 #include "server/logging/log_settings.h"
+#include "server/trace/tracer.h"
 #include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::http {
@@ -64,6 +66,9 @@ class KServeRoutes {
     // inference requests, fails readiness while draining and serves POST /v2/drain; null
     // answers that 404.
     server::Drain* drain = nullptr;
+    // Triton's trace extension (GET/POST /v2[/models/{m}]/trace/setting) and the tracing of
+    // inference requests; shared with gRPC and outliving every request. Null: both off (404).
+    trace::Tracer* tracer = nullptr;
   };
 
   // `manager` and `memory_report` must outlive this object. A const manager serves everything
@@ -94,6 +99,8 @@ class KServeRoutes {
   // GET: the settings; POST with a JSON object of settings: changes them (all or none, as
   // LogSettings::Update), then the settings.
   HttpResponse Logging(const HttpRequest& request) const;
+  // GET or POST a trace setting; `model` empty: the global ones.
+  HttpResponse TraceSetting(const HttpRequest& request, const std::string& model) const;
   // Blocks until the drain is quiet or times out: a control thread's call.
   HttpResponse DrainResponse(const HttpRequest& request) const;
   // /v2/systemsharedmemory/... or /v2/cudasharedmemory/..., by `kind`.

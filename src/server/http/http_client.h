@@ -1,5 +1,5 @@
-// A small synchronous HTTP/1.1 client (Boost.Beast) for vramctl: one request, one connection, a
-// deadline on each step. Plain http:// only.
+// A small synchronous HTTP/1.1 client (Boost.Beast) for vramctl and the trace exporter: one
+// request, one connection, a deadline on each step. Plain http:// only.
 //
 // Thread safety: HttpGet and HttpPost may be called from any thread; each call has its own
 // connection.
@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 
-namespace vramd::cli {
+namespace vramd::http {
 
 struct Url {
   std::string host;
@@ -42,4 +42,4 @@ Result<HttpGetResponse> HttpPost(const Url& url, std::string_view target, std::s
                                  std::chrono::milliseconds timeout,
                                  std::chrono::milliseconds answer_timeout);
 
-}  // namespace vramd::cli
+}  // namespace vramd::http
