@@ -113,7 +113,7 @@ def main():
                   "--trace-config", "triton,log-frequency=10000"]
     server = subprocess.Popen(
         [args.vramd, "serve", "--model-repository", os.path.join(work, "repo"),
-         "--http-port", str(port), "--allow-grpc", "false", "--allow-metrics", "false"] + flags,
+         "--http-port", str(port), "--no-allow-grpc", "--no-allow-metrics"] + flags,
         stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "vramd.log"), "w"))
     try:
         deadline = time.time() + 60
