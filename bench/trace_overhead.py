@@ -49,10 +49,10 @@ class Sink:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
+                # Counted, not parsed: on a 2-core machine a collector that parses every span
+                # takes the CPU the server would serve with (tests/e2e/test_trace.py parses).
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                doc = json.loads(body)
-                sink.spans += sum(len(ss["spans"]) for rs in doc["resourceSpans"]
-                                  for ss in rs["scopeSpans"])
+                sink.spans += body.count(b'"spanId"')
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -157,6 +157,39 @@ int SleepControl(const std::string& url_text, const std::string& model, bool sle
   return 0;
 }
 
+// vramctl rollback / hold / release: POST .../rollback (with the reason), .../hold, .../release.
+int RollbackAction(const std::string& url_text, const std::string& model,
+                   const std::string& action, const std::string& reason, int timeout_ms) {
+  auto url = vramd::http::ParseUrl(url_text);
+  if (!url.ok()) {
+    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  std::string body = "{}";
+  if (action == "rollback" && !reason.empty()) {
+    rapidjson::StringBuffer sb;
+    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+    w.StartObject();
+    w.Key("parameters");
+    w.StartObject();
+    w.Key("reason");
+    w.String(reason.data(), static_cast<rapidjson::SizeType>(reason.size()));
+    w.EndObject();
+    w.EndObject();
+    body = sb.GetString();
+  }
+  const std::string target =
+      url->path + "/v2/repository/models/" + EncodeSegment(model) + "/" + action;
+  // A rollback waits for the versions it replaces to drain; a release may load a change.
+  auto response = vramd::http::HttpPost(*url, target, body, std::chrono::milliseconds(timeout_ms),
+                                        std::chrono::milliseconds(timeout_ms) * 10);
+  if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
+  std::printf("%s '%s'\n",
+              action == "rollback" ? "rolled back" : action == "hold" ? "held" : "released",
+              model.c_str());
+  return 0;
+}
+
 // vramctl drain: POST /v2/drain and wait for its answer (a preStop hook's command). Exit 0 when
 // the server went quiet, 3 when the wait timed out with requests still coming.
 int DrainControl(const std::string& url_text, int quiet_ms, int timeout_ms) {
@@ -231,7 +264,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 2))
       ->capture_default_str();
   CLI::App* wake = app.add_subcommand("wake", "Wake a sleeping model");
-  for (CLI::App* sub : {load, unload, lifecycle, sleep, wake}) {
+  CLI::App* rollback = app.add_subcommand(
+      "rollback", "Put back the versions a model served before its last reload (kept while "
+                  "vramd.rollback.* watches it) and hold it there");
+  std::string reason;
+  rollback->add_option("--reason", reason, "Why, for the log and the lifecycle history");
+  CLI::App* hold = app.add_subcommand(
+      "hold", "No automatic change to a model (repository polls, automatic rollbacks)");
+  CLI::App* release = app.add_subcommand(
+      "release", "End a hold (or a rollback's); in poll mode a change kept back loads now");
+  for (CLI::App* sub : {load, unload, lifecycle, sleep, wake, rollback, hold, release}) {
     sub->add_option("model", model, "The model's name")->required();
     sub->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
     sub->add_option("--timeout-ms", timeout_ms, "Deadline for each network step")
@@ -263,6 +305,9 @@ int main(int argc, char** argv) {
   if (unload->parsed()) return Control(url, model, false, "", timeout_ms);
   if (sleep->parsed()) return SleepControl(url, model, true, sleep_level, timeout_ms);
   if (wake->parsed()) return SleepControl(url, model, false, 0, timeout_ms);
+  if (rollback->parsed()) return RollbackAction(url, model, "rollback", reason, timeout_ms);
+  if (hold->parsed()) return RollbackAction(url, model, "hold", "", timeout_ms);
+  if (release->parsed()) return RollbackAction(url, model, "release", "", timeout_ms);
   if (lifecycle->parsed()) {
     return FetchAndPrint(url, "/v2/repository/models/" + EncodeSegment(model) + "/lifecycle",
                          raw_json, timeout_ms, [](std::string_view json) {

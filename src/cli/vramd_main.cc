@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -76,6 +77,9 @@ struct ServeOptions {
   int memory_growth_requests = 16;
   std::string memory_budget;  // --memory-budget, memory/quota.h's form; empty: none
   std::string memory_unattributed_alarm = "64MiB";  // a byte size; "0": off
+  // Where rollback rules read GPU utilization: "" NVML (the busiest GPU), else a file holding a
+  // percentage (a test's or an external monitor's figure).
+  std::string rollback_gpu_utilization_file;
   std::string device_pool = "caching";  // --device-pool: memory::ParseDevicePool's form
   bool memory_admission = true;
   bool memory_admission_device_free = false;  // GPUs without a budget: against free memory
@@ -153,7 +157,11 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     spdlog::info("memory budget: {}", vramd::memory::FormatMemoryQuota(ledger_options.budget));
   }
   vramd::memory::Ledger ledger(ledger_options);
-  ledger.SetLeakCallback([](const vramd::memory::LeakReport& leak) {
+  // The manager, once it exists, hears of leaks too (its rollback rules); null before it is
+  // made and again before it is destroyed (LeakListener below).
+  std::atomic<vramd::runtime::ModelManager*> leak_listener{nullptr};
+  ledger.SetLeakCallback([&leak_listener](const vramd::memory::LeakReport& leak) {
+    if (auto* manager = leak_listener.load()) manager->NoteLeak(leak.owner_path, leak.bytes);
     spdlog::warn("memory leak: {} closed holding {} bytes in {} allocation(s){}", leak.owner_path,
                  leak.bytes, leak.count,
                  leak.allocations.empty() || leak.allocations[0].backtrace.empty()
@@ -266,6 +274,25 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
                                             const vramd::runtime::LoadReport& report) {
     tracer.LoadFinished(model, report);
   };
+  manager_options.rolled_back = [&tracer](const vramd::runtime::RollbackRecord& record) {
+    tracer.RolledBack(record);
+  };
+  manager_options.gpu_utilization = [nvml_ptr, file = options.rollback_gpu_utilization_file]()
+      -> std::optional<double> {
+    if (!file.empty()) {
+      std::ifstream in(file);
+      double percent = -1;
+      if (!(in >> percent) || percent < 0 || percent > 100) return std::nullopt;
+      return percent / 100;
+    }
+    if (nvml_ptr == nullptr) return std::nullopt;
+    std::optional<double> busiest;
+    for (int d = 0; d < nvml_ptr->DeviceCount(); ++d) {
+      auto u = nvml_ptr->Utilization(d);
+      if (u.ok()) busiest = std::max(busiest.value_or(0.0), u->gpu_percent / 100.0);
+    }
+    return busiest;
+  };
   if (admission) {
     manager_options.memory.admission = &*admission;
     manager_options.memory.admission_wait =
@@ -290,6 +317,11 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     spdlog::error("{}", manager.status().message());
     return 1;
   }
+  leak_listener.store(manager->get());
+  struct LeakListenerReset {
+    std::atomic<vramd::runtime::ModelManager*>* listener;
+    ~LeakListenerReset() { listener->store(nullptr); }
+  } leak_listener_reset{&leak_listener};  // destroyed before the manager
 
   // Client shared-memory regions: registered over either protocol, read and written by the
   // requests of either.
@@ -536,6 +568,9 @@ int main(int argc, char** argv) {
                     "What the server may hold per device, all models together: a size for each "
                     "GPU (\"100GiB\") or DEVICE=SIZE,... (\"cuda:0=100GiB,cpu=64GiB\"); an "
                     "allocation past it fails as a full device would");
+  serve->add_option("--rollback-gpu-utilization-file", options.rollback_gpu_utilization_file,
+                    "Rollback rules read GPU utilization from this file (a percentage) instead "
+                    "of NVML (docs/rollback.md)");
   serve->add_option("--memory-unattributed-alarm", options.memory_unattributed_alarm,
                     "Warn, and set vramd_memory_unattributed_alarm, when a GPU's unattributed "
                     "memory passes this size either way (\"0\" = off; docs/memory.md)")

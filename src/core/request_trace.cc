@@ -1,5 +1,6 @@
 #include "core/request_trace.h"
 
+#include <algorithm>
 #include <random>
 
 namespace vramd {
@@ -119,40 +120,46 @@ RequestTrace::RequestTrace(uint64_t id, std::string model, TraceProtocol protoco
       wall_origin_(std::chrono::system_clock::now()) {}
 
 void RequestTrace::Stamp(TracePoint point, Clock::time_point at) {
-  MutexLock lock(mu_);
-  auto& slot = state_.points[static_cast<size_t>(point)];
-  if (!slot) slot = at;
-}
-
-void RequestTrace::SetVersion(int64_t version) {
-  MutexLock lock(mu_);
-  state_.version = version;
+  int64_t unset = 0;
+  // A clock at exactly its epoch would read as unset; one tick later is the same time.
+  const int64_t ticks = std::max<int64_t>(1, at.time_since_epoch().count());
+  points_[static_cast<size_t>(point)].compare_exchange_strong(unset, ticks,
+                                                              std::memory_order_relaxed);
 }
 
 void RequestTrace::SetRequestId(std::string id) {
   MutexLock lock(mu_);
-  state_.request_id = std::move(id);
+  request_id_ = std::move(id);
 }
 
-void RequestTrace::SetFigure(std::string name, uint64_t value) {
+void RequestTrace::SetFigure(const char* name, uint64_t value) {
   MutexLock lock(mu_);
-  for (auto& [key, existing] : state_.figures) {
-    if (key == name) {
+  for (auto& [key, existing] : figures_) {
+    if (std::string_view(key) == name) {
       existing = value;
       return;
     }
   }
-  state_.figures.emplace_back(std::move(name), value);
+  figures_.emplace_back(name, value);
 }
 
 void RequestTrace::SetError(std::string message) {
   MutexLock lock(mu_);
-  if (state_.error.empty()) state_.error = std::move(message);
+  if (error_.empty()) error_ = std::move(message);
 }
 
 RequestTrace::Snapshot RequestTrace::Read() const {
+  Snapshot s;
+  s.version = version_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < kTracePointCount; ++i) {
+    const int64_t ticks = points_[i].load(std::memory_order_relaxed);
+    if (ticks != 0) s.points[i] = Clock::time_point(Clock::duration(ticks));
+  }
   MutexLock lock(mu_);
-  return state_;
+  s.request_id = request_id_;
+  s.error = error_;
+  s.figures = figures_;
+  return s;
 }
 
 uint64_t RequestTrace::UnixNanos(Clock::time_point at) const {

@@ -8,12 +8,13 @@
 // Times are steady-clock nanoseconds (Triton's trace file reports those); the record also keeps
 // the wall clock at its creation, from which the OpenTelemetry export derives Unix times.
 //
-// Thread safety: stamped from the front end's and an instance thread in turn; a mutex makes
-// every method safe from any thread, since a decoupled model may answer while its request's
-// trace is read.
+// Thread safety: stamped from the front end's and an instance thread in turn, and read by the
+// tracer's thread; every method is safe from any thread. Stamps are atomics (a traced request
+// at rate 1 takes a dozen of them); the rest, set once or twice, takes a mutex.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -82,12 +83,12 @@ class RequestTrace {
   const std::optional<TraceContext>& parent() const { return parent_; }
 
   // The first stamp of a point wins (a batch's later steps do not move it).
-  void Stamp(TracePoint point, Clock::time_point at = Clock::now()) EXCLUDES(mu_);
-  void SetVersion(int64_t version) EXCLUDES(mu_);
+  void Stamp(TracePoint point, Clock::time_point at = Clock::now());
+  void SetVersion(int64_t version) { version_.store(version, std::memory_order_relaxed); }
   void SetRequestId(std::string id) EXCLUDES(mu_);
   // A figure the runtime measured, exported as an attribute ("vramd.memory.*"); a later value
-  // of the same name replaces it.
-  void SetFigure(std::string name, uint64_t value) EXCLUDES(mu_);
+  // of the same name replaces it. `name`: a string literal (kept as a pointer).
+  void SetFigure(const char* name, uint64_t value) EXCLUDES(mu_);
   void SetError(std::string message) EXCLUDES(mu_);
 
   struct Snapshot {
@@ -95,7 +96,7 @@ class RequestTrace {
     std::string request_id;
     std::string error;
     std::array<std::optional<Clock::time_point>, kTracePointCount> points;
-    std::vector<std::pair<std::string, uint64_t>> figures;
+    std::vector<std::pair<const char*, uint64_t>> figures;
   };
   Snapshot Read() const EXCLUDES(mu_);
 
@@ -115,8 +116,13 @@ class RequestTrace {
   const std::array<uint8_t, 8> span_id_;
   const Clock::time_point steady_origin_;
   const std::chrono::system_clock::time_point wall_origin_;
+  // Steady-clock ticks since its epoch; 0: not stamped.
+  std::array<std::atomic<int64_t>, kTracePointCount> points_{};
+  std::atomic<int64_t> version_{0};
   mutable Mutex mu_;
-  Snapshot state_ GUARDED_BY(mu_);
+  std::string request_id_ GUARDED_BY(mu_);
+  std::string error_ GUARDED_BY(mu_);
+  std::vector<std::pair<const char*, uint64_t>> figures_ GUARDED_BY(mu_);
 };
 
 }  // namespace vramd

@@ -33,6 +33,7 @@ void InferenceStatistics::RecordSuccess(uint64_t request_ns, uint64_t queue_ns,
                                         uint64_t compute_input_ns, uint64_t compute_infer_ns,
                                         uint64_t compute_output_ns) {
   success_.Add(request_ns);
+  latency_.Add(request_ns);
   queue_.Add(queue_ns);
   compute_input_.Add(compute_input_ns);
   compute_infer_.Add(compute_infer_ns);
@@ -42,6 +43,7 @@ void InferenceStatistics::RecordSuccess(uint64_t request_ns, uint64_t queue_ns,
 
 void InferenceStatistics::RecordFailure(uint64_t request_ns, FailureReason reason) {
   fail_.Add(request_ns);
+  latency_.Add(request_ns);
   const auto index = static_cast<size_t>(reason);
   if (index < 4) fail_by_reason_[index].fetch_add(1, std::memory_order_relaxed);
   RaiseTo(last_inference_ms_, NowMsSinceEpoch());

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/mutex.h"
+#include "runtime/latency_histogram.h"
 
 namespace vramd::runtime {
 
@@ -76,6 +77,8 @@ class InferenceStatistics {
   void RecordSequenceIdleRelease();
 
   InferenceStatsSnapshot Snapshot() const EXCLUDES(batch_mu_);
+  // Every answered request's duration, success or failure (a rollback rule's p99).
+  const LatencyHistogram& latency() const { return latency_; }
 
  private:
   struct AtomicDuration {
@@ -98,6 +101,7 @@ class InferenceStatistics {
   std::atomic<int64_t> pending_{0};
   std::atomic<int64_t> live_sequences_{0};
   std::atomic<uint64_t> sequence_idle_releases_{0};
+  LatencyHistogram latency_;
   mutable Mutex batch_mu_;
   std::map<uint64_t, BatchStat> batch_stats_ GUARDED_BY(batch_mu_);
 };

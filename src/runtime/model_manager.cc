@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <future>
 #include <set>
@@ -316,6 +317,9 @@ ModelManager::ModelManager(const Options& options)
       custom_metrics_(options.custom_metrics),
       memory_settled_(options.memory_settled),
       load_finished_(options.load_finished),
+      rollback_check_interval_(options.rollback_check_interval),
+      gpu_utilization_(options.gpu_utilization),
+      rolled_back_(options.rolled_back),
       services_(std::make_unique<ModelServices>(this, options.custom_metrics)),
       load_slots_(std::max(1, options.load_thread_count)),
       keeper_(std::make_unique<SleepKeeper>([this] { return LoadedVersions(); },
@@ -383,8 +387,10 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
   for (const auto& status : results) {
     if (!status.ok() && options.exit_on_error) return status;
   }
+  ModelManager* raw = manager.get();
+  manager->rollback_monitor_ =
+      std::jthread([raw](std::stop_token stop) { raw->MonitorRollbacks(stop); });
   if (manager->watcher_ != nullptr) {
-    ModelManager* raw = manager.get();
     manager->poller_ = std::jthread([raw](std::stop_token stop) { raw->PollUntilStopped(stop); });
   }
   return manager;
@@ -405,11 +411,15 @@ void ModelManager::PollUntilStopped(std::stop_token stop) {
 
 ModelManager::~ModelManager() {
   poller_ = std::jthread();  // stops and joins the polling thread first
+  rollback_monitor_ = std::jthread();
   releaser_ = std::jthread();  // answers the requests still parked in a gap
   std::vector<std::pair<std::string, Versions>> serving;
   {
     WriterLock lock(mu_);
-    for (auto& [name, entry] : models_) serving.emplace_back(name, std::move(entry.serving));
+    for (auto& [name, entry] : models_) {
+      serving.emplace_back(name, std::move(entry.serving));
+      if (!entry.previous.ready.empty()) serving.emplace_back(name, std::move(entry.previous));
+    }
     models_.clear();
   }
   // As an unload does: shut the versions down, then wait (bounded) until each is destroyed,
@@ -750,7 +760,7 @@ class ModelManager::LoadRun {
   void Drain() REQUIRES(manager_.action_) {
     manager_.LetGapWaitersLook(name_);
     const auto drain_start = Clock::now();
-    Versions old;
+    Versions old, kept;
     manager_.Update(name_, [&](ModelEntry& entry) {
       entry.lifecycle.TransitionOrLog(name_, VersionNumbers(entry.serving.ready),
                                       LifecycleState::kDraining,
@@ -760,7 +770,11 @@ class ModelManager::LoadRun {
       old = std::move(entry.serving);
       entry.serving = Versions();
       entry.serving.config = old.config;
+      kept = std::move(entry.previous);  // a rollback watch's versions go too: memory is short
+      entry.previous = Versions();
+      entry.watch.reset();
     });
+    if (!kept.ready.empty()) manager_.Retire(name_, std::move(kept));
     Status gone = manager_.DrainAndUnload(name_, std::move(old), "unloading the old versions");
     manager_.SettleMemory();
     timing_.Add("drain_unload", SecondsSince(drain_start));
@@ -792,7 +806,20 @@ class ModelManager::LoadRun {
     for (const auto& [v, model] : attempt.ready) owners.push_back(model->owner());
     report_.measured = MeasureFootprint(*manager_.memory_.ledger, owners);
     const auto switch_start = Clock::now();
-    Versions old;
+    // Rollback watching: the versions replaced stay warm (not shut down) beside the new ones
+    // until the watch ends; a model that watches but had nothing serving (a first load, or a
+    // resource-preserving reload) has nothing to go back to, and is not watched.
+    std::optional<RollbackSettings> rollback;
+    if (attempt.config != nullptr) {
+      auto parsed = RollbackSettingsFromConfig(*attempt.config);
+      if (!parsed.ok()) {
+        spdlog::warn("model '{}': {}; not watched for rollback", name_, parsed.status().message());
+      } else if (parsed->enabled) {
+        rollback = *parsed;
+      }
+    }
+    Versions old, older;
+    bool watched = false;
     manager_.Update(name_, [&](ModelEntry& entry) REQUIRES(manager_.mu_) {
       old = std::move(entry.serving);
       entry.serving = std::move(attempt);
@@ -800,7 +827,22 @@ class ModelManager::LoadRun {
       manager_.EndGap(entry);
       entry.measured = report_.measured;
       entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kReady, "");
+      older = std::move(entry.previous);
+      entry.previous = Versions();
+      entry.watch.reset();
+      if (rollback && !old.ready.empty()) {
+        entry.previous = std::move(old);
+        old = Versions();
+        entry.watch.emplace(*rollback, Clock::now());
+        watched = true;
+      }
     });
+    if (watched) {
+      spdlog::info("model '{}': watched for rollback for {} s; the versions it replaced stay "
+                   "loaded until then",
+                   name_, rollback->watch.count());
+    }
+    if (!older.ready.empty()) manager_.Retire(name_, std::move(older));
     timing_.Add("switch", SecondsSince(switch_start));
     for (const auto& [v, model] : old.ready) {
       spdlog::info("model '{}': version {} replaced; it drains", name_, v);
@@ -989,7 +1031,7 @@ Status ModelManager::Unload(std::string_view name, bool unload_dependents) {
 Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
   // on_request: Unload (else the poller, for a model gone from the repository); either way the
   // model no longer counts for readiness.
-  Versions old;
+  Versions old, kept;
   bool known = false;
   Update(name, [&](ModelEntry& entry) {
     known = entry.lifecycle.state() != LifecycleState::kUnloaded;
@@ -1000,7 +1042,11 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
     }
     old = std::move(entry.serving);
     entry.serving = Versions();
+    kept = std::move(entry.previous);
+    entry.previous = Versions();
+    entry.watch.reset();
   });
+  if (!kept.ready.empty()) Retire(name, std::move(kept));
   {
     // An Unload of a name never seen leaves no entry behind.
     WriterLock lock(mu_);
@@ -1029,6 +1075,197 @@ size_t ModelManager::SettleMemory() {
   return trimmed;
 }
 
+Status ModelManager::Rollback(std::string_view name, std::string rule, std::string figures) {
+  VRAMD_RETURN_IF_ERROR(CheckModelName(name));
+  const std::string model(name);
+  ActionGuard action(*this, model);
+  const auto started = Clock::now();
+  Versions bad;
+  RollbackRecord record;
+  record.model = model;
+  record.rule = rule;
+  record.figures = figures;
+  record.started = started;
+  {
+    // Under the model's action lock nothing else changes its entry until Update below.
+    ReaderLock lock(mu_);
+    auto it = models_.find(model);
+    if (it == models_.end() || it->second.serving.ready.empty()) {
+      return Status::NotFound(fmt::format("rollback of '{}': the model is not loaded", model));
+    }
+    if (it->second.previous.ready.empty()) {
+      return Status::InvalidArgument(fmt::format(
+          "rollback of '{}': no previous version is kept (a model keeps the versions a reload "
+          "replaced while vramd.rollback.* parameters watch it, and only after an "
+          "availability-preserving reload)",
+          model));
+    }
+  }
+  Update(model, [&](ModelEntry& entry) {
+    record.from = VersionNumbers(entry.serving.ready);
+    record.to = VersionNumbers(entry.previous.ready);
+    bad = std::move(entry.serving);
+    entry.serving = std::move(entry.previous);
+    entry.previous = Versions();
+    const std::chrono::seconds cooldown =
+        entry.watch ? entry.watch->settings().cooldown : std::chrono::seconds(0);
+    entry.watch.reset();
+    entry.held = true;
+    entry.cooldown_until = started + cooldown;
+    const std::string reason =
+        fmt::format("rolled back from version(s) {} to {}: {}: {}", fmt::join(record.from, ","),
+                    fmt::join(record.to, ","), rule, figures);
+    entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kLoading,
+                                    "rolling back: " + rule);
+    entry.lifecycle.TransitionOrLog(model, record.to, LifecycleState::kReady, reason);
+  });
+  spdlog::warn("model '{}': rolled back from version(s) {} to {}: rule {}: {}; held until "
+               "released (vramctl release {})",
+               model, fmt::join(record.from, ","), fmt::join(record.to, ","), rule, figures,
+               model);
+  {
+    MutexLock lock(rollback_mu_);
+    ++rollback_counts_[{model, rule}];
+  }
+  Retire(model, std::move(bad));
+  Status gone = WaitRetired(model);
+  if (!gone.ok()) spdlog::warn("{}", gone.message());
+  SettleMemory();
+  record.seconds = SecondsSince(started);
+  if (rolled_back_) rolled_back_(record);
+  return Status::Ok();
+}
+
+Status ModelManager::Hold(std::string_view name, bool hold) {
+  VRAMD_RETURN_IF_ERROR(CheckModelName(name));
+  const std::string model(name);
+  bool reload = false;
+  {
+    ActionGuard action(*this, model);
+    {
+      ReaderLock lock(mu_);
+      if (models_.find(model) == models_.end()) {
+        return Status::NotFound(fmt::format("model '{}' is not known", model));
+      }
+    }
+    Update(model, [&](ModelEntry& entry) {
+      entry.held = hold;
+      if (!hold) {
+        reload = entry.change_held_back && mode_ == ModelControlMode::kPoll;
+        entry.change_held_back = false;
+      }
+    });
+    spdlog::info("model '{}': {}", model, hold ? "held: no automatic change until released"
+                                               : "released");
+    if (reload) {
+      spdlog::info("model '{}': loading the change its hold kept back", model);
+      load_slots_.acquire();
+      Status loaded = LoadLocked(model, nullptr);
+      load_slots_.release();
+      if (!loaded.ok()) return loaded;
+    }
+  }
+  return Status::Ok();
+}
+
+void ModelManager::NoteLeak(const std::string& owner_path, size_t bytes) {
+  // "server/model:NAME/version:V[/...]"; a model name holds no '/' (a directory name).
+  constexpr std::string_view kModel = "server/model:";
+  if (owner_path.compare(0, kModel.size(), kModel) != 0) return;
+  const size_t name_end = owner_path.find('/', kModel.size());
+  if (name_end == std::string::npos) return;
+  constexpr std::string_view kVersion = "/version:";
+  if (owner_path.compare(name_end, kVersion.size(), kVersion) != 0) return;
+  const size_t v_start = name_end + kVersion.size();
+  const size_t v_end = std::min(owner_path.find('/', v_start), owner_path.size());
+  int64_t version = 0;
+  auto [end, error] =
+      std::from_chars(owner_path.data() + v_start, owner_path.data() + v_end, version);
+  if (error != std::errc() || end != owner_path.data() + v_end) return;
+  MutexLock lock(leak_mu_);
+  pending_leaks_.emplace_back(owner_path.substr(kModel.size(), name_end - kModel.size()), version,
+                              fmt::format("{} leaked {} bytes", owner_path, bytes));
+}
+
+std::map<std::pair<std::string, std::string>, uint64_t> ModelManager::RollbackCounts() const {
+  MutexLock lock(rollback_mu_);
+  return rollback_counts_;
+}
+
+void ModelManager::MonitorRollbacks(std::stop_token stop) {
+  Mutex mu;
+  std::condition_variable_any wake;
+  MutexLock lock(mu);
+  while (!stop.stop_requested()) {
+    lock.WaitUntil(wake, stop, Clock::now() + rollback_check_interval_, [] { return false; });
+    if (stop.stop_requested()) break;
+    CheckRollbacks();
+  }
+}
+
+void ModelManager::CheckRollbacks() {
+  const auto now = Clock::now();
+  std::optional<double> gpu;
+  bool gpu_read = false;
+  std::vector<std::pair<std::string, RollbackVerdict>> fired;
+  std::vector<std::pair<std::string, Versions>> ended;
+  std::vector<std::tuple<std::string, int64_t, std::string>> leaks;
+  {
+    MutexLock lock(leak_mu_);
+    leaks.swap(pending_leaks_);
+  }
+  {
+    WriterLock lock(mu_);
+    for (auto& [name, version, what] : leaks) {
+      auto it = models_.find(name);
+      if (it != models_.end() && it->second.watch && it->second.serving.ready.count(version)) {
+        it->second.watch->OnLeak(std::move(what));
+      }
+    }
+    for (auto& [name, entry] : models_) {
+      if (!entry.watch) continue;
+      RollbackWatch& watch = *entry.watch;
+      if (!watch.Watching(now)) {
+        spdlog::info("model '{}': rollback watch over; the versions it kept are unloaded", name);
+        ended.emplace_back(name, std::move(entry.previous));
+        entry.previous = Versions();
+        entry.watch.reset();
+        continue;
+      }
+      RollbackWatch::RequestSample sample;
+      for (const auto& [v, version] : entry.serving.ready) {
+        const InferenceStatsSnapshot stats = version->statistics().Snapshot();
+        sample.requests += stats.success.count + stats.fail.count;
+        sample.errors += stats.fail.count -
+                         stats.fail_by_reason[static_cast<size_t>(FailureReason::kCanceled)];
+        const LatencyHistogram::Counts latency = version->statistics().latency().Read();
+        for (int b = 0; b < LatencyHistogram::kBuckets; ++b) sample.latency[b] += latency[b];
+      }
+      watch.OnSample(now, sample);
+      if (watch.settings().max_gpu_util && gpu_utilization_) {
+        if (!gpu_read) {
+          gpu = gpu_utilization_();
+          gpu_read = true;
+        }
+        if (gpu) watch.OnGpuUtilization(now, *gpu);
+      }
+      if (entry.held || now < entry.cooldown_until) continue;
+      if (auto verdict = watch.Check(now)) fired.emplace_back(name, std::move(*verdict));
+    }
+  }
+  for (auto& [name, versions] : ended) {
+    ActionGuard action(*this, name);
+    Retire(name, std::move(versions));
+    Status gone = WaitRetired(name);
+    if (!gone.ok()) spdlog::warn("{}", gone.message());
+    SettleMemory();
+  }
+  for (auto& [name, verdict] : fired) {
+    Status rolled = Rollback(name, verdict.rule, verdict.figures);
+    if (!rolled.ok()) spdlog::error("{}", rolled.message());
+  }
+}
+
 Status ModelManager::PollOnce() {
   if (watcher_ == nullptr) return Status::InvalidArgument("the model control mode is not poll");
   MutexLock poll(poll_mu_);
@@ -1043,6 +1280,19 @@ Status ModelManager::PollOnce() {
         spdlog::info("repository poll: model '{}' was removed; unloading it", change.model);
         Status unloaded = UnloadLocked(change.model, /*on_request=*/false);
         if (!unloaded.ok()) spdlog::error("repository poll: {}", unloaded.message());
+        return;
+      }
+      bool held = false;
+      {
+        ReaderLock lock(mu_);
+        auto it = models_.find(change.model);
+        held = it != models_.end() && it->second.held;
+      }
+      if (held) {
+        Update(change.model, [](ModelEntry& entry) { entry.change_held_back = true; });
+        spdlog::warn("repository poll: model '{}' changed, but it is held (after a rollback, or "
+                     "by request): not loaded until released (vramctl release {})",
+                     change.model, change.model);
         return;
       }
       spdlog::info("repository poll: model '{}' {}; loading it", change.model,
@@ -1304,6 +1554,8 @@ std::optional<ModelLifecycleView> ModelManager::Lifecycle(std::string_view name)
       for (const auto& [v, m] : entry.serving.ready) view.serving.push_back(v);
       view.history.assign(entry.lifecycle.history().begin(), entry.lifecycle.history().end());
       view.last_load = entry.last_load;
+      view.held = entry.held;
+      for (const auto& [v, m] : entry.previous.ready) view.rollback_kept.push_back(v);
       return view;
     }
   }

@@ -55,6 +55,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "config/model_config.pb.h"
@@ -67,6 +68,7 @@
 #include "runtime/model_lifecycle.h"
 #include "runtime/override_directory.h"
 #include "runtime/reload_policy.h"
+#include "runtime/rollback_rules.h"
 #include "runtime/sleep_keeper.h"
 
 namespace vramd::repository {
@@ -110,6 +112,16 @@ struct LoadReport {
   std::chrono::system_clock::time_point finished;
 };
 
+// One rollback: which versions went back to which, why, and when.
+struct RollbackRecord {
+  std::string model;
+  std::vector<int64_t> from, to;
+  std::string rule;     // rollback_rules.h's names, or "manual" / "webhook"
+  std::string figures;  // what the rule saw, or who asked
+  std::chrono::steady_clock::time_point started;
+  double seconds = 0;
+};
+
 struct ModelLifecycleView {
   std::string name;
   LifecycleState state = LifecycleState::kUnloaded;
@@ -117,6 +129,8 @@ struct ModelLifecycleView {
   std::vector<int64_t> serving;  // ready versions
   std::vector<LifecycleTransition> history;
   std::optional<LoadReport> last_load;
+  bool held = false;  // no automatic change until released (ModelManager::Hold, a rollback)
+  std::vector<int64_t> rollback_kept;  // versions kept warm while a rollback watch runs
 };
 
 class ModelManager {
@@ -158,6 +172,14 @@ class ModelManager {
     // Called once each load or reload attempt ends, ok or not, with its report (a lifecycle
     // trace: server/trace/tracer.h); may be empty. From the loading thread; must not block.
     std::function<void(const std::string& model, const LoadReport& report)> load_finished;
+    // Automatic rollback (rollback_rules.h, docs/rollback.md): how often the watches of
+    // versions that just went live are checked, and the utilization of the busiest GPU in use
+    // (a share, 0..1; nullopt: unknown), read at each check; may be empty.
+    std::chrono::milliseconds rollback_check_interval{1000};
+    std::function<std::optional<double>()> gpu_utilization;
+    // Called once each rollback has switched back (a lifecycle trace, the log's line is the
+    // manager's own); may be empty. From the thread that rolled back.
+    std::function<void(const RollbackRecord& record)> rolled_back;
   };
 
   // Scans the repositories and loads the start-up models (in parallel). A broken model is
@@ -202,6 +224,24 @@ class ModelManager {
   Status Wake(std::string_view name, int64_t version) const EXCLUDES(mu_);
   // The keeper of idle and pressure sleeps (sleep_keeper.h), for its counters.
   const SleepKeeper& sleep_keeper() const { return *keeper_; }
+
+  // Rollback (docs/rollback.md). Puts back the versions that served before the last reload,
+  // kept warm while the new ones are watched, and holds the model there: a poll does not load
+  // the rolled-back change again until Release. `rule` and `figures` say why (the log line, the
+  // lifecycle history, the index reason and vramd_rollbacks_total). InvalidArgument when no
+  // previous version is kept; NotFound for an unknown model. Any control mode.
+  Status Rollback(std::string_view name, std::string rule, std::string figures)
+      EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
+  // Hold: no automatic change (poll reloads, automatic rollbacks) until released; an explicit
+  // load still acts. Release in poll mode also loads a change the hold kept back.
+  Status Hold(std::string_view name, bool hold) EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
+  // A leak report (the ledger's leak callback): when `owner_path` is under a serving version of
+  // a watched model ("server/model:M/version:V/..."), its leak rule fires at the next check.
+  // Takes only a lock of its own: safe from any thread, whatever it holds.
+  void NoteLeak(const std::string& owner_path, size_t bytes) EXCLUDES(leak_mu_);
+  // Rollbacks so far by model and rule, for the metrics page.
+  std::map<std::pair<std::string, std::string>, uint64_t> RollbackCounts() const
+      EXCLUDES(rollback_mu_);
 
   // Options::custom_metrics, for the metrics page; may be null.
   CustomMetricsRegistry* custom_metrics() const { return custom_metrics_; }
@@ -300,6 +340,14 @@ class ModelManager {
     // mu_ held shared; a fall is announced on gap_answered_.
     mutable std::atomic<int> gap_waiters{0};
     bool unloaded_on_request = false;  // not counted by AllModelsReady
+    // Rollback: the versions the last reload replaced, kept serving-ready (not shut down) while
+    // `watch` runs on the new ones; both empty when the model does not watch. `held`: no
+    // automatic change (Hold, or after a rollback) until released.
+    Versions previous;
+    std::optional<RollbackWatch> watch;
+    bool held = false;
+    bool change_held_back = false;  // a poll saw a change while held
+    Clock::time_point cooldown_until{};
     std::optional<DeviceBytes> measured;  // the last successful load's footprint
     std::optional<LoadReport> last_load;
   };
@@ -393,6 +441,11 @@ class ModelManager {
       REQUIRES_SHARED(mu_);
   // The releasing thread: answers parked FindAsync calls when their gap ends or times out.
   void ReleaseParked(std::stop_token stop) EXCLUDES(mu_, parked_mu_);
+  // The rollback monitor: every rollback_check_interval, feeds each watch its versions'
+  // statistics and the GPU utilization, ends watches whose time is up (retiring the versions
+  // they kept), and rolls back where a rule fired.
+  void MonitorRollbacks(std::stop_token stop) EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
+  void CheckRollbacks() EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
   // The polling thread: PollOnce every poll_interval until stopped.
   void PollUntilStopped(std::stop_token stop) EXCLUDES(poll_mu_, action_);
   Status CheckMode(std::string_view action) const;
@@ -458,7 +511,17 @@ class ModelManager {
   // Destroys a version whose last reference drops on one of its own instance threads
   // (LoadedModel::HoldVersionInOutcomes); the destructor shuts every version down before it.
   mutable VersionReaper reaper_;  // synchronized by itself
+  const std::chrono::milliseconds rollback_check_interval_;
+  const std::function<std::optional<double>()> gpu_utilization_;
+  const std::function<void(const RollbackRecord&)> rolled_back_;
+  // Leak reports waiting for the next check (NoteLeak): model, version, what leaked. A leaf lock.
+  Mutex leak_mu_;
+  std::vector<std::tuple<std::string, int64_t, std::string>> pending_leaks_ GUARDED_BY(leak_mu_);
+  mutable Mutex rollback_mu_;
+  std::map<std::pair<std::string, std::string>, uint64_t> rollback_counts_
+      GUARDED_BY(rollback_mu_);
   std::jthread releaser_;  // answers parked FindAsync calls
+  std::jthread rollback_monitor_;
   std::jthread poller_;  // last: stops (and joins) first
 };
 

@@ -208,9 +208,12 @@ void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
     const bool control_call = parts.size() == 5 && parts[0] == "v2" &&
                               parts[1] == "repository" && parts[2] == "models" &&
                               (parts[4] == "load" || parts[4] == "unload" ||
-                               parts[4] == "sleep" || parts[4] == "wake");
-    const bool drain_call = parts.size() == 2 && parts[0] == "v2" && parts[1] == "drain" &&
-                            info_.drain != nullptr;
+                               parts[4] == "sleep" || parts[4] == "wake" ||
+                               parts[4] == "rollback" || parts[4] == "hold" ||
+                               parts[4] == "release");
+    const bool drain_call = parts.size() == 2 && parts[0] == "v2" &&
+                            ((parts[1] == "drain" && info_.drain != nullptr) ||
+                             parts[1] == "alertmanager");
     if (control_ != nullptr && (control_call || drain_call)) {
       control_->Post([this, request = std::move(request), respond = std::move(respond)] {
         respond(Route(request));
@@ -305,6 +308,21 @@ HttpResponse KServeRoutes::Route(const HttpRequest& request) const {
       (parts[4] == "load" || parts[4] == "unload")) {
     return post ? RepositoryControl(request, PercentDecode(parts[3]), parts[4] == "load")
                 : method_not_allowed();
+  }
+  if (parts[1] == "repository" && parts.size() == 5 && parts[2] == "models" &&
+      (parts[4] == "rollback" || parts[4] == "hold" || parts[4] == "release")) {
+    if (!post) return method_not_allowed();
+    if (mutable_manager_ == nullptr || control_ == nullptr) {
+      return Error(400, "this server's models cannot be rolled back or held");
+    }
+    return RollbackControl(request, PercentDecode(parts[3]), parts[4]);
+  }
+  if (parts[1] == "alertmanager" && parts.size() == 2) {
+    if (!post) return method_not_allowed();
+    if (mutable_manager_ == nullptr || control_ == nullptr) {
+      return Error(400, "this server's models cannot be rolled back");
+    }
+    return AlertWebhook(request);
   }
   if (parts[1] == "repository" && parts.size() == 5 && parts[2] == "models" &&
       (parts[4] == "sleep" || parts[4] == "wake")) {
@@ -962,6 +980,91 @@ HttpResponse KServeRoutes::RepositoryControl(const HttpRequest& request, const s
 // (optional): {"parameters": {"level": 1 or 2, "version": "3"}}: the sleep's level (1, the
 // default: a host copy; 2: read again from the model's files on wake) and one version (all
 // ready versions without it). A sleep waits up to kSleepWait for executions in flight.
+HttpResponse KServeRoutes::RollbackControl(const HttpRequest& request, const std::string& model,
+                                           std::string_view action) const {
+  auto parameters = ControlParameters(request, std::string(action).c_str());
+  if (!parameters.ok()) return Error(parameters.status());
+  if (action != "rollback") {
+    if (parameters->MemberCount() != 0) {
+      return Error(400, fmt::format("repository {} takes no parameters", action));
+    }
+    Status held = mutable_manager_->Hold(model, action == "hold");
+    return held.ok() ? Empty(200) : Error(held);
+  }
+  std::string reason = "asked for over the repository API";
+  for (const auto& m : parameters->GetObject()) {
+    const std::string_view name(m.name.GetString(), m.name.GetStringLength());
+    if (name != "reason" || !m.value.IsString()) {
+      return Error(400, "repository rollback takes one parameter, 'reason', a string");
+    }
+    reason = std::string(m.value.GetString(), m.value.GetStringLength());
+  }
+  Status rolled = mutable_manager_->Rollback(model, "manual", std::move(reason));
+  return rolled.ok() ? Empty(200) : Error(rolled);
+}
+
+HttpResponse KServeRoutes::AlertWebhook(const HttpRequest& request) const {
+  auto parsed = ParseJson(request.body ? *request.body : std::string(), "Alertmanager payload");
+  if (!parsed.ok()) return Error(parsed.status());
+  const rapidjson::Document& doc = *parsed;
+  auto alerts = doc.IsObject() ? doc.FindMember("alerts") : doc.MemberEnd();
+  if (!doc.IsObject() || alerts == doc.MemberEnd() || !alerts->value.IsArray()) {
+    return Error(400, "Alertmanager payload: expected an object with an 'alerts' array "
+                      "(Alertmanager's webhook_config format)");
+  }
+  auto text = [](const rapidjson::Value& object, const char* key) -> std::string {
+    if (!object.IsObject()) return {};
+    auto it = object.FindMember(key);
+    return it != object.MemberEnd() && it->value.IsString()
+               ? std::string(it->value.GetString(), it->value.GetStringLength())
+               : std::string();
+  };
+  rapidjson::StringBuffer sb;
+  JsonWriter w(sb);
+  w.StartObject();
+  w.Key("rolled_back");
+  w.StartArray();
+  std::vector<std::pair<std::string, std::string>> skipped;
+  for (const auto& alert : alerts->value.GetArray()) {
+    if (!alert.IsObject()) continue;
+    auto labels = alert.FindMember("labels");
+    const rapidjson::Value* label_object =
+        labels != alert.MemberEnd() ? &labels->value : nullptr;
+    const std::string model = label_object ? text(*label_object, "model") : std::string();
+    const std::string name = label_object ? text(*label_object, "alertname") : std::string();
+    if (text(alert, "status") != "firing") continue;  // resolved: nothing to do
+    if (model.empty()) {
+      skipped.emplace_back(name, "the alert has no 'model' label");
+      continue;
+    }
+    auto annotations = alert.FindMember("annotations");
+    std::string summary =
+        annotations != alert.MemberEnd() ? text(annotations->value, "summary") : std::string();
+    std::string figures = fmt::format("alert '{}'{}{}", name.empty() ? "(unnamed)" : name,
+                                      summary.empty() ? "" : ": ", summary);
+    Status rolled = mutable_manager_->Rollback(model, "webhook", std::move(figures));
+    if (rolled.ok()) {
+      WriteJsonString(w, model);
+    } else {
+      skipped.emplace_back(model, rolled.message());
+    }
+  }
+  w.EndArray();
+  w.Key("skipped");
+  w.StartArray();
+  for (const auto& [who, why] : skipped) {
+    w.StartObject();
+    w.Key("model");
+    WriteJsonString(w, who);
+    w.Key("reason");
+    WriteJsonString(w, why);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Json(200, sb.GetString());
+}
+
 HttpResponse KServeRoutes::SleepControl(const HttpRequest& request, const std::string& model,
                                         bool sleep) const {
   const char* what = sleep ? "sleep" : "wake";

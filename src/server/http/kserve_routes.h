@@ -15,6 +15,8 @@
 //   POST /v2/repository/models/{m}/unload         explicit mode only (else 400); 200, empty body
 //   GET  /v2/repository/models/{m}/lifecycle      vramd's lifecycle view (lifecycle_routes.h)
 //   GET|POST /v2[/models/{m}]/trace/setting        trace extension (server/trace/)
+//   POST /v2/repository/models/{m}/rollback|hold|release   rollback (docs/rollback.md)
+//   POST /v2/alertmanager                         Alertmanager webhook: rolls back firing models
 //   POST /v2/drain                                vramd's drain (server/drain/drain.h): body
 //                                                 {"quiet_ms", "timeout_ms"}, both optional
 // Load, unload and drain run on the routes' control threads (control_dispatcher.h), not on the HTTP
@@ -109,6 +111,12 @@ class KServeRoutes {
   HttpResponse RepositoryControl(const HttpRequest& request, const std::string& model,
                                  bool load) const;
   // POST .../sleep or .../wake: puts a model to sleep or wakes it (any control mode).
+  // POST .../rollback, .../hold, .../release: a control thread's calls.
+  HttpResponse RollbackControl(const HttpRequest& request, const std::string& model,
+                               std::string_view action) const;
+  // POST /v2/alertmanager: Alertmanager's webhook; each firing alert with a "model" label rolls
+  // that model back.
+  HttpResponse AlertWebhook(const HttpRequest& request) const;
   HttpResponse SleepControl(const HttpRequest& request, const std::string& model,
                             bool sleep) const;
   // How long a sleep request waits for the model's executions in flight.

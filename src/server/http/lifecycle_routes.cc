@@ -91,6 +91,10 @@ HttpResponse ModelLifecycleResponse(const runtime::ModelManager& manager, std::s
   WriteJsonString(w, view->reason);
   w.Key("serving");
   WriteVersions(w, view->serving);
+  w.Key("held");
+  w.Bool(view->held);
+  w.Key("rollback_kept");
+  WriteVersions(w, view->rollback_kept);
   w.Key("history");
   w.StartArray();
   for (const auto& t : view->history) {

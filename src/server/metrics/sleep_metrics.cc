@@ -68,6 +68,14 @@ void AppendSleepMetrics(const runtime::ModelManager& manager, PrometheusText& ou
   out.Family("vramd_pressure_sleeps_total",
              "Sleeps of idle models that made room for a load or a wake.", kCounter);
   out.Sample({}, static_cast<double>(manager.sleep_keeper().pressure_sleeps()));
+  // Beside the sleeps: the other automatic lifecycle action (docs/rollback.md).
+  out.Family("vramd_rollbacks_total",
+             "Rollbacks of a model to the versions it served before its last reload, by the rule "
+             "that fired (error_rate, p99_latency, gpu_utilization, oom, leak, manual, webhook).",
+             kCounter);
+  for (const auto& [key, count] : manager.RollbackCounts()) {
+    out.Sample({{"model", key.first}, {"rule", key.second}}, count);
+  }
 }
 
 }  // namespace vramd::metrics

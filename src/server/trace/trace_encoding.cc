@@ -155,6 +155,32 @@ std::vector<Span> LoadSpans(const std::string& model, const runtime::LoadReport&
   return spans;
 }
 
+std::vector<Span> RollbackSpans(const runtime::RollbackRecord& record,
+                                std::chrono::steady_clock::time_point steady_now,
+                                uint64_t unix_now_ns) {
+  const auto ago =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(steady_now - record.started).count();
+  Span span;
+  span.trace_id = NewTraceId();
+  span.span_id = NewSpanId();
+  span.name = "rollback " + record.model;
+  span.start_unix_ns = ago > 0 && static_cast<uint64_t>(ago) < unix_now_ns
+                           ? unix_now_ns - static_cast<uint64_t>(ago)
+                           : unix_now_ns;
+  span.end_unix_ns = span.start_unix_ns + static_cast<uint64_t>(record.seconds * 1e9);
+  auto join = [](const std::vector<int64_t>& versions) {
+    std::string out;
+    for (int64_t v : versions) out += (out.empty() ? "" : ",") + std::to_string(v);
+    return out;
+  };
+  span.string_attributes = {{"model_name", record.model},
+                            {"vramd.rollback.rule", record.rule},
+                            {"vramd.rollback.figures", record.figures},
+                            {"vramd.rollback.from_versions", join(record.from)},
+                            {"vramd.rollback.to_versions", join(record.to)}};
+  return {span};
+}
+
 std::string EncodeOtlpJson(const std::vector<Span>& spans,
                            const std::vector<std::pair<std::string, std::string>>& resource) {
   rapidjson::StringBuffer buffer;

@@ -42,6 +42,11 @@ std::vector<Span> RequestSpans(const RequestTrace& trace);
 std::vector<Span> LoadSpans(const std::string& model, const runtime::LoadReport& report,
                             std::chrono::steady_clock::time_point steady_now, uint64_t unix_now_ns);
 
+// The span of one rollback: "rollback <model>", with the rule, its figures and the versions.
+std::vector<Span> RollbackSpans(const runtime::RollbackRecord& record,
+                                std::chrono::steady_clock::time_point steady_now,
+                                uint64_t unix_now_ns);
+
 // An ExportTraceServiceRequest in OTLP JSON: one resource with `resource` attributes, one scope.
 std::string EncodeOtlpJson(const std::vector<Span>& spans,
                            const std::vector<std::pair<std::string, std::string>>& resource);

@@ -163,14 +163,29 @@ void Tracer::Finish(std::shared_ptr<RequestTrace> trace) {
   if (queued_spans_ >= options_.max_export_batch_size) wake_.notify_one();
 }
 
+namespace {
+
+uint64_t UnixNow() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
 void Tracer::LoadFinished(const std::string& model, const runtime::LoadReport& report) {
   if (options_.mode != TraceMode::kOpenTelemetry || !settings_.Effective("").timestamps) return;
-  const uint64_t unix_now = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  QueueLifecycle(LoadSpans(model, report, std::chrono::steady_clock::now(), UnixNow()));
+}
+
+void Tracer::RolledBack(const runtime::RollbackRecord& record) {
+  if (options_.mode != TraceMode::kOpenTelemetry || !settings_.Effective("").timestamps) return;
+  QueueLifecycle(RollbackSpans(record, std::chrono::steady_clock::now(), UnixNow()));
+}
+
+void Tracer::QueueLifecycle(std::vector<Span> spans) {
   Pending pending;
-  pending.spans = LoadSpans(model, report, std::chrono::steady_clock::now(), unix_now);
+  pending.spans = std::move(spans);
   MutexLock lock(mu_);
   if (queued_spans_ + pending.spans.size() > options_.max_queue_size) {
     counts_.spans_dropped += pending.spans.size();

@@ -85,6 +85,9 @@ class Tracer {
   };
   Counts counts() const EXCLUDES(mu_);
 
+  // A rollback (ModelManager::Options::rolled_back): its span, as LoadFinished's.
+  void RolledBack(const runtime::RollbackRecord& record) EXCLUDES(mu_);
+
  private:
   struct Pending {
     std::shared_ptr<RequestTrace> trace;  // null for a load's spans
@@ -98,6 +101,8 @@ class Tracer {
     uint64_t index = 0;
     uint64_t log_frequency = 0;
   };
+  // Queues a lifecycle trace's spans, in opentelemetry mode while the global level is on.
+  void QueueLifecycle(std::vector<Span> spans) EXCLUDES(mu_);
   void Run(std::stop_token stop) EXCLUDES(mu_);
   void Write(std::vector<Pending> batch) EXCLUDES(mu_);
   void WriteTritonFile(const std::string& path, TraceFile* file, bool at_exit) EXCLUDES(mu_);

@@ -1,0 +1,264 @@
+"""Automatic rollback (docs/rollback.md): a model whose config carries vramd.rollback.*
+parameters keeps the versions a reload replaced warm while rules watch the new ones, and goes
+back to them when a rule fires, with no failed request from the switch itself. Each rule is
+injected: a version that errors, one that is slow, a fake GPU utilization source, a planted
+leak; plus no flapping under a toggling rule, the Alertmanager webhook, and a manual hold.
+
+The model is the echo_c test backend (tests/backends/echo_c), in explicit mode; a "bad"
+version is the same model reloaded with a config override whose parameters make it fail
+(fail_execute), slow (execute_delay_us) or leak (keep_bytes).
+"""
+
+import json
+import re
+import subprocess
+import threading
+import time
+
+import urllib.request
+
+import numpy as np
+import pytest
+
+from e2e_helpers import TEST_BACKENDS_DIR, VRAMD_BIN, needs_echo_c, wait_for
+from v2client import Input
+
+pytestmark = needs_echo_c
+
+VRAMCTL = VRAMD_BIN.parent / "vramctl"
+RULES = {"vramd.rollback.watch_s": "60", "vramd.rollback.error_window_s": "2",
+         "vramd.rollback.min_requests": "5"}
+
+
+def config(extra=None, rules=None):
+    parameters = dict(RULES)
+    parameters.update(rules or {})
+    parameters.update(extra or {})
+    return {
+        "name": "m", "backend": "echo_c", "max_batch_size": 0,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        "instance_group": [{"kind": "KIND_CPU", "count": 2}],
+        "parameters": {k: {"string_value": v} for k, v in parameters.items()},
+    }
+
+
+@pytest.fixture
+def server(start_server, tmp_path_factory):
+    def start(rules=None, extra_args=()):
+        repo = tmp_path_factory.mktemp("rollback-repo")
+        (repo / "m" / "1").mkdir(parents=True)
+        (repo / "m" / "config.pbtxt").write_text('backend: "echo_c"\n')  # replaced by overrides
+        s = start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
+                                  "--model-control-mode", "explicit"] + list(extra_args),
+                         name="rollback")
+        load(s, config(rules=rules))
+        return s
+    return start
+
+
+def load(s, cfg):
+    c = s.client()
+    try:
+        r = c.post("/v2/repository/models/m/load",
+                   json.dumps({"parameters": {"config": json.dumps(cfg)}}).encode(),
+                   {"Content-Type": "application/json"})
+        assert r.status == 200, r.body
+    finally:
+        c.close()
+
+
+class Traffic:
+    """Requests in a loop from two clients; every failure's message is kept."""
+
+    def __init__(self, s):
+        self.s = s
+        self.ok = 0
+        self.failures = []
+        self.running = True
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(2)]
+        for t in self.threads:
+            t.start()
+
+    def run(self):
+        c = self.s.client(timeout=30)
+        x = np.arange(4, dtype=np.float32)
+        while self.running:
+            r = c.infer_raw("m", [Input("INPUT0", "FP32", x, binary=True)])
+            if r.status == 200:
+                self.ok += 1
+            else:
+                self.failures.append(r.body.decode(errors="replace"))
+            time.sleep(0.005)
+        c.close()
+
+    def stop(self):
+        self.running = False
+        for t in self.threads:
+            t.join(30)
+
+
+def lifecycle(s):
+    c = s.client()
+    try:
+        return c.get("/v2/repository/models/m/lifecycle").json()
+    finally:
+        c.close()
+
+
+def rollbacks_metric(s, rule):
+    # The metrics port is logged after the HTTP port the server is ready on.
+    m = wait_for(lambda: re.search(r"metrics listening on [^ ]+:(\d+)", s.stderr_text()),
+                 timeout=10, what="a 'metrics listening on' line")
+    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(1), timeout=10) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith('vramd_rollbacks_total{model="m",rule="%s"}' % rule):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def rolled_back(s):
+    view = lifecycle(s)
+    return any("rolled back" in h["reason"] for h in view["history"])
+
+
+def assert_rolled_back(s, rule, traffic=None, bad_message="fail_execute"):
+    view = lifecycle(s)
+    reasons = [h["reason"] for h in view["history"] if "rolled back" in h["reason"]]
+    assert len(reasons) == 1 and (": %s: " % rule) in reasons[0], view["history"]
+    assert view["held"] is True and view["state"] == "ready" and view["serving"] == ["1"]
+    assert "rolled back" in view["reason"]
+    if traffic is not None:
+        # The switch itself failed nothing: every failure is the bad version's own.
+        others = [f for f in traffic.failures if bad_message not in f]
+        assert not others, others[:3]
+
+
+def test_a_version_that_errors_is_rolled_back_within_its_window(server):
+    s = server(rules={"vramd.rollback.error_rate": "20%"})
+    traffic = Traffic(s)
+    try:
+        time.sleep(0.3)
+        load(s, config(extra={"fail_execute": "true"}, rules={"vramd.rollback.error_rate": "20%"}))
+        swapped = time.monotonic()
+        assert lifecycle(s)["rollback_kept"] == ["1"]
+        wait_for(lambda: rolled_back(s), timeout=15, what="the error-rate rollback")
+        # Window 2 s, checks every second: within the window plus two checks and some slack.
+        assert time.monotonic() - swapped < 6
+        ok_at_rollback = traffic.ok
+        wait_for(lambda: traffic.ok > ok_at_rollback + 20, timeout=10, what="good answers again")
+    finally:
+        traffic.stop()
+    assert_rolled_back(s, "error_rate", traffic)
+    assert rollbacks_metric(s, "error_rate") == 1
+    c = s.client()
+    try:
+        index = c.post("/v2/repository/index", b"{}", {"Content-Type": "application/json"}).json()
+    finally:
+        c.close()
+    row = [r for r in index if r["name"] == "m"][0]
+    assert "rolled back" in row["reason"] and "error_rate" in row["reason"], row
+
+
+def test_a_slow_version_is_rolled_back_on_p99(server):
+    rules = {"vramd.rollback.p99_ms": "100"}
+    s = server(rules=rules)
+    traffic = Traffic(s)
+    try:
+        load(s, config(extra={"execute_delay_us": "250000"}, rules=rules))
+        wait_for(lambda: rolled_back(s), timeout=20, what="the p99 rollback")
+    finally:
+        traffic.stop()
+    assert_rolled_back(s, "p99_latency", traffic)
+    assert not traffic.failures
+
+
+def test_gpu_utilization_rule_fires_and_a_toggling_one_does_not(server, tmp_path):
+    util = tmp_path / "gpu_util"
+    util.write_text("10")
+    rules = {"vramd.rollback.gpu_util": "95%", "vramd.rollback.gpu_util_s": "2"}
+    s = server(rules=rules, extra_args=["--rollback-gpu-utilization-file", str(util)])
+    load(s, config(extra={"execute_delay_us": "1"}, rules=rules))
+    assert lifecycle(s)["rollback_kept"] == ["1"]
+    # Toggling above and below the threshold every half second for 4 s: never 2 s running.
+    for i in range(8):
+        util.write_text("99" if i % 2 == 0 else "20")
+        time.sleep(0.5)
+    assert not rolled_back(s), lifecycle(s)["history"]
+    util.write_text("99")
+    wait_for(lambda: rolled_back(s), timeout=15, what="the GPU utilization rollback")
+    assert_rolled_back(s, "gpu_utilization")
+    # Held after it: the rule still holds true, and nothing rolls back again.
+    time.sleep(2.5)
+    reasons = [h for h in lifecycle(s)["history"] if "rolled back" in h["reason"]]
+    assert len(reasons) == 1
+
+
+def test_a_planted_leak_is_rolled_back(server):
+    rules = {"vramd.rollback.on_leak": "true"}
+    s = server(rules=rules)
+    load(s, config(extra={"keep_bytes": "4096"}, rules=rules))
+    c = s.client()
+    try:
+        r = c.infer_raw("m", [Input("INPUT0", "FP32", np.arange(4, dtype=np.float32),
+                                    binary=True)])
+        assert r.status == 200
+    finally:
+        c.close()
+    wait_for(lambda: rolled_back(s), timeout=15, what="the leak rollback")
+    assert_rolled_back(s, "leak")
+
+
+def test_alertmanager_webhook_and_manual_hold(server):
+    s = server(rules={"vramd.rollback.error_rate": "99%"})
+    load(s, config(extra={"execute_delay_us": "1"}, rules={"vramd.rollback.error_rate": "99%"}))
+    payload = {"version": "4", "status": "firing", "receiver": "vramd",
+               "alerts": [{"status": "firing",
+                           "labels": {"alertname": "VramdLeaking", "model": "m"},
+                           "annotations": {"summary": "leaked bytes rising"}},
+                          {"status": "resolved", "labels": {"alertname": "Old", "model": "m"}},
+                          {"status": "firing", "labels": {"alertname": "NoModel"}}]}
+    c = s.client()
+    try:
+        r = c.post("/v2/alertmanager", json.dumps(payload).encode(),
+                   {"Content-Type": "application/json"})
+        assert r.status == 200, r.body
+        body = r.json()
+        assert body["rolled_back"] == ["m"], body
+        assert [x["model"] for x in body["skipped"]] == ["NoModel"], body
+        # Alertmanager repeats a firing alert: the second time there is nothing to go back to.
+        again = c.post("/v2/alertmanager", json.dumps(payload).encode(),
+                       {"Content-Type": "application/json"}).json()
+        assert again["rolled_back"] == [] and "no previous version" in again["skipped"][0]["reason"]
+        bad = c.post("/v2/alertmanager", b'{"alerts": 3}', {"Content-Type": "application/json"})
+        assert bad.status == 400 and "alerts" in bad.json()["error"]
+    finally:
+        c.close()
+    assert_rolled_back(s, "webhook")
+    assert "VramdLeaking" in lifecycle(s)["reason"]
+    # vramctl: release, hold, and a manual rollback with nothing kept.
+    url = "http://127.0.0.1:%d" % s.port
+    for args, code, words in ((["release", "m"], 0, "released"), (["hold", "m"], 0, "held"),
+                              (["rollback", "m", "--reason", "test"], 1, "no previous version"),
+                              (["hold", "nope"], 1, "not known")):
+        out = subprocess.run([str(VRAMCTL)] + args + ["--url", url], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == code, (args, out.stdout, out.stderr)
+        assert words in out.stdout + out.stderr, (args, out.stdout, out.stderr)
+    assert lifecycle(s)["held"] is True
+
+
+def test_manual_rollback_over_the_repository_api(server):
+    s = server(rules={"vramd.rollback.error_rate": "99%"})
+    load(s, config(extra={"execute_delay_us": "1"}, rules={"vramd.rollback.error_rate": "99%"}))
+    c = s.client()
+    try:
+        r = c.post("/v2/repository/models/m/rollback",
+                   json.dumps({"parameters": {"reason": "canary looked wrong"}}).encode(),
+                   {"Content-Type": "application/json"})
+        assert r.status == 200, r.body
+    finally:
+        c.close()
+    assert_rolled_back(s, "manual")
+    assert "canary looked wrong" in lifecycle(s)["reason"]
