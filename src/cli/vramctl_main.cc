@@ -21,7 +21,7 @@
 #include <sstream>
 #include <string>
 
-#include "server/http/http_client.h"
+#include "cli/http_client.h"
 #include "core/json_parse.h"
 #include "server/metrics/lifecycle_text.h"
 #include "server/metrics/memory_report_text.h"
@@ -39,7 +39,7 @@ std::string ErrorMessage(const std::string& body) {
 
 // 0 for a 200 answer; otherwise says why on stderr and returns vramctl's exit code: 2 when
 // vramd could not be reached, 1 when it answered an error.
-int ExitCodeFor(const vramd::Result<vramd::http::HttpGetResponse>& response,
+int ExitCodeFor(const vramd::Result<vramd::cli::HttpGetResponse>& response,
                 const std::string& url_text, const std::string& target) {
   if (!response.ok()) {
     std::fprintf(stderr, "vramctl: cannot reach vramd at %s: %s\n", url_text.c_str(),
@@ -58,13 +58,13 @@ int ExitCodeFor(const vramd::Result<vramd::http::HttpGetResponse>& response,
 int FetchAndPrint(const std::string& url_text, const std::string& path, bool raw_json,
                   int timeout_ms,
                   const std::function<vramd::Result<std::string>(std::string_view)>& render) {
-  auto url = vramd::http::ParseUrl(url_text);
+  auto url = vramd::cli::ParseUrl(url_text);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
     return 2;
   }
   const std::string target = url->path + path;
-  auto response = vramd::http::HttpGet(*url, target, std::chrono::milliseconds(timeout_ms));
+  auto response = vramd::cli::HttpGet(*url, target, std::chrono::milliseconds(timeout_ms));
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   if (raw_json) {
     std::printf("%s\n", response->body.c_str());
@@ -117,7 +117,7 @@ vramd::Result<std::string> ControlBody(const std::string& config_file) {
 
 int Control(const std::string& url_text, const std::string& model, bool load,
             const std::string& config_file, int timeout_ms) {
-  auto url = vramd::http::ParseUrl(url_text);
+  auto url = vramd::cli::ParseUrl(url_text);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
     return 2;
@@ -130,7 +130,7 @@ int Control(const std::string& url_text, const std::string& model, bool load,
   const std::string target =
       url->path + "/v2/repository/models/" + EncodeSegment(model) + (load ? "/load" : "/unload");
   // Loading a model can take a while: the answer may take ten times the step deadline.
-  auto response = vramd::http::HttpPost(*url, target, *body, std::chrono::milliseconds(timeout_ms),
+  auto response = vramd::cli::HttpPost(*url, target, *body, std::chrono::milliseconds(timeout_ms),
                                        std::chrono::milliseconds(timeout_ms) * 10);
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   std::printf("%s '%s'\n", load ? "loaded" : "unloaded", model.c_str());
@@ -140,7 +140,7 @@ int Control(const std::string& url_text, const std::string& model, bool load,
 // vramctl sleep / wake: POST .../sleep with the level, or .../wake.
 int SleepControl(const std::string& url_text, const std::string& model, bool sleep, int level,
                  int timeout_ms) {
-  auto url = vramd::http::ParseUrl(url_text);
+  auto url = vramd::cli::ParseUrl(url_text);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
     return 2;
@@ -150,7 +150,7 @@ int SleepControl(const std::string& url_text, const std::string& model, bool sle
   const std::string target = url->path + "/v2/repository/models/" + EncodeSegment(model) +
                              (sleep ? "/sleep" : "/wake");
   // A wake copies the weights back, a sleep may wait for executions in flight (30 s).
-  auto response = vramd::http::HttpPost(*url, target, body, std::chrono::milliseconds(timeout_ms),
+  auto response = vramd::cli::HttpPost(*url, target, body, std::chrono::milliseconds(timeout_ms),
                                        std::chrono::milliseconds(timeout_ms) * 10);
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   std::printf("%s '%s'\n", sleep ? "asleep:" : "awake:", model.c_str());
@@ -160,7 +160,7 @@ int SleepControl(const std::string& url_text, const std::string& model, bool sle
 // vramctl rollback / hold / release: POST .../rollback (with the reason), .../hold, .../release.
 int RollbackAction(const std::string& url_text, const std::string& model,
                    const std::string& action, const std::string& reason, int timeout_ms) {
-  auto url = vramd::http::ParseUrl(url_text);
+  auto url = vramd::cli::ParseUrl(url_text);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
     return 2;
@@ -181,7 +181,7 @@ int RollbackAction(const std::string& url_text, const std::string& model,
   const std::string target =
       url->path + "/v2/repository/models/" + EncodeSegment(model) + "/" + action;
   // A rollback waits for the versions it replaces to drain; a release may load a change.
-  auto response = vramd::http::HttpPost(*url, target, body, std::chrono::milliseconds(timeout_ms),
+  auto response = vramd::cli::HttpPost(*url, target, body, std::chrono::milliseconds(timeout_ms),
                                         std::chrono::milliseconds(timeout_ms) * 10);
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
   std::printf("%s '%s'\n",
@@ -193,7 +193,7 @@ int RollbackAction(const std::string& url_text, const std::string& model,
 // vramctl drain: POST /v2/drain and wait for its answer (a preStop hook's command). Exit 0 when
 // the server went quiet, 3 when the wait timed out with requests still coming.
 int DrainControl(const std::string& url_text, int quiet_ms, int timeout_ms) {
-  auto url = vramd::http::ParseUrl(url_text);
+  auto url = vramd::cli::ParseUrl(url_text);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
     return 2;
@@ -202,7 +202,7 @@ int DrainControl(const std::string& url_text, int quiet_ms, int timeout_ms) {
                            ", \"timeout_ms\": " + std::to_string(timeout_ms) + "}";
   const std::string target = url->path + "/v2/drain";
   // The answer comes when the drain ends: give it the drain's timeout and ten seconds more.
-  auto response = vramd::http::HttpPost(*url, target, body, std::chrono::seconds(10),
+  auto response = vramd::cli::HttpPost(*url, target, body, std::chrono::seconds(10),
                                        std::chrono::milliseconds(timeout_ms) +
                                            std::chrono::seconds(10));
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;

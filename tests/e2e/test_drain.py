@@ -29,6 +29,8 @@ VRAMCTL = VRAMD_BIN.parent / "vramctl"
 JSON_CT = {"Content-Type": "application/json"}
 EXIT_TIMEOUT_S = 10
 SLOW_S = 1.5
+# A request that is surely still executing a second after it was sent, even on a busy machine.
+SLOWER_S = 4.0
 # Scheduling noise allowed on the timings below (a 2-core machine running other tests).
 SLACK_S = 0.15
 
@@ -46,8 +48,9 @@ instance_group [ {{ kind: KIND_CPU count: 2 }} ]
 @pytest.fixture
 def repo(tmp_path):
     r = tmp_path / "repo"
-    for name, extra in (("slow", 'parameters { key: "execute_delay_us" value { string_value: '
-                                 '"%d" } }' % int(SLOW_S * 1e6)),
+    delay = 'parameters { key: "execute_delay_us" value { string_value: "%d" } }'
+    for name, extra in (("slow", delay % int(SLOW_S * 1e6)),
+                        ("slower", delay % int(SLOWER_S * 1e6)),
                         ("fast", "")):
         (r / name / "1").mkdir(parents=True)
         (r / name / "config.pbtxt").write_text(MODEL.format(name=name, extra=extra))
@@ -112,12 +115,12 @@ def infer(client, model, seed):
     return 200, out == [float(seed), float(-seed)]
 
 
-def slow_request(server):
-    """Starts one request to "slow" in the background; returns (thread, result)."""
+def slow_request(server, model="slow"):
+    """Starts one request to `model` in the background; returns (thread, result)."""
     def run():
         c = server.client(timeout=30)
         try:
-            return infer(c, "slow", 7)
+            return infer(c, model, 7)
         finally:
             c.close()
     return in_background(run)
@@ -329,15 +332,15 @@ def test_drain_returns_after_a_quiet_window_and_is_one_way(serve):
 
 def test_drain_times_out_with_a_request_in_flight(serve):
     s = serve()
-    thread, result = slow_request(s)
-    time.sleep(0.3)  # executing now, for SLOW_S
+    thread, result = slow_request(s, "slower")
+    time.sleep(1.0)  # executing now, for SLOWER_S
     started = time.monotonic()
     body = assert_drain_answer(post_drain(s, {"quiet_ms": 200, "timeout_ms": 400}))
     elapsed = time.monotonic() - started
     assert body["quiet"] is False, body
     assert body["in_flight"] == 1, body
-    assert 400 - SLACK_S * 1000 <= body["waited_ms"] < SLOW_S * 1000, body
-    assert elapsed < SLOW_S - 0.3, "the drain waited for the request: %.2f s" % elapsed
+    assert 400 - SLACK_S * 1000 <= body["waited_ms"] < (SLOWER_S - 1.0) * 1000, body
+    assert elapsed < SLOWER_S - 1.5, "the drain waited for the request: %.2f s" % elapsed
     thread.join(30)
     assert result.get("value") == (200, True), result  # the request in flight still answered
     assert_not_ready_because_draining(status_of(s, "/v2/health/ready"))
@@ -450,10 +453,11 @@ def test_sigterm_fails_readiness_at_once_and_answers_what_is_in_flight(serve):
 
 def test_vramctl_drain_exit_codes(serve):
     s = serve(name="drain-vramctl")
-    # 3: timed out with a request in flight.
+    # 3: timed out. The quiet window (2 s) is longer than the timeout, so it times out whether
+    # or not the request below has reached the server yet (on a busy machine it may not have).
     thread, result = slow_request(s)
     time.sleep(0.3)
-    out = vramctl_drain(s, "--quiet-ms", "200", "--timeout-ms", "400")
+    out = vramctl_drain(s, "--quiet-ms", "2000", "--timeout-ms", "400")
     assert out.returncode == 3, "vramctl drain exited %d: %s%s" % (
         out.returncode, out.stdout, out.stderr)
     assert len(out.stdout.strip().splitlines()) == 1, out.stdout

@@ -340,3 +340,22 @@ def test_grpc_trace_setting_and_metadata_traceparent(serve, collector):
     assert root["parentSpanId"] == PARENT_SPAN
     assert attributes(root)["vramd.protocol"] == "grpc"
     assert "GRPC_SEND_END" in [e["name"] for e in root["events"]]
+
+
+def test_rollback_span(serve, collector):
+    s = serve(otel_args(collector) + ["--model-control-mode", "explicit", "--load-model", "echo"])
+    cfg = {"name": "echo", "backend": "identity", "max_batch_size": 0,
+           "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [2]}],
+           "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [2]}],
+           "parameters": {"vramd.rollback.watch_s": {"string_value": "60"}}}
+    status, _ = post_json(s, "/v2/repository/models/echo/load",
+                          {"parameters": {"config": json.dumps(cfg)}})
+    assert status == 200
+    status, body = post_json(s, "/v2/repository/models/echo/rollback",
+                             {"parameters": {"reason": "span test"}})
+    assert status == 200, body
+    wait_for(lambda: collector.named("rollback echo"), timeout=20, what="the rollback's span")
+    attrs = attributes(collector.named("rollback echo")[0])
+    assert attrs["vramd.rollback.rule"] == "manual"
+    assert attrs["vramd.rollback.figures"] == "span test"
+    assert attrs["vramd.rollback.from_versions"] == "1" and attrs["vramd.rollback.to_versions"] == "1"

@@ -6,7 +6,7 @@
 #include <charconv>
 #include <fstream>
 
-#include "server/http/http_client.h"
+#include "server/trace/otlp_post.h"
 
 namespace vramd::trace {
 namespace {
@@ -101,7 +101,7 @@ Result<TracerOptions> TracerOptions::FromFlags(const std::vector<std::string>& t
         "bsp_max_queue_size");
   }
   if (options.mode == TraceMode::kOpenTelemetry) {
-    VRAMD_RETURN_IF_ERROR(http::ParseUrl(options.url).status().WithContext(
+    VRAMD_RETURN_IF_ERROR(ParseHttpEndpoint(options.url).status().WithContext(
         "--trace-config opentelemetry,url"));
   }
   TraceSettings check(options.mode);
@@ -288,20 +288,15 @@ void Tracer::WriteTritonFile(const std::string& path, TraceFile* file, bool at_e
 
 void Tracer::Export(const std::vector<Span>& spans) {
   if (spans.empty()) return;
-  auto url = http::ParseUrl(options_.url);
-  Status failed = url.status();
-  if (url.ok()) {
-    auto answer = http::HttpPost(*url, url->path.empty() ? "/" : url->path,
-                                 EncodeOtlpJson(spans, options_.resource),
-                                 std::chrono::seconds(5), std::chrono::seconds(5));
-    if (answer.ok() && answer->status / 100 == 2) {
+  auto endpoint = ParseHttpEndpoint(options_.url);
+  Status failed = endpoint.status();
+  if (endpoint.ok()) {
+    failed = PostJson(*endpoint, EncodeOtlpJson(spans, options_.resource), std::chrono::seconds(5));
+    if (failed.ok()) {
       MutexLock lock(mu_);
       counts_.spans_exported += spans.size();
       return;
     }
-    failed = answer.ok() ? Status::Unavailable(fmt::format("the collector answered {}: {}",
-                                                           answer->status, answer->body))
-                         : answer.status();
   }
   uint64_t failures = 0;
   {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/request_trace.h"
+#include "server/trace/otlp_post.h"
 #include "server/trace/tracer.h"
 
 namespace vramd::trace {
@@ -105,6 +106,31 @@ TEST(TraceSettingsTest, FlagsParse) {
                           "opentelemetry,bsp_max_export_batch_size=0", "mode=jaeger"}) {
     EXPECT_FALSE(TracerOptions::FromFlags({bad}).ok()) << bad;
   }
+}
+
+TEST(OtlpPostTest, ParsesCollectorUrls) {
+  auto e = ParseHttpEndpoint("http://collector:4318/v1/traces");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->host, "collector");
+  EXPECT_EQ(e->port, "4318");
+  EXPECT_EQ(e->path, "/v1/traces");
+  auto bare = ParseHttpEndpoint("http://[::1]");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->host, "::1");
+  EXPECT_EQ(bare->port, "80");
+  EXPECT_EQ(bare->path, "/");
+  for (const char* bad : {"https://c/v1/traces", "c:4318", "http://:4318/x", "http://c:43a8/x"}) {
+    EXPECT_FALSE(ParseHttpEndpoint(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(TracerOptions::FromFlags({"mode=opentelemetry", "opentelemetry,url=ftp://c"}).ok());
+}
+
+TEST(OtlpPostTest, AnUnreachableCollectorIsAnErrorNamingTheStep) {
+  auto e = ParseHttpEndpoint("http://127.0.0.1:1/v1/traces");
+  ASSERT_TRUE(e.ok());
+  Status s = PostJson(*e, "{}", std::chrono::milliseconds(2000));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("connect"), std::string::npos) << s.message();
 }
 
 TEST(TraceContextTest, ParsesW3cTraceparent) {

@@ -1,5 +1,7 @@
-// A small synchronous HTTP/1.1 client (Boost.Beast) for vramctl and the trace exporter: one
-// request, one connection, a deadline on each step. Plain http:// only.
+// A small synchronous HTTP/1.1 client (Boost.Beast) for vramctl: one request, one connection, a
+// deadline on each step. Plain http:// only. (The trace exporter has its own few lines of
+// POSIX sockets, server/trace/otlp_post.h: Beast's client templates are the heaviest code to
+// compile, and the server has no other use for them.)
 //
 // Thread safety: HttpGet and HttpPost may be called from any thread; each call has its own
 // connection.
@@ -12,7 +14,7 @@
 
 #include "core/status.h"
 
-namespace vramd::http {
+namespace vramd::cli {
 
 struct Url {
   std::string host;
@@ -42,4 +44,4 @@ Result<HttpGetResponse> HttpPost(const Url& url, std::string_view target, std::s
                                  std::chrono::milliseconds timeout,
                                  std::chrono::milliseconds answer_timeout);
 
-}  // namespace vramd::http
+}  // namespace vramd::cli

@@ -1,4 +1,4 @@
-#include "server/http/http_client.h"
+#include "cli/http_client.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <optional>
 
-namespace vramd::http {
+namespace vramd::cli {
 namespace {
 
 namespace asio = boost::asio;
@@ -135,4 +135,4 @@ Result<HttpGetResponse> HttpPost(const Url& url, std::string_view target, std::s
   return Exchange(url, std::move(request), timeout, answer_timeout);
 }
 
-}  // namespace vramd::http
+}  // namespace vramd::cli
