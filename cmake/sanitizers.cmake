@@ -37,8 +37,13 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
 else()
   set(vramd_sanitize_debug -g1)
 endif()
-set(CMAKE_C_FLAGS_SANITIZE "-O1 ${vramd_sanitize_debug}")
-set(CMAKE_CXX_FLAGS_SANITIZE "-O1 ${vramd_sanitize_debug}")
+# -O1 by default (the fuzz campaigns of scripts/fuzz.sh want their executions fast); CI's job
+# (scripts/test.sh) builds at -O0, which halves clang's time on this code under the sanitizers
+# (55 s against 29 s for the largest batch of the server's files) for tests that run a little
+# slower.
+set(VRAMD_SANITIZE_OPTIMIZE "-O1" CACHE STRING "The optimization flag of CMAKE_BUILD_TYPE=Sanitize")
+set(CMAKE_C_FLAGS_SANITIZE "${VRAMD_SANITIZE_OPTIMIZE} ${vramd_sanitize_debug}")
+set(CMAKE_CXX_FLAGS_SANITIZE "${VRAMD_SANITIZE_OPTIMIZE} ${vramd_sanitize_debug}")
 
 # Boost's own asserts are off, as in the release build (NDEBUG): Beast 1.74 asserts wrongly on a
 # chunked body whose first chunk is the last one read in pieces (fixed upstream, boostorg/beast

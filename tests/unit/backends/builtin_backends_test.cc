@@ -5,6 +5,7 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -22,8 +23,17 @@
 namespace vramd::backends {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsSupersetOf;
+
+// The list of available backends names the built-ins. Tests that run in the same process (the
+// unit tests may run as gtest shards, tests/CMakeLists.txt) may have registered more.
+auto ListsTheBuiltIns() {
+  return AllOf(HasSubstr("available backends: add_sub, "), HasSubstr(", ensemble, "),
+               HasSubstr(", identity"), HasSubstr(", mlp"));
+}
 
 config::ModelConfig ParseConfig(const std::string& text) {
   config::ModelConfig config;
@@ -71,7 +81,9 @@ std::vector<T> Values(const Tensor& t) {
 // ---- FindBackend ----------------------------------------------------------------------------
 
 TEST(FindBackendTest, ListsTheBuiltInBackends) {
-  EXPECT_THAT(AvailableBackends(), ElementsAre("add_sub", "ensemble", "identity", "mlp"));
+  const std::vector<std::string> available = AvailableBackends();
+  EXPECT_THAT(available, IsSupersetOf({"add_sub", "ensemble", "identity", "mlp"}));
+  EXPECT_TRUE(std::is_sorted(available.begin(), available.end()));
 }
 
 TEST(FindBackendTest, FindsBackendByName) {
@@ -105,7 +117,7 @@ TEST(FindBackendTest, MapsTritonPlatformsToBackendNames) {
     EXPECT_EQ(b.status().code(), StatusCode::kNotFound);
     EXPECT_THAT(b.status().message(),
                 HasSubstr("backend '" + backend + "' (from platform '" + platform + "')"));
-    EXPECT_THAT(b.status().message(), HasSubstr("available backends: add_sub, ensemble, identity"));
+    EXPECT_THAT(b.status().message(), ListsTheBuiltIns());
   }
 }
 
@@ -114,7 +126,7 @@ TEST(FindBackendTest, UnknownBackendIsNotFoundListingAvailable) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(b.status().message(), HasSubstr("backend 'python' is not available"));
-  EXPECT_THAT(b.status().message(), HasSubstr("(available backends: add_sub, ensemble, identity, mlp)"));
+  EXPECT_THAT(b.status().message(), ListsTheBuiltIns());
 }
 
 TEST(FindBackendTest, UnknownPlatformIsNotFound) {
