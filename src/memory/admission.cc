@@ -116,13 +116,24 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
   const int slot = SlotOf(device);
   const auto start = Clock::now();
   MutexLock lock(mu_);
-  // The ledger's figure changes without telling us; what frees room for a waiter is an
-  // admitted execution ending, which notifies `ended_`, and nothing waits unless one runs.
+  // The ledger's figure changes without telling us. Room for a waiter comes back when an
+  // admitted execution ends, and when a request's owner closes after its reply, freeing its
+  // outputs (MemoryFreed); both notify `ended_`. (The second came later: a waiter that found
+  // the last execution's outputs still held, with nothing else running, waited out its whole
+  // deadline.)
   auto fits = [&]() REQUIRES(mu_) { return FitsLocked(slot, device, bytes); };
   bool waited = false;
-  if (!fits()) {
+  // Counted as a waiter before the first look: a free between that look and the wait then
+  // finds the count and notifies (MemoryFreed), instead of passing unseen. Sequentially
+  // consistent on both sides, against the free's own store of the ledger's figure.
+  waiters_.fetch_add(1);
+  const bool fit_at_once = fits();
+  if (fit_at_once) waiters_.fetch_sub(1);
+  if (!fit_at_once) {
     waited = true;
-    if (!lock.WaitUntil(ended_, deadline, fits)) {
+    const bool admitted = lock.WaitUntil(ended_, deadline, fits);
+    waiters_.fetch_sub(1);
+    if (!admitted) {
       ++stats_[slot].timed_out;
       stats_[slot].wait_ns += (Clock::now() - start).count();
       const auto [used, limit] = ledger_->BudgetOf(device);
@@ -162,6 +173,15 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
     stats_[slot].wait_ns += (Clock::now() - start).count();
   }
   return AdmitLocked(slot, measured, bytes);
+}
+
+void Admission::MemoryFreed() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the free's store before this load
+  if (waiters_.load() == 0) return;
+  // Taking the mutex orders this after a waiter's check: it either sees the memory freed, or
+  // is already waiting and gets the notification.
+  { MutexLock lock(mu_); }
+  ended_.notify_all();
 }
 
 void Admission::Release(int slot, uint64_t id) {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -98,6 +99,11 @@ class Admission {
   // its instance's thread to wait there.
   std::optional<Ticket> TryAdmit(Device device, int64_t bytes, OwnerId measured) EXCLUDES(mu_);
 
+  // Memory went back outside an admitted execution: a request's owner closed after its reply
+  // was written, freeing its outputs (runtime/request_owner.h). Waiters look again. Costs one
+  // atomic read when nothing waits.
+  void MemoryFreed() EXCLUDES(mu_);
+
   struct DeviceStats {
     Device device;
     int64_t reserved_bytes = 0;  // what admitted executions are still predicted to make
@@ -133,7 +139,9 @@ class Admission {
   const Allocator* const allocator_;
   const DeviceFree device_free_;
   mutable Mutex mu_;
-  std::condition_variable ended_;  // an admitted execution ended; waited on with mu_
+  // An admitted execution ended, or memory was freed (MemoryFreed); waited on with mu_.
+  std::condition_variable ended_;
+  std::atomic<int> waiters_{0};  // executions waiting in Admit
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   std::array<std::vector<Admitted>, kSlots> admitted_ GUARDED_BY(mu_);
   std::array<DeviceStats, kSlots> stats_ GUARDED_BY(mu_){};

@@ -60,7 +60,8 @@ void BatchExecutor::FailAll(std::vector<QueuedRequest>& batch, const Status& sta
                      memory_, memory::kNoOwner, nullptr, status);
     }
     if (!r.null_request) {
-      stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+      stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend,
+                            status.code());
     }
     r.done(status);
   }
@@ -162,7 +163,8 @@ void BatchExecutor::Run(backends::BackendInstance& instance, memory::OwnerId ins
     QueuedRequest& r = batch[i];
     if (!results[i].ok()) {
       if (!r.null_request) {
-        stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend);
+        stats_->RecordFailure(Ns(SchedulerClock::now() - r.arrival), FailureReason::kBackend,
+                              results[i].status().code());
       }
       r.done(results[i].status());
       continue;

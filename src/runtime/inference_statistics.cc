@@ -41,8 +41,10 @@ void InferenceStatistics::RecordSuccess(uint64_t request_ns, uint64_t queue_ns,
   RaiseTo(last_inference_ms_, NowMsSinceEpoch());
 }
 
-void InferenceStatistics::RecordFailure(uint64_t request_ns, FailureReason reason) {
+void InferenceStatistics::RecordFailure(uint64_t request_ns, FailureReason reason,
+                                        StatusCode code) {
   fail_.Add(request_ns);
+  if (code == StatusCode::kResourceExhausted) out_of_memory_.fetch_add(1, std::memory_order_relaxed);
   latency_.Add(request_ns);
   const auto index = static_cast<size_t>(reason);
   if (index < 4) fail_by_reason_[index].fetch_add(1, std::memory_order_relaxed);

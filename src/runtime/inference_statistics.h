@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/mutex.h"
+#include "core/status.h"
 #include "runtime/latency_histogram.h"
 
 namespace vramd::runtime {
@@ -67,8 +68,12 @@ class InferenceStatistics {
   // One request answered with success. Durations in ns.
   void RecordSuccess(uint64_t request_ns, uint64_t queue_ns, uint64_t compute_input_ns,
                      uint64_t compute_infer_ns, uint64_t compute_output_ns);
-  // One request answered with an error.
-  void RecordFailure(uint64_t request_ns, FailureReason reason);
+  // One request answered with an error; `code` its status code (ResourceExhausted: out of
+  // memory, a quota or budget refused it: counted in out_of_memory() too).
+  void RecordFailure(uint64_t request_ns, FailureReason reason,
+                     StatusCode code = StatusCode::kUnknown);
+  // Requests that failed out of memory (a rollback rule reads it: rollback_rules.h).
+  uint64_t out_of_memory() const { return out_of_memory_.load(std::memory_order_relaxed); }
   // One execution of `batch_size` samples.
   void RecordExecution(uint64_t batch_size, uint64_t compute_input_ns, uint64_t compute_infer_ns,
                        uint64_t compute_output_ns) EXCLUDES(batch_mu_);
@@ -102,6 +107,7 @@ class InferenceStatistics {
   std::atomic<int64_t> live_sequences_{0};
   std::atomic<uint64_t> sequence_idle_releases_{0};
   LatencyHistogram latency_;
+  std::atomic<uint64_t> out_of_memory_{0};
   mutable Mutex batch_mu_;
   std::map<uint64_t, BatchStat> batch_stats_ GUARDED_BY(batch_mu_);
 };

@@ -1236,6 +1236,7 @@ void ModelManager::CheckRollbacks() {
       for (const auto& [v, version] : entry.serving.ready) {
         const InferenceStatsSnapshot stats = version->statistics().Snapshot();
         sample.requests += stats.success.count + stats.fail.count;
+        sample.out_of_memory += version->statistics().out_of_memory();
         sample.errors += stats.fail.count -
                          stats.fail_by_reason[static_cast<size_t>(FailureReason::kCanceled)];
         const LatencyHistogram::Counts latency = version->statistics().latency().Read();

@@ -29,6 +29,9 @@ void RequestOwner::Finish() {
   if (!open_) return;
   const bool allocated = owner_.opened();
   owner_.Close();  // leaks are filed and logged by the ledger's callback
+  // What it held (its outputs, once the reply is written) is free: executions waiting for
+  // memory look again.
+  if (allocated && memory_.admission != nullptr) memory_.admission->MemoryFreed();
   if (allocated && memory_.growth != nullptr) {
     auto live = memory_.ledger->SubtreeLiveBytes(instance_);
     if (live.ok()) {

@@ -149,7 +149,7 @@ RequestResponder::Completion RequestResponder::Finish() {
                    memory::kNoOwner, owner_.lazy_owner(), status);
   }
   if (!streamed && held_.has_value() && !held_->ok()) {
-    stats->RecordFailure(request_ns, FailureReason::kBackend);
+    stats->RecordFailure(request_ns, FailureReason::kBackend, held_->status().code());
     completion.outcome = held_->status();
     return completion;
   }

@@ -115,19 +115,18 @@ void RollbackWatch::DropBefore(int64_t first_index) {
 
 void RollbackWatch::OnSample(Clock::time_point now, const RequestSample& cumulative) {
   if (now < live_since_) return;
-  if (!last_) {
-    last_ = cumulative;
-    return;
-  }
   Second& s = SecondAt(now);
   // Counters only grow; a smaller figure would be another version's, and counts nothing.
   auto delta = [](uint64_t now_value, uint64_t before) {
     return now_value > before ? now_value - before : 0;
   };
-  s.counts.requests += delta(cumulative.requests, last_->requests);
-  s.counts.errors += delta(cumulative.errors, last_->errors);
+  if (const uint64_t oom = delta(cumulative.out_of_memory, last_.out_of_memory); oom > 0) {
+    OnOom(fmt::format("{} request(s) failed out of memory", oom));
+  }
+  s.counts.requests += delta(cumulative.requests, last_.requests);
+  s.counts.errors += delta(cumulative.errors, last_.errors);
   for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
-    s.counts.latency[b] += delta(cumulative.latency[b], last_->latency[b]);
+    s.counts.latency[b] += delta(cumulative.latency[b], last_.latency[b]);
   }
   last_ = cumulative;
 }

@@ -10,7 +10,7 @@
 //   vramd.rollback.min_requests    fewer requests in the window decide nothing (20)
 //   vramd.rollback.gpu_util        GPU utilization over this share ("95%") ...
 //   vramd.rollback.gpu_util_s      ... for this many seconds running (10)
-//   vramd.rollback.on_oom          any out-of-memory failure charged to the version ("true")
+//   vramd.rollback.on_oom          any request of the version failed out of memory ("true")
 //   vramd.rollback.on_leak         any leak report charged to the version ("true")
 //   vramd.rollback.cooldown_s      after a rollback, no other for this long (600)
 // Windows slide by whole seconds; a rule needs its whole window behind it (a version live for
@@ -68,10 +68,12 @@ class RollbackWatch {
   bool Watching(Clock::time_point now) const { return now - live_since_ < settings_.watch; }
 
   // The version's answered requests so far, as its statistics count them: the watch takes the
-  // difference from the previous sample (the first one is the baseline).
+  // difference from the previous sample. The versions watched are new, so the first sample
+  // counts from zero: requests answered before the first check count too.
   struct RequestSample {
     uint64_t requests = 0;
     uint64_t errors = 0;  // failed, cancellations aside
+    uint64_t out_of_memory = 0;  // failed out of memory (a quota, the budget, the pool)
     LatencyHistogram::Counts latency{};
   };
   void OnSample(Clock::time_point now, const RequestSample& cumulative);
@@ -93,7 +95,7 @@ class RollbackWatch {
   const RollbackSettings settings_;
   const Clock::time_point live_since_;
   std::deque<Second> seconds_;  // oldest first, at most the window's
-  std::optional<RequestSample> last_;  // the previous cumulative sample
+  RequestSample last_;  // the previous cumulative sample
   std::optional<Clock::time_point> gpu_over_since_;
   double gpu_last_share_ = 0;
   std::optional<RollbackVerdict> event_;  // an OOM or a leak, waiting for Check

@@ -210,6 +210,29 @@ def test_a_planted_leak_is_rolled_back(server):
     assert_rolled_back(s, "leak")
 
 
+def test_a_version_out_of_its_memory_quota_is_rolled_back(server):
+    # Each execution keeps 256 KiB charged to its request; the quota holds three of them, so the
+    # fourth request fails RESOURCE_EXHAUSTED. The leak rule is off: the OOM rule must fire.
+    rules = {"vramd.rollback.on_leak": "false"}
+    s = server(rules=rules)
+    load(s, config(extra={"keep_bytes": str(256 * 1024), "vramd.memory_quota": "cpu=1MiB"},
+                   rules=rules))
+    c = s.client()
+    statuses = []
+    try:
+        for _ in range(6):
+            r = c.infer_raw("m", [Input("INPUT0", "FP32", np.arange(4, dtype=np.float32),
+                                        binary=True)])
+            statuses.append(r.status)
+            if r.status != 200:
+                break
+    finally:
+        c.close()
+    assert statuses[-1] != 200, "the quota never refused: %s" % statuses
+    wait_for(lambda: rolled_back(s), timeout=15, what="the out-of-memory rollback")
+    assert_rolled_back(s, "oom")
+
+
 def test_alertmanager_webhook_and_manual_hold(server):
     s = server(rules={"vramd.rollback.error_rate": "99%"})
     load(s, config(extra={"execute_delay_us": "1"}, rules={"vramd.rollback.error_rate": "99%"}))

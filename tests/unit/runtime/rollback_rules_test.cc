@@ -141,6 +141,15 @@ TEST(RollbackWatchTest, OomAndLeakFireAtOnceAndNothingAfterTheWatch) {
   ASSERT_TRUE(verdict);
   EXPECT_EQ(verdict->rule, "leak");
   EXPECT_FALSE(w.Check(t0 + seconds(61)));  // the watch is over
+  // An out-of-memory failure in the version's counts fires at once.
+  RollbackWatch oom(Settings({{"vramd.rollback.watch_s", "60"}}), t0);
+  RollbackWatch::RequestSample counts;
+  oom.OnSample(t0, counts);
+  counts.requests = counts.errors = counts.out_of_memory = 1;
+  oom.OnSample(t0 + seconds(1), counts);
+  auto oom_verdict = oom.Check(t0 + seconds(1));
+  ASSERT_TRUE(oom_verdict);
+  EXPECT_EQ(oom_verdict->rule, "oom");
   RollbackWatch off(Settings({{"vramd.rollback.on_oom", "false"}}), t0);
   off.OnOom("out of memory");
   EXPECT_FALSE(off.Check(t0 + seconds(1)));
