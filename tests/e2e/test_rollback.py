@@ -177,20 +177,24 @@ def test_a_slow_version_is_rolled_back_on_p99(server):
 def test_gpu_utilization_rule_fires_and_a_toggling_one_does_not(server, tmp_path):
     util = tmp_path / "gpu_util"
     util.write_text("10")
-    rules = {"vramd.rollback.gpu_util": "95%", "vramd.rollback.gpu_util_s": "2"}
+    rules = {"vramd.rollback.gpu_util": "95%", "vramd.rollback.gpu_util_s": "3"}
     s = server(rules=rules, extra_args=["--rollback-gpu-utilization-file", str(util)])
     load(s, config(extra={"execute_delay_us": "1"}, rules=rules))
     assert lifecycle(s)["rollback_kept"] == ["1"]
-    # Toggling above and below the threshold every half second for 4 s: never 2 s running.
-    for i in range(8):
-        util.write_text("99" if i % 2 == 0 else "20")
-        time.sleep(0.5)
+    # Above the threshold for 1.5 s, below for 1.3 s, three times: never 3 s running. (The rule
+    # reads the figure once a second, so the high phases must be shorter than its 3 s by more
+    # than a reading's period, and the low ones at least a period long to be seen.)
+    for _ in range(3):
+        util.write_text("99")
+        time.sleep(1.5)
+        util.write_text("20")
+        time.sleep(1.3)
     assert not rolled_back(s), lifecycle(s)["history"]
     util.write_text("99")
     wait_for(lambda: rolled_back(s), timeout=15, what="the GPU utilization rollback")
     assert_rolled_back(s, "gpu_utilization")
     # Held after it: the rule still holds true, and nothing rolls back again.
-    time.sleep(2.5)
+    time.sleep(3.5)
     reasons = [h for h in lifecycle(s)["history"] if "rolled back" in h["reason"]]
     assert len(reasons) == 1
 
