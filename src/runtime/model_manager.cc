@@ -396,17 +396,30 @@ Result<std::unique_ptr<ModelManager>> ModelManager::Create(const Options& option
   return manager;
 }
 
-void ModelManager::PollUntilStopped(std::stop_token stop) {
-  // The period is waited for on a condition no one notifies: only a stop ends it early.
+namespace {
+
+// A thread's loop: `step` every `period` until `stop`. The period is waited for on a condition
+// no one notifies: only a stop ends it early.
+template <typename Step>
+void EveryPeriodUntilStopped(const std::stop_token& stop, std::chrono::milliseconds period,
+                             Step step) {
   Mutex mu;
   std::condition_variable_any wake;
   MutexLock lock(mu);
   while (!stop.stop_requested()) {
-    lock.WaitUntil(wake, stop, Clock::now() + poll_interval_, [] { return false; });
+    lock.WaitUntil(wake, stop, std::chrono::steady_clock::now() + period, [] { return false; });
     if (stop.stop_requested()) break;
+    step();
+  }
+}
+
+}  // namespace
+
+void ModelManager::PollUntilStopped(std::stop_token stop) {
+  EveryPeriodUntilStopped(stop, poll_interval_, [this] {
     Status polled = PollOnce();
     if (!polled.ok()) spdlog::error("repository poll: {}", polled.message());
-  }
+  });
 }
 
 ModelManager::~ModelManager() {
@@ -1193,14 +1206,7 @@ std::map<std::pair<std::string, std::string>, uint64_t> ModelManager::RollbackCo
 }
 
 void ModelManager::MonitorRollbacks(std::stop_token stop) {
-  Mutex mu;
-  std::condition_variable_any wake;
-  MutexLock lock(mu);
-  while (!stop.stop_requested()) {
-    lock.WaitUntil(wake, stop, Clock::now() + rollback_check_interval_, [] { return false; });
-    if (stop.stop_requested()) break;
-    CheckRollbacks();
-  }
+  EveryPeriodUntilStopped(stop, rollback_check_interval_, [this] { CheckRollbacks(); });
 }
 
 void ModelManager::CheckRollbacks() {
