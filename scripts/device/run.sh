@@ -481,6 +481,22 @@ if has_step governance; then
   [ "$rc" -eq 0 ] || { say "FAIL governance cost (exit $rc)"; status=1; }
 fi
 
+# 15. trace (not in the default STEPS; issue 18): bench/trace_overhead.py: req/s of a 16-element
+#    identity model over HTTP with tracing off and at rate 1, alternating in one server run, in
+#    Triton's trace-file mode and in OpenTelemetry mode (OTLP/HTTP JSON to the script's collector).
+if has_step trace; then
+  for mode in triton opentelemetry; do
+    timeout 250 python3 bench/trace_overhead.py --vramd "$BIN"/vramd --infer-load "$BIN"/infer_load \
+      --mode "$mode" --rounds "${TRACE_ROUNDS:-6}" --duration "${TRACE_DURATION:-3}" \
+      --concurrency "${TRACE_CONCURRENCY:-8}" > "$OUT/tmp.log" 2>&1
+    rc=$?
+    echo "# mode $mode" | tee -a "$summary"
+    grep -E '^(FIGURE|\{)' "$OUT/tmp.log" | cut -c1-600 | tee -a "$summary"
+    cat "$OUT/tmp.log" >> "$OUT/trace.log"; rm -f "$OUT/tmp.log"
+    [ "$rc" -eq 0 ] || { say "FAIL trace overhead $mode (exit $rc)"; status=1; }
+  done
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"

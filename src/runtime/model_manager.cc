@@ -322,7 +322,7 @@ ModelManager::ModelManager(const Options& options)
       rolled_back_(options.rolled_back),
       services_(std::make_unique<ModelServices>(this, options.custom_metrics)),
       load_slots_(std::max(1, options.load_thread_count)),
-      keeper_(std::make_unique<SleepKeeper>([this] { return LoadedVersions(); },
+      keeper_(std::make_unique<SleepKeeper>([this] { return SleepCandidates(); },
                                             options.memory.ledger)),
       releaser_([this](std::stop_token stop) { ReleaseParked(stop); }) {
   // One manager per allocator relieves its pressure (tests may make several).
@@ -535,6 +535,7 @@ ModelManager::Versions ModelManager::LoadVersions(
     const fs::path& model_dir, const std::vector<int64_t>& versions, LoadTiming* timing) const {
   Versions loaded;
   loaded.config = config;
+  loaded.dir = model_dir;
   loaded.owner = memory::ScopedOwner(memory_.ledger, memory_.ledger->root(),
                                      memory::OwnerKind::kModel, name);
   for (int64_t v : versions) {
@@ -700,6 +701,63 @@ namespace {
 // answer before it opens a new gap (LetGapWaitersLook).
 constexpr auto kGapWaitersGrace = std::chrono::milliseconds(100);
 
+// Whether `fallback` can answer `model`'s requests: the same inputs and outputs (names, data
+// types, shapes) and batching; InvalidArgument naming the first difference.
+Status SameInterface(const config::ModelConfig& model, const config::ModelConfig& fallback) {
+  const std::string who =
+      fmt::format("fallback model '{}' cannot answer for '{}'", fallback.name(), model.name());
+  if (model.max_batch_size() != fallback.max_batch_size()) {
+    return Status::InvalidArgument(fmt::format("{}: max_batch_size {} against {}", who,
+                                               fallback.max_batch_size(), model.max_batch_size()));
+  }
+  auto same = [&](const auto& mine, const auto& theirs, const char* kind) -> Status {
+    for (const auto& tensor : mine) {
+      auto match = std::find_if(theirs.begin(), theirs.end(),
+                                [&](const auto& t) { return t.name() == tensor.name(); });
+      if (match == theirs.end()) {
+        return Status::InvalidArgument(fmt::format("{}: it has no {} '{}'", who, kind,
+                                                   tensor.name()));
+      }
+      if (match->data_type() != tensor.data_type() ||
+          !std::equal(match->dims().begin(), match->dims().end(), tensor.dims().begin(),
+                      tensor.dims().end())) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: its {} '{}' differs in data type or shape", who, kind, tensor.name()));
+      }
+    }
+    if (mine.size() != theirs.size()) {
+      return Status::InvalidArgument(
+          fmt::format("{}: it has {} {}s, not {}", who, theirs.size(), kind, mine.size()));
+    }
+    return Status::Ok();
+  };
+  VRAMD_RETURN_IF_ERROR(same(model.input(), fallback.input(), "input"));
+  return same(model.output(), fallback.output(), "output");
+}
+
+// How long the versions a rollback watch keeps asleep (vramd.rollback.keep "asleep") may take
+// to finish the executions they were given before the switch; after it they stay awake.
+constexpr auto kKeptSleepWait = std::chrono::seconds(5);
+
+// The files of `versions`' folders under `dir` (FingerprintModel's stamps, the folders' own);
+// nullopt when they cannot be read.
+std::optional<std::vector<repository::FileStamp>> VersionFileStamps(
+    const fs::path& dir, const std::vector<int64_t>& versions) {
+  auto fingerprint = repository::FingerprintModel(dir);
+  if (!fingerprint.ok()) return std::nullopt;
+  std::vector<repository::FileStamp> stamps;
+  for (auto& file : fingerprint->files) {
+    for (int64_t v : versions) {
+      const std::string folder = std::to_string(v) + "/";
+      if (file.relative_path.compare(0, folder.size(), folder) == 0) {
+        stamps.push_back(std::move(file));
+        break;
+      }
+    }
+  }
+  return stamps;
+}
+
 std::vector<int64_t> VersionNumbers(const std::map<int64_t, std::shared_ptr<LoadedModel>>& ready) {
   std::vector<int64_t> versions;
   for (const auto& [v, model] : ready) versions.push_back(v);
@@ -788,6 +846,9 @@ class ModelManager::LoadRun {
       entry.watch.reset();
     });
     if (!kept.ready.empty()) manager_.Retire(name_, std::move(kept));
+    // What a rollback watch of the new versions could load again (memory is short: nothing
+    // stays loaded).
+    drained_source_ = SourceOf(old, measured_);
     Status gone = manager_.DrainAndUnload(name_, std::move(old), "unloading the old versions");
     manager_.SettleMemory();
     timing_.Add("drain_unload", SecondsSince(drain_start));
@@ -806,9 +867,12 @@ class ModelManager::LoadRun {
       entry.loading = files_.versions;
       entry.unloaded_on_request = false;
     });
+    // Taken before the load, so that a file changed while it loads counts as changed.
+    auto stamps = VersionFileStamps(files_.dir, files_.versions);
     Versions attempt =
         manager_.LoadVersions(name_, files_.config, files_.dir, files_.versions, &timing_);
     attempt.files = override_dir_;
+    attempt.stamps = std::move(stamps);
     return attempt;
   }
 
@@ -819,9 +883,10 @@ class ModelManager::LoadRun {
     for (const auto& [v, model] : attempt.ready) owners.push_back(model->owner());
     report_.measured = MeasureFootprint(*manager_.memory_.ledger, owners);
     const auto switch_start = Clock::now();
-    // Rollback watching: the versions replaced stay warm (not shut down) beside the new ones
-    // until the watch ends; a model that watches but had nothing serving (a first load, or a
-    // resource-preserving reload) has nothing to go back to, and is not watched.
+    // Rollback watching (docs/rollback.md): the versions replaced stay loaded (warm or asleep,
+    // as vramd.rollback.keep says) beside the new ones until the watch ends, or, unloaded, are
+    // remembered with their files; a model with none of that and no fallback model is not
+    // watched.
     std::optional<RollbackSettings> rollback;
     if (attempt.config != nullptr) {
       auto parsed = RollbackSettingsFromConfig(*attempt.config);
@@ -832,28 +897,68 @@ class ModelManager::LoadRun {
       }
     }
     Versions old, older;
-    bool watched = false;
+    std::string watched;  // what the watch can go back to, for the log; empty: not watched
+    std::vector<std::shared_ptr<LoadedModel>> to_sleep;
     manager_.Update(name_, [&](ModelEntry& entry) REQUIRES(manager_.mu_) {
       old = std::move(entry.serving);
       entry.serving = std::move(attempt);
       entry.loading.clear();
       manager_.EndGap(entry);
+      const std::optional<DeviceBytes> old_measured = entry.measured;
       entry.measured = report_.measured;
       entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kReady, "");
       older = std::move(entry.previous);
       entry.previous = Versions();
+      entry.previous_files.reset();
       entry.watch.reset();
-      if (rollback && !old.ready.empty()) {
+      entry.served_by.clear();
+      if (!rollback) return;
+      if (!old.ready.empty() && rollback->keep != RollbackKeep::kReload) {
+        watched = fmt::format("version(s) {} stay loaded ({})",
+                              fmt::join(VersionNumbers(old.ready), ","),
+                              RollbackKeepName(rollback->keep));
+        if (rollback->keep == RollbackKeep::kAsleep) {
+          for (const auto& [v, model] : old.ready) to_sleep.push_back(model);
+        }
         entry.previous = std::move(old);
         old = Versions();
-        entry.watch.emplace(*rollback, Clock::now());
-        watched = true;
+      } else if (!old.ready.empty()) {
+        entry.previous_files = SourceOf(old, old_measured);
+      } else if (drained_source_) {
+        entry.previous_files = std::move(drained_source_);
       }
+      if (entry.previous_files) {
+        watched = fmt::format("version(s) {} load again from their files",
+                              fmt::join(entry.previous_files->versions, ","));
+      }
+      if (!rollback->fallback_model.empty()) {
+        watched += fmt::format("{}fallback model '{}'", watched.empty() ? "" : ", else ",
+                               rollback->fallback_model);
+      }
+      if (!watched.empty()) entry.watch.emplace(*rollback, Clock::now());
     });
-    if (watched) {
-      spdlog::info("model '{}': watched for rollback for {} s; the versions it replaced stay "
-                   "loaded until then",
-                   name_, rollback->watch.count());
+    if (!watched.empty()) {
+      spdlog::info("model '{}': watched for rollback for {} s; a rollback goes back to: {}",
+                   name_, rollback->watch.count(), watched);
+    } else if (rollback) {
+      spdlog::info("model '{}': not watched for rollback: nothing to go back to (no version "
+                   "served before, and no vramd.rollback.fallback_model)",
+                   name_);
+    }
+    // keep "asleep": the kept versions give their device memory back now; requests queued on
+    // them before the switch still run (one arriving after the sleep wakes the version).
+    for (const auto& model : to_sleep) {
+      if (!model->CanSleep()) {
+        spdlog::warn("model '{}' version {}: kept warm for rollback, not asleep: {}", name_,
+                     model->version(), model->CannotSleepReason());
+        continue;
+      }
+      Status slept =
+          model->Sleep(model->sleep_settings().level, Clock::now() + kKeptSleepWait);
+      if (!slept.ok()) {
+        spdlog::warn("model '{}' version {}: kept warm for rollback, not asleep: {}", name_,
+                     model->version(), slept.message());
+      }
     }
     if (!older.ready.empty()) manager_.Retire(name_, std::move(older));
     timing_.Add("switch", SecondsSince(switch_start));
@@ -973,6 +1078,8 @@ class ModelManager::LoadRun {
   std::shared_ptr<const OverrideDirectory> override_dir_;
   ReloadSettings settings_;
   ReloadDecision decision_;
+  // Drain's: the unloaded versions' way back, for a rollback watch of the new ones.
+  std::optional<ReloadSource> drained_source_;
 };
 
 Status ModelManager::LoadLocked(const std::string& name,
@@ -1057,7 +1164,9 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
     entry.serving = Versions();
     kept = std::move(entry.previous);
     entry.previous = Versions();
+    entry.previous_files.reset();
     entry.watch.reset();
+    entry.served_by.clear();
   });
   if (!kept.ready.empty()) Retire(name, std::move(kept));
   {
@@ -1092,61 +1201,319 @@ Status ModelManager::Rollback(std::string_view name, std::string rule, std::stri
   VRAMD_RETURN_IF_ERROR(CheckModelName(name));
   const std::string model(name);
   ActionGuard action(*this, model);
-  const auto started = Clock::now();
-  Versions bad;
   RollbackRecord record;
   record.model = model;
-  record.rule = rule;
-  record.figures = figures;
-  record.started = started;
+  record.rule = std::move(rule);
+  record.figures = std::move(figures);
+  record.started = Clock::now();
+  bool kept = false;
+  std::optional<ReloadSource> source;
+  std::string fallback;
   {
-    // Under the model's action lock nothing else changes its entry until Update below.
+    // Under the model's action lock nothing else changes its entry until the way back does.
     ReaderLock lock(mu_);
     auto it = models_.find(model);
     if (it == models_.end() || it->second.serving.ready.empty()) {
+      if (it != models_.end() && !it->second.served_by.empty()) {
+        return Status::InvalidArgument(
+            fmt::format("rollback of '{}': it was rolled back already; model '{}' answers for it",
+                        model, it->second.served_by));
+      }
       return Status::NotFound(fmt::format("rollback of '{}': the model is not loaded", model));
     }
-    if (it->second.previous.ready.empty()) {
-      return Status::InvalidArgument(fmt::format(
-          "rollback of '{}': no previous version is kept (a model keeps the versions a reload "
-          "replaced while vramd.rollback.* parameters watch it, and only after an "
-          "availability-preserving reload)",
-          model));
+    const ModelEntry& entry = it->second;
+    record.from = VersionNumbers(entry.serving.ready);
+    kept = !entry.previous.ready.empty();
+    source = entry.previous_files;
+    if (entry.watch) fallback = entry.watch->settings().fallback_model;
+  }
+  Versions bad;
+  Status back = Status::InvalidArgument(fmt::format(
+      "rollback of '{}': nothing to go back to: no version is kept or can be loaded again (a "
+      "model keeps the versions a reload replaced while vramd.rollback.* parameters watch it), "
+      "and no vramd.rollback.fallback_model",
+      model));
+  if (kept) {
+    back = PutBackKept(model, record, &bad);
+  } else if (source) {
+    back = PutBackFromFiles(model, *source, record, &bad);
+  }
+  if (!back.ok() && !fallback.empty()) {
+    if (kept || source) {
+      spdlog::warn("model '{}': {}; going to fallback model '{}'", model, back.message(),
+                   fallback);
+    }
+    Status switched = SwitchToFallback(model, fallback, record, &bad);
+    if (!switched.ok()) {
+      back = Status::InvalidArgument(fmt::format("{}; {}", back.message(), switched.message()));
+    } else {
+      back = Status::Ok();
     }
   }
-  Update(model, [&](ModelEntry& entry) {
-    record.from = VersionNumbers(entry.serving.ready);
-    record.to = VersionNumbers(entry.previous.ready);
-    bad = std::move(entry.serving);
-    entry.serving = std::move(entry.previous);
-    entry.previous = Versions();
-    const std::chrono::seconds cooldown =
-        entry.watch ? entry.watch->settings().cooldown : std::chrono::seconds(0);
-    entry.watch.reset();
-    entry.held = true;
-    entry.cooldown_until = started + cooldown;
-    const std::string reason =
-        fmt::format("rolled back from version(s) {} to {}: {}: {}", fmt::join(record.from, ","),
-                    fmt::join(record.to, ","), rule, figures);
-    entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kLoading,
-                                    "rolling back: " + rule);
-    entry.lifecycle.TransitionOrLog(model, record.to, LifecycleState::kReady, reason);
-  });
+  if (!back.ok()) return back;
+  const std::string to = record.to_model.empty()
+                             ? fmt::format("version(s) {}", fmt::join(record.to, ","))
+                             : fmt::format("fallback model '{}'", record.to_model);
   spdlog::warn("model '{}': rolled back from version(s) {} to {}: rule {}: {}; held until "
                "released (vramctl release {})",
-               model, fmt::join(record.from, ","), fmt::join(record.to, ","), rule, figures,
-               model);
+               model, fmt::join(record.from, ","), to, record.rule, record.figures, model);
   {
     MutexLock lock(rollback_mu_);
-    ++rollback_counts_[{model, rule}];
+    ++rollback_counts_[{model, record.rule}];
   }
   Retire(model, std::move(bad));
   Status gone = WaitRetired(model);
   if (!gone.ok()) spdlog::warn("{}", gone.message());
   SettleMemory();
-  record.seconds = SecondsSince(started);
+  keeper_->Poke();
+  record.seconds = SecondsSince(record.started);
   if (rolled_back_) rolled_back_(record);
   return Status::Ok();
+}
+
+void ModelManager::MarkRolledBack(ModelEntry& entry, const RollbackRecord& record) {
+  const std::chrono::seconds cooldown =
+      entry.watch ? entry.watch->settings().cooldown : std::chrono::seconds(0);
+  entry.watch.reset();
+  entry.previous_files.reset();
+  entry.held = true;
+  entry.cooldown_until = record.started + cooldown;
+  const std::string to = record.to_model.empty()
+                             ? fmt::format("{}", fmt::join(record.to, ","))
+                             : fmt::format("fallback model '{}'", record.to_model);
+  entry.lifecycle.TransitionOrLog(
+      record.model, record.to, LifecycleState::kReady,
+      fmt::format("rolled back from version(s) {} to {}: {}: {}", fmt::join(record.from, ","),
+                  to, record.rule, record.figures));
+}
+
+Status ModelManager::PutBackKept(const std::string& model, RollbackRecord& record,
+                                 Versions* bad) {
+  // Versions kept asleep wake first: beside the bad ones, which serve meanwhile, when memory
+  // allows (the allocator may put other models' idle versions to sleep for it).
+  std::vector<std::shared_ptr<LoadedModel>> asleep;
+  std::chrono::milliseconds wait = reload_defaults_.unavailable_wait;
+  {
+    ReaderLock lock(mu_);
+    const ModelEntry& entry = models_.find(model)->second;
+    for (const auto& [v, version] : entry.previous.ready) {
+      if (version->sleep_gate().state() != SleepGate::State::kAwake) asleep.push_back(version);
+    }
+    if (entry.previous.config != nullptr) {
+      auto settings = ReloadSettingsFromConfig(*entry.previous.config, reload_defaults_);
+      if (settings.ok()) wait = settings->unavailable_wait;
+    }
+  }
+  Status woke = Status::Ok();
+  for (const auto& version : asleep) {
+    woke = version->Wake();
+    if (!woke.ok()) break;
+  }
+  if (woke.ok()) {
+    Update(model, [&](ModelEntry& entry) REQUIRES(mu_) {
+      record.to = VersionNumbers(entry.previous.ready);
+      *bad = std::move(entry.serving);
+      entry.serving = std::move(entry.previous);
+      entry.previous = Versions();
+      entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kLoading,
+                                      "rolling back: " + record.rule);
+      MarkRolledBack(entry, record);
+    });
+    return Status::Ok();
+  }
+  spdlog::info("model '{}': the kept version(s) cannot wake beside the bad ones ({}); those "
+               "unload first",
+               model, woke.message());
+  return PutBackAfterUnloading(model, record, wait, [&]() -> Result<Versions> {
+    Versions kept_versions;
+    Update(model, [&](ModelEntry& entry) {
+      kept_versions = std::move(entry.previous);
+      entry.previous = Versions();
+    });
+    for (const auto& [v, version] : kept_versions.ready) {
+      // Put back even so: the version stays asleep and each request tries to wake it again.
+      Status again = version->Wake();
+      if (!again.ok()) {
+        spdlog::error("model '{}' version {}: put back asleep: {}", model, v, again.message());
+      }
+    }
+    return kept_versions;
+  });
+}
+
+Status ModelManager::PutBackFromFiles(const std::string& model, const ReloadSource& source,
+                                      RollbackRecord& record, Versions* bad) {
+  VRAMD_RETURN_IF_ERROR(CheckUnchanged(model, source));
+  ReloadSettings settings = reload_defaults_;
+  if (auto parsed = ReloadSettingsFromConfig(*source.config, reload_defaults_); parsed.ok()) {
+    settings = *parsed;
+  }
+  const Footprint predicted = PredictFootprint(*source.config, source.dir, source.versions,
+                                               source.measured, memory::CudaDeviceCount());
+  const ReloadDecision decision =
+      ChooseReloadPolicy(settings, predicted, /*serving=*/true, free_bytes_);
+  spdlog::info("model '{}': rolling back: loading version(s) {} again from {} ({}: {})", model,
+               fmt::join(source.versions, ","), source.dir.string(),
+               ReloadPolicyName(decision.policy), decision.reason);
+  // Loads the versions again; an error naming the first that failed (what loaded is retired).
+  auto load = [&]() REQUIRES(action_) -> Result<Versions> {
+    load_slots_.acquire();
+    Versions loaded = LoadVersions(model, source.config, source.dir, source.versions, nullptr);
+    load_slots_.release();
+    loaded.files = source.files;
+    loaded.stamps = source.stamps;
+    if (loaded.failed.empty()) return loaded;
+    const std::string error = fmt::format("loading version(s) {} again failed: {}",
+                                          fmt::join(source.versions, ","),
+                                          loaded.failed.begin()->second);
+    Retire(model, std::move(loaded));
+    Status gone = WaitRetired(model);
+    if (!gone.ok()) spdlog::warn("{}", gone.message());
+    return Status::Unavailable(error);
+  };
+  if (decision.policy == ReloadPolicy::kResourcePreserving) {
+    return PutBackAfterUnloading(model, record, settings.unavailable_wait, load);
+  }
+  Update(model, [&](ModelEntry& entry) {
+    entry.lifecycle.TransitionOrLog(model, source.versions, LifecycleState::kLoading,
+                                    "rolling back: " + record.rule);
+  });
+  auto loaded = load();
+  if (!loaded.ok()) {
+    Update(model, [&](ModelEntry& entry) {
+      entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kReady,
+                                      "serving; rollback failed: " + loaded.status().message());
+    });
+    return loaded.status();
+  }
+  Update(model, [&](ModelEntry& entry) REQUIRES(mu_) {
+    record.to = VersionNumbers(loaded->ready);
+    *bad = std::move(entry.serving);
+    entry.serving = std::move(*loaded);
+    MarkRolledBack(entry, record);
+  });
+  return Status::Ok();
+}
+
+Status ModelManager::PutBackAfterUnloading(const std::string& model, RollbackRecord& record,
+                                           std::chrono::milliseconds wait,
+                                           const std::function<Result<Versions>()>& bring_back) {
+  LetGapWaitersLook(model);
+  Versions bad;
+  Update(model, [&](ModelEntry& entry) {
+    entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kDraining,
+                                    "rolling back: " + record.rule +
+                                        ": the bad version(s) unload first (memory is short)");
+    entry.gap = true;
+    entry.gap_wait = wait;
+    bad = std::move(entry.serving);
+    entry.serving = Versions();
+    entry.serving.config = bad.config;
+  });
+  Status gone = DrainAndUnload(model, std::move(bad), "rolling back: unloading the bad version(s)");
+  if (!gone.ok()) spdlog::error("{}", gone.message());
+  SettleMemory();
+  Update(model, [&](ModelEntry& entry) {
+    entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kLoading,
+                                    "rolling back: " + record.rule);
+  });
+  Result<Versions> back = bring_back();
+  Status result = Status::Ok();
+  Update(model, [&](ModelEntry& entry) REQUIRES(mu_) {
+    EndGap(entry);
+    if (back.ok()) {
+      record.to = VersionNumbers(back->ready);
+      entry.serving = std::move(*back);
+      MarkRolledBack(entry, record);
+      return;
+    }
+    result = back.status();
+    entry.previous_files.reset();
+    entry.held = true;
+    entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kFailed,
+                                    "rollback failed: " + result.message());
+  });
+  return result;
+}
+
+Status ModelManager::SwitchToFallback(const std::string& model, const std::string& fallback,
+                                      RollbackRecord& record, Versions* bad) {
+  {
+    ReaderLock lock(mu_);
+    auto it = models_.find(fallback);
+    if (it == models_.end() || it->second.serving.ready.empty()) {
+      return Status::Unavailable(
+          fmt::format("fallback model '{}' has no ready version", fallback));
+    }
+    if (!it->second.served_by.empty()) {
+      return Status::Unavailable(fmt::format(
+          "fallback model '{}' was rolled back to model '{}' itself", fallback,
+          it->second.served_by));
+    }
+    const auto mine = models_.find(model)->second.serving.config;
+    const auto theirs = it->second.serving.ready.rbegin()->second->shared_config();
+    if (mine != nullptr) VRAMD_RETURN_IF_ERROR(SameInterface(*mine, *theirs));
+  }
+  Update(model, [&](ModelEntry& entry) REQUIRES(mu_) {
+    record.to_model = fallback;
+    record.to.clear();
+    auto config = entry.serving.config;
+    *bad = std::move(entry.serving);
+    entry.serving = Versions();
+    entry.serving.config = std::move(config);
+    entry.previous_files.reset();
+    entry.served_by = fallback;
+    entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kLoading,
+                                    "rolling back: " + record.rule);
+    MarkRolledBack(entry, record);
+  });
+  return Status::Ok();
+}
+
+std::optional<ModelManager::ReloadSource> ModelManager::SourceOf(
+    const Versions& versions, std::optional<DeviceBytes> measured) {
+  if (versions.ready.empty() || versions.config == nullptr || !versions.stamps) {
+    return std::nullopt;
+  }
+  ReloadSource source;
+  source.files = versions.files;
+  source.config = versions.config;
+  source.dir = versions.dir;
+  source.versions = VersionNumbers(versions.ready);
+  source.stamps = *versions.stamps;
+  source.measured = std::move(measured);
+  return source;
+}
+
+Status ModelManager::CheckUnchanged(const std::string& model, const ReloadSource& source) {
+  auto now = VersionFileStamps(source.dir, source.versions);
+  if (!now) {
+    return Status::Unavailable(fmt::format(
+        "version(s) {} of '{}' cannot be loaded again: '{}' cannot be read",
+        fmt::join(source.versions, ","), model, source.dir.string()));
+  }
+  if (*now == source.stamps) return Status::Ok();
+  // Name the first difference: a file changed, added or gone.
+  std::map<std::string, const repository::FileStamp*> then;
+  for (const auto& stamp : source.stamps) then[stamp.relative_path] = &stamp;
+  std::string what;
+  for (const auto& stamp : *now) {
+    auto it = then.find(stamp.relative_path);
+    if (it == then.end()) {
+      what = fmt::format("'{}' was added", stamp.relative_path);
+      break;
+    }
+    if (!(*it->second == stamp)) {
+      what = fmt::format("'{}' changed", stamp.relative_path);
+      break;
+    }
+    then.erase(it);
+  }
+  if (what.empty() && !then.empty()) what = fmt::format("'{}' is gone", then.begin()->first);
+  return Status::InvalidArgument(fmt::format(
+      "version(s) {} of '{}' cannot be loaded again: their files changed since they served ({} "
+      "in {})",
+      fmt::join(source.versions, ","), model, what, source.dir.string()));
 }
 
 Status ModelManager::Hold(std::string_view name, bool hold) {
@@ -1235,6 +1602,7 @@ void ModelManager::CheckRollbacks() {
         spdlog::info("model '{}': rollback watch over; the versions it kept are unloaded", name);
         ended.emplace_back(name, std::move(entry.previous));
         entry.previous = Versions();
+        entry.previous_files.reset();
         entry.watch.reset();
         continue;
       }
@@ -1337,6 +1705,24 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::FindLocked(std::string_view n
   }
   const ModelEntry& entry = it->second;
   const Versions& serving = entry.serving;
+  if (!entry.served_by.empty() && serving.ready.empty()) {
+    // Rolled back to a fallback model: its highest ready version answers (one step: the
+    // fallback's own fallback is not followed).
+    if (version != 0) {
+      return Status::NotFound(fmt::format(
+          "model '{}' version {} is not served: after a rollback, model '{}' answers for '{}' "
+          "(ask for no version)",
+          name, version, entry.served_by, name));
+    }
+    auto fallback = models_.find(entry.served_by);
+    if (fallback == models_.end() || fallback->second.serving.ready.empty()) {
+      return Status::Unavailable(fmt::format(
+          "model '{}' is served by fallback model '{}' after a rollback, which has no ready "
+          "version",
+          name, entry.served_by));
+    }
+    return fallback->second.serving.ready.rbegin()->second;
+  }
   if (version == 0) {
     if (serving.ready.empty()) {
       const std::string& why = entry.lifecycle.reason();
@@ -1483,6 +1869,15 @@ std::vector<std::shared_ptr<LoadedModel>> ModelManager::LoadedVersions() const {
   return loaded;
 }
 
+std::vector<std::shared_ptr<LoadedModel>> ModelManager::SleepCandidates() const {
+  std::vector<std::shared_ptr<LoadedModel>> versions = LoadedVersions();
+  ReaderLock lock(mu_);
+  for (const auto& [name, entry] : models_) {
+    for (const auto& [v, model] : entry.previous.ready) versions.push_back(model);
+  }
+  return versions;
+}
+
 std::vector<ModelIndexEntry> ModelManager::Index() const {
   // Models of the repositories that were never loaded (explicit mode) are listed too, as
   // Triton lists them; scanned before taking the lock.
@@ -1562,7 +1957,15 @@ std::optional<ModelLifecycleView> ModelManager::Lifecycle(std::string_view name)
       view.history.assign(entry.lifecycle.history().begin(), entry.lifecycle.history().end());
       view.last_load = entry.last_load;
       view.held = entry.held;
-      for (const auto& [v, m] : entry.previous.ready) view.rollback_kept.push_back(v);
+      for (const auto& [v, m] : entry.previous.ready) {
+        view.rollback_kept.push_back(v);
+        if (m->sleep_gate().state() != SleepGate::State::kAwake) {
+          view.rollback_kept_asleep.push_back(v);
+        }
+      }
+      if (entry.previous_files) view.rollback_reload = entry.previous_files->versions;
+      if (entry.watch) view.rollback_fallback = entry.watch->settings().fallback_model;
+      view.served_by = entry.served_by;
       return view;
     }
   }
@@ -1586,6 +1989,12 @@ bool ModelManager::AllModelsReady() const {
     if (entry.unloaded_on_request) continue;
     if (entry.lifecycle.state() == LifecycleState::kUnloaded &&
         entry.lifecycle.history().empty()) {
+      continue;
+    }
+    if (!entry.served_by.empty()) {
+      // Rolled back to a fallback model: ready while that model serves.
+      auto fallback = models_.find(entry.served_by);
+      if (fallback == models_.end() || fallback->second.serving.ready.empty()) return false;
       continue;
     }
     if (entry.serving.ready.empty() || !entry.serving.failed.empty()) return false;

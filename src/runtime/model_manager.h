@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "config/model_config.pb.h"
+#include "repository/repository_watcher.h"
 #include "core/load_timing.h"
 #include "core/mutex.h"
 #include "core/status.h"
@@ -116,6 +117,7 @@ struct LoadReport {
 struct RollbackRecord {
   std::string model;
   std::vector<int64_t> from, to;
+  std::string to_model;  // a fallback model, when the rollback went to one (`to` is empty)
   std::string rule;     // rollback_rules.h's names, or "manual" / "webhook"
   std::string figures;  // what the rule saw, or who asked
   std::chrono::steady_clock::time_point started;
@@ -130,7 +132,15 @@ struct ModelLifecycleView {
   std::vector<LifecycleTransition> history;
   std::optional<LoadReport> last_load;
   bool held = false;  // no automatic change until released (ModelManager::Hold, a rollback)
-  std::vector<int64_t> rollback_kept;  // versions kept warm while a rollback watch runs
+  // While a rollback watch runs, what a rollback would go back to: the versions kept loaded
+  // (`rollback_kept`, each "warm" or asleep), else the versions it would load again from their
+  // files (`rollback_reload`), else the fallback model (empty: none).
+  std::vector<int64_t> rollback_kept;
+  std::vector<int64_t> rollback_kept_asleep;  // those of rollback_kept not awake
+  std::vector<int64_t> rollback_reload;
+  std::string rollback_fallback;
+  // Set after a rollback to a fallback model: that model answers this one's requests.
+  std::string served_by;
 };
 
 class ModelManager {
@@ -225,11 +235,14 @@ class ModelManager {
   // The keeper of idle and pressure sleeps (sleep_keeper.h), for its counters.
   const SleepKeeper& sleep_keeper() const { return *keeper_; }
 
-  // Rollback (docs/rollback.md). Puts back the versions that served before the last reload,
-  // kept warm while the new ones are watched, and holds the model there: a poll does not load
-  // the rolled-back change again until Release. `rule` and `figures` say why (the log line, the
-  // lifecycle history, the index reason and vramd_rollbacks_total). InvalidArgument when no
-  // previous version is kept; NotFound for an unknown model. Any control mode.
+  // Rollback (docs/rollback.md). Puts back what served before the last reload, and holds the
+  // model there: a poll does not load the rolled-back change again until Release. What goes
+  // back, the first that can: the versions a watch kept loaded (woken first where asleep:
+  // beside the bad versions when memory allows, else after they unload); the versions it
+  // unloaded, loaded again from their files when those are as they were; the watch's fallback
+  // model, which then answers the model's requests. `rule` and `figures` say why (the log
+  // line, the lifecycle history, the index reason and vramd_rollbacks_total). InvalidArgument
+  // naming why when nothing can go back; NotFound for an unknown model. Any control mode.
   Status Rollback(std::string_view name, std::string rule, std::string figures)
       EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
   // Hold: no automatic change (poll reloads, automatic rollbacks) until released; an explicit
@@ -316,6 +329,10 @@ class ModelManager {
 
   // One load's versions, under one model-level ledger owner.
   struct Versions {
+    // Where they loaded from, and the files of their version folders as the load began (a
+    // rollback loads them again only while those are unchanged); stamps unset when unreadable.
+    std::filesystem::path dir;
+    std::optional<std::vector<repository::FileStamp>> stamps;
     // The files the versions loaded from when a load request carried them: first, so removed
     // after everything else here is destroyed.
     std::shared_ptr<const OverrideDirectory> files;
@@ -324,6 +341,21 @@ class ModelManager {
     std::map<int64_t, std::shared_ptr<LoadedModel>> ready;
     std::map<int64_t, std::string> failed;  // version -> reason
   };
+
+  // How to load versions again that a watch unloaded: what LoadVersions needs, as it was.
+  struct ReloadSource {
+    std::shared_ptr<const OverrideDirectory> files;  // a load request's files, kept on disk
+    std::shared_ptr<const config::ModelConfig> config;
+    std::filesystem::path dir;
+    std::vector<int64_t> versions;
+    std::vector<repository::FileStamp> stamps;
+    std::optional<DeviceBytes> measured;
+  };
+  // `versions`' way back once they unload; nullopt when their files could not be read.
+  static std::optional<ReloadSource> SourceOf(const Versions& versions,
+                                              std::optional<DeviceBytes> measured);
+  // Whether `source`'s version folders are still as they were; InvalidArgument naming a change.
+  static Status CheckUnchanged(const std::string& model, const ReloadSource& source);
 
   // A model: all of it guarded by mu_, changed (gap_waiters aside) with mu_ held exclusively
   // and, the destructor aside, under the model's action lock. Not checked field by field (a
@@ -340,16 +372,22 @@ class ModelManager {
     // mu_ held shared; a fall is announced on gap_answered_.
     mutable std::atomic<int> gap_waiters{0};
     bool unloaded_on_request = false;  // not counted by AllModelsReady
-    // Rollback: the versions the last reload replaced, kept serving-ready (not shut down) while
-    // `watch` runs on the new ones; both empty when the model does not watch. `held`: no
+    // Rollback: the versions the last reload replaced, kept serving-ready (not shut down; asleep
+    // under vramd.rollback.keep "asleep", or when the sleep keeper needed their memory) while
+    // `watch` runs on the new ones, or, unloaded (keep "reload", or a resource-preserving
+    // reload), how to load them again; all empty when the model does not watch. `held`: no
     // automatic change (Hold, or after a rollback) until released.
     Versions previous;
+    std::optional<ReloadSource> previous_files;
     std::optional<RollbackWatch> watch;
     bool held = false;
     bool change_held_back = false;  // a poll saw a change while held
     Clock::time_point cooldown_until{};
     std::optional<DeviceBytes> measured;  // the last successful load's footprint
     std::optional<LoadReport> last_load;
+    // After a rollback to a fallback model: its name. Nothing of this model serves; requests
+    // for it go to that model's highest ready version (FindLocked). A load or unload ends it.
+    std::string served_by;
   };
 
   // Versions taken out of the map: their owner closes once none of them is referenced.
@@ -441,10 +479,32 @@ class ModelManager {
       REQUIRES_SHARED(mu_);
   // The releasing thread: answers parked FindAsync calls when their gap ends or times out.
   void ReleaseParked(std::stop_token stop) EXCLUDES(mu_, parked_mu_);
+  // What the sleep keeper may put to sleep: the ready versions (LoadedVersions) and those a
+  // rollback watch keeps, which it finds idle first (they serve nothing).
+  std::vector<std::shared_ptr<LoadedModel>> SleepCandidates() const EXCLUDES(mu_);
   // The rollback monitor: every rollback_check_interval, feeds each watch its versions'
   // statistics and the GPU utilization, ends watches whose time is up (retiring the versions
   // they kept), and rolls back where a rule fired.
   void MonitorRollbacks(std::stop_token stop) EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
+  // Rollback's three ways back (under the model's action lock); each switches the model and
+  // fills record.to, or fails leaving the serving versions serving where it can.
+  Status PutBackKept(const std::string& model, RollbackRecord& record, Versions* bad)
+      REQUIRES(action_) EXCLUDES(mu_, parked_mu_, retired_mu_);
+  Status PutBackFromFiles(const std::string& model, const ReloadSource& source,
+                          RollbackRecord& record, Versions* bad)
+      REQUIRES(action_) EXCLUDES(mu_, parked_mu_, retired_mu_);
+  Status SwitchToFallback(const std::string& model, const std::string& fallback,
+                          RollbackRecord& record, Versions* bad)
+      REQUIRES(action_) EXCLUDES(mu_, parked_mu_);
+  // The bad versions leave the map first (a resource-preserving gap opens; requests wait in it
+  // up to `wait`) and unload; then `bring_back` makes what goes back, published with the gap's
+  // end. Its error, if any, is returned after the gap ends with nothing serving.
+  Status PutBackAfterUnloading(const std::string& model, RollbackRecord& record,
+                               std::chrono::milliseconds wait,
+                               const std::function<Result<Versions>()>& bring_back)
+      REQUIRES(action_) EXCLUDES(mu_, parked_mu_, retired_mu_);
+  // The entry's side of every rollback: the watch ends, the model is held and cools down.
+  void MarkRolledBack(ModelEntry& entry, const RollbackRecord& record) REQUIRES(mu_);
   void CheckRollbacks() EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
   // The polling thread: PollOnce every poll_interval until stopped.
   void PollUntilStopped(std::stop_token stop) EXCLUDES(poll_mu_, action_);

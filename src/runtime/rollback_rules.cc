@@ -47,6 +47,15 @@ Result<bool> ParseBool(std::string_view key, std::string_view text) {
 
 }  // namespace
 
+const char* RollbackKeepName(RollbackKeep keep) {
+  switch (keep) {
+    case RollbackKeep::kWarm: return "warm";
+    case RollbackKeep::kAsleep: return "asleep";
+    case RollbackKeep::kReload: return "reload";
+  }
+  return "?";
+}
+
 Result<RollbackSettings> RollbackSettingsFromConfig(const config::ModelConfig& config) {
   RollbackSettings s;
   for (const auto& [key, value] : config.parameters()) {
@@ -79,10 +88,30 @@ Result<RollbackSettings> RollbackSettingsFromConfig(const config::ModelConfig& c
     } else if (name == "cooldown_s") {
       VRAMD_ASSIGN_OR_RETURN(uint64_t n, ParseCount(key, text, 0));
       s.cooldown = std::chrono::seconds(n);
+    } else if (name == "keep") {
+      if (text == "warm") {
+        s.keep = RollbackKeep::kWarm;
+      } else if (text == "asleep") {
+        s.keep = RollbackKeep::kAsleep;
+      } else if (text == "reload") {
+        s.keep = RollbackKeep::kReload;
+      } else {
+        return Status::InvalidArgument(fmt::format(
+            "parameter '{}' takes \"warm\", \"asleep\" or \"reload\", not '{}'", key, text));
+      }
+    } else if (name == "fallback_model") {
+      // A model is a directory of a repository: a name of at most NAME_MAX bytes, no '/'.
+      if (text.empty() || text.size() > 255 || text.find('/') != std::string::npos ||
+          text == "." || text == ".." || text == config.name()) {
+        return Status::InvalidArgument(fmt::format(
+            "parameter '{}' takes the name of another model, not '{}'", key, text));
+      }
+      s.fallback_model = text;
     } else {
       return Status::InvalidArgument(fmt::format(
           "unknown parameter '{}' (vramd.rollback.: watch_s, error_rate, error_window_s, p99_ms, "
-          "min_requests, gpu_util, gpu_util_s, on_oom, on_leak, cooldown_s)",
+          "min_requests, gpu_util, gpu_util_s, on_oom, on_leak, cooldown_s, keep, "
+          "fallback_model)",
           key));
     }
   }

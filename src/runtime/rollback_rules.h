@@ -13,6 +13,11 @@
 //   vramd.rollback.on_oom          any request of the version failed out of memory ("true")
 //   vramd.rollback.on_leak         any leak report charged to the version ("true")
 //   vramd.rollback.cooldown_s      after a rollback, no other for this long (600)
+//   vramd.rollback.keep            what is kept of the versions a reload replaced: "warm"
+//                                  (loaded, ready), "asleep" (loaded, asleep: sleep_gate.h) or
+//                                  "reload" (unloaded; loaded again from their files) ("warm")
+//   vramd.rollback.fallback_model  a model that answers for this one when a rule fires and
+//                                  nothing can be put back (a first load, say)
 // Windows slide by whole seconds; a rule needs its whole window behind it (a version live for
 // 5 s is not judged on a 30 s window), which with min_requests keeps one early error from
 // deciding.
@@ -33,6 +38,10 @@
 
 namespace vramd::runtime {
 
+// What a watch keeps of the versions a reload replaced, so that a rollback can put them back.
+enum class RollbackKeep { kWarm, kAsleep, kReload };
+const char* RollbackKeepName(RollbackKeep keep);  // "warm", "asleep", "reload"
+
 struct RollbackSettings {
   bool enabled = false;
   std::chrono::seconds watch{300};
@@ -45,6 +54,8 @@ struct RollbackSettings {
   bool on_oom = true;
   bool on_leak = true;
   std::chrono::seconds cooldown{600};
+  RollbackKeep keep = RollbackKeep::kWarm;
+  std::string fallback_model;  // empty: none
 };
 
 // From the config's vramd.rollback.* parameters; InvalidArgument naming the parameter and what

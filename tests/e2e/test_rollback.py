@@ -52,18 +52,28 @@ def server(start_server, tmp_path_factory):
         s = start_server([repo], ["--backend-directory", TEST_BACKENDS_DIR,
                                   "--model-control-mode", "explicit"] + list(extra_args),
                          name="rollback")
+        s.repo = repo
         load(s, config(rules=rules))
         return s
     return start
 
 
-def load(s, cfg):
+def load(s, cfg, model="m"):
     c = s.client()
     try:
-        r = c.post("/v2/repository/models/m/load",
+        r = c.post("/v2/repository/models/%s/load" % model,
                    json.dumps({"parameters": {"config": json.dumps(cfg)}}).encode(),
                    {"Content-Type": "application/json"})
         assert r.status == 200, r.body
+    finally:
+        c.close()
+
+
+def rollback(s, model="m"):
+    c = s.client()
+    try:
+        return c.post("/v2/repository/models/%s/rollback" % model, b"",
+                      {"Content-Type": "application/json"})
     finally:
         c.close()
 
@@ -257,7 +267,7 @@ def test_alertmanager_webhook_and_manual_hold(server):
         # Alertmanager repeats a firing alert: the second time there is nothing to go back to.
         again = c.post("/v2/alertmanager", json.dumps(payload).encode(),
                        {"Content-Type": "application/json"}).json()
-        assert again["rolled_back"] == [] and "no previous version" in again["skipped"][0]["reason"]
+        assert again["rolled_back"] == [] and "nothing to go back to" in again["skipped"][0]["reason"]
         bad = c.post("/v2/alertmanager", b'{"alerts": 3}', {"Content-Type": "application/json"})
         assert bad.status == 400 and "alerts" in bad.json()["error"]
     finally:
@@ -267,7 +277,7 @@ def test_alertmanager_webhook_and_manual_hold(server):
     # vramctl: release, hold, and a manual rollback with nothing kept.
     url = "http://127.0.0.1:%d" % s.port
     for args, code, words in ((["release", "m"], 0, "released"), (["hold", "m"], 0, "held"),
-                              (["rollback", "m", "--reason", "test"], 1, "no previous version"),
+                              (["rollback", "m", "--reason", "test"], 1, "nothing to go back to"),
                               (["hold", "nope"], 1, "not known")):
         out = subprocess.run([str(VRAMCTL)] + args + ["--url", url], capture_output=True,
                              text=True, timeout=60)
@@ -289,3 +299,193 @@ def test_manual_rollback_over_the_repository_api(server):
         c.close()
     assert_rolled_back(s, "manual")
     assert "canary looked wrong" in lifecycle(s)["reason"]
+
+
+def roll_back_a_failing_reload_from_files(server, rules):
+    """Under traffic, reloads with a version that fails every request, whose watch can only
+    load the old version again from its files, until the error-rate rule rolls it back."""
+    s = server(rules=rules)
+    traffic = Traffic(s)
+    try:
+        time.sleep(0.3)
+        load(s, config(extra={"fail_execute": "true"}, rules=rules))
+        view = lifecycle(s)
+        assert view["rollback_kept"] == [] and view["rollback_reload"] == ["1"], view
+        wait_for(lambda: rolled_back(s), timeout=15, what="the error-rate rollback")
+        ok_at_rollback = traffic.ok
+        wait_for(lambda: traffic.ok > ok_at_rollback + 20, timeout=10, what="good answers again")
+    finally:
+        traffic.stop()
+    assert_rolled_back(s, "error_rate", traffic)
+    assert "loading version(s) 1 again" in s.stderr_text()
+    return s
+
+
+def test_keep_reload_loads_the_replaced_version_again(server):
+    # The replaced version is unloaded (vramd.rollback.keep "reload"): a rollback loads it
+    # again, with the config it served with, from its unchanged files, beside the bad one.
+    s = roll_back_a_failing_reload_from_files(
+        server, {"vramd.rollback.error_rate": "20%", "vramd.rollback.keep": "reload"})
+    states = [h["to"] for h in lifecycle(s)["history"]]
+    assert states[-2:] == ["loading", "ready"], states
+
+
+def test_a_resource_preserving_reload_is_rolled_back_from_files_in_a_gap(server):
+    # Memory is short (forced here): the reload unloads the old version before the new one
+    # loads, and the rollback unloads the bad one before loading the old one again. Requests
+    # arriving meanwhile wait in the gap instead of failing.
+    s = roll_back_a_failing_reload_from_files(
+        server, {"vramd.rollback.error_rate": "20%",
+                 "vramd.reload_policy": "resource_preserving"})
+    states = [h["to"] for h in lifecycle(s)["history"]]
+    # ... ready, draining, unloading, loading, ready (the rollback's gap) at the end.
+    assert states[-4:] == ["draining", "unloading", "loading", "ready"], states
+
+
+def test_files_changed_in_place_cannot_be_loaded_again(server):
+    rules = {"vramd.rollback.error_rate": "99%", "vramd.rollback.keep": "reload"}
+    s = server(rules=rules)
+    load(s, config(extra={"execute_delay_us": "1"}, rules=rules))
+    (s.repo / "m" / "1" / "extra.txt").write_text("changed after it served")
+    r = rollback(s)
+    assert r.status == 400, r.body
+    error = r.json()["error"]
+    assert "changed since they served" in error and "'1/extra.txt' was added" in error, error
+    view = lifecycle(s)
+    # Nothing happened: the new version serves, still watched.
+    assert view["serving"] == ["1"] and view["rollback_reload"] == ["1"] and not view["held"]
+
+
+def test_a_fallback_model_answers_when_nothing_can_go_back(server):
+    fallback = {"vramd.rollback.fallback_model": "f", "vramd.rollback.error_rate": "20%"}
+    s = server()
+    (s.repo / "f" / "1").mkdir(parents=True)
+    (s.repo / "f" / "config.pbtxt").write_text('backend: "echo_c"\n')
+    # A fallback of another shape cannot answer for the model.
+    wrong = config()
+    wrong["name"] = "f"
+    wrong["input"][0]["dims"] = [8]
+    wrong["output"][0]["dims"] = [8]
+    load(s, wrong, model="f")
+    c = s.client()
+    try:
+        assert c.post("/v2/repository/models/m/unload", b"{}").status == 200
+    finally:
+        c.close()
+    # A first load: no version served before, so the fallback is all there is to go back to.
+    load(s, config(extra={"fail_execute": "true"}, rules=fallback))
+    view = lifecycle(s)
+    assert view["rollback_fallback"] == "f" and view["rollback_kept"] == [], view
+    r = rollback(s)
+    assert r.status == 400 and "differs in data type or shape" in r.json()["error"], r.body
+    good = config()
+    good["name"] = "f"
+    load(s, good, model="f")
+    traffic = Traffic(s)
+    try:
+        wait_for(lambda: rolled_back(s), timeout=15, what="the rollback to the fallback")
+        ok_at_rollback = traffic.ok
+        wait_for(lambda: traffic.ok > ok_at_rollback + 20, timeout=10, what="the fallback's answers")
+    finally:
+        traffic.stop()
+    others = [f for f in traffic.failures if "fail_execute" not in f]
+    assert not others, others[:3]
+    view = lifecycle(s)
+    assert view["served_by"] == "f" and view["held"] and view["state"] == "ready", view
+    assert "fallback model 'f'" in view["reason"], view
+    c = s.client()
+    try:
+        r = c.infer_raw("m", [Input("INPUT0", "FP32", np.arange(4, dtype=np.float32),
+                                    binary=True)])
+        assert r.status == 200 and r.json()["model_name"] == "f", r.body
+        assert c.get("/v2/models/m/ready").status == 200
+        assert c.get("/v2/health/ready").status == 200
+    finally:
+        c.close()
+    assert rollbacks_metric(s, "error_rate") == 1
+    # A load of the model ends the fallback.
+    load(s, config())
+    view = lifecycle(s)
+    assert view["served_by"] == "" and view["serving"] == ["1"], view
+
+
+def mlp_server(start_server, tmp_path_factory, rules, budget=None):
+    """The built-in mlp backend on CPU (tests/e2e/test_sleep.py's models, which can sleep):
+    model 'w' version 1 loaded, watched with `rules`, and model 'x' in the repository."""
+    from test_sleep import add_model, parameter
+    repo = tmp_path_factory.mktemp("rollback-mlp-repo")
+    add_model(repo, "w", seed=1, extra="\n".join(parameter(k, v) for k, v in rules.items()))
+    add_model(repo, "x", seed=3)
+    args = ["--model-control-mode", "explicit", "--load-model", "w"]
+    if budget:
+        args += ["--memory-budget", budget]
+    s = start_server([repo], args, name="rollback-mlp", ready_models=["w"])
+    s.repo = repo
+    return s
+
+
+def reload_with_version_2(s):
+    from test_sleep import weights
+    (s.repo / "w" / "2").mkdir()
+    (s.repo / "w" / "2" / "model.safetensors").write_bytes(weights(2))
+    c = s.client()
+    try:
+        r = c.post("/v2/repository/models/w/load", b"")
+        assert r.status == 200, r.body
+    finally:
+        c.close()
+
+
+def test_keep_asleep_gives_the_memory_back_and_wakes_on_rollback(start_server, tmp_path_factory):
+    from test_sleep import infer, sleep_state, version_bytes, WEIGHT_BYTES
+    s = mlp_server(start_server, tmp_path_factory,
+                   {"vramd.rollback.watch_s": "120", "vramd.rollback.keep": "asleep"})
+    c = s.client()
+    try:
+        before = infer(c, "w")
+        held = version_bytes(c, "w")
+        reload_with_version_2(s)
+        view = c.get("/v2/repository/models/w/lifecycle").json()
+        assert view["serving"] == ["2"] and view["rollback_kept"] == ["1"], view
+        assert view["rollback_kept_asleep"] == ["1"], view
+        # Version 1 sleeps: its weights are given back while version 2 serves.
+        assert held - version_bytes(c, "w") >= WEIGHT_BYTES
+        assert not np.array_equal(infer(c, "w"), before)
+        r = rollback(s, "w")
+        assert r.status == 200, r.body
+        view = c.get("/v2/repository/models/w/lifecycle").json()
+        assert view["serving"] == ["1"] and view["held"] and view["rollback_kept"] == [], view
+        assert sleep_state(c, "w")["sleep"] == "awake"
+        np.testing.assert_array_equal(infer(c, "w"), before)
+    finally:
+        c.close()
+
+
+def test_a_kept_version_sleeps_under_pressure_and_wakes_to_roll_back(start_server,
+                                                                     tmp_path_factory):
+    # Kept warm while memory allows: the budget holds two models' weights, so loading 'x'
+    # puts the kept version 1 of 'w' (idle, least recently used) to sleep; the rollback wakes
+    # it beside the bad version 2, which makes 'x' sleep in turn.
+    from test_sleep import infer, sleep_state, WEIGHT_BYTES
+    budget = "cpu=%dKiB" % ((2 * WEIGHT_BYTES + 512 * 1024) // 1024)
+    s = mlp_server(start_server, tmp_path_factory, {"vramd.rollback.watch_s": "120"},
+                   budget=budget)
+    c = s.client()
+    try:
+        before = infer(c, "w")
+        reload_with_version_2(s)
+        view = c.get("/v2/repository/models/w/lifecycle").json()
+        assert view["rollback_kept"] == ["1"] and view["rollback_kept_asleep"] == [], view
+        infer(c, "w")
+        assert c.post("/v2/repository/models/x/load", b"").status == 200
+        view = c.get("/v2/repository/models/w/lifecycle").json()
+        assert view["rollback_kept_asleep"] == ["1"], view
+        x_answer = infer(c, "x")
+        r = rollback(s, "w")
+        assert r.status == 200, r.body
+        assert c.get("/v2/repository/models/w/lifecycle").json()["serving"] == ["1"]
+        np.testing.assert_array_equal(infer(c, "w"), before)
+        assert sleep_state(c, "x")["sleep"] == "asleep"
+        np.testing.assert_array_equal(infer(c, "x"), x_answer)
+    finally:
+        c.close()

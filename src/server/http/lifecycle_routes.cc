@@ -95,6 +95,14 @@ HttpResponse ModelLifecycleResponse(const runtime::ModelManager& manager, std::s
   w.Bool(view->held);
   w.Key("rollback_kept");
   WriteVersions(w, view->rollback_kept);
+  w.Key("rollback_kept_asleep");
+  WriteVersions(w, view->rollback_kept_asleep);
+  w.Key("rollback_reload");
+  WriteVersions(w, view->rollback_reload);
+  w.Key("rollback_fallback");
+  WriteJsonString(w, view->rollback_fallback);
+  w.Key("served_by");
+  WriteJsonString(w, view->served_by);
   w.Key("history");
   w.StartArray();
   for (const auto& t : view->history) {

@@ -177,7 +177,9 @@ std::vector<Span> RollbackSpans(const runtime::RollbackRecord& record,
                             {"vramd.rollback.rule", record.rule},
                             {"vramd.rollback.figures", record.figures},
                             {"vramd.rollback.from_versions", join(record.from)},
-                            {"vramd.rollback.to_versions", join(record.to)}};
+                            {"vramd.rollback.to_versions", join(record.to)},
+                            {"vramd.rollback.to_model",
+                             record.to_model.empty() ? record.model : record.to_model}};
   return {span};
 }
 

@@ -68,6 +68,29 @@ TEST(RollbackSettingsTest, ParsesSharesAndRefusesNonsense) {
   }
 }
 
+TEST(RollbackSettingsTest, KeepAndFallbackModel) {
+  RollbackSettings plain = Settings({{"vramd.rollback.watch_s", "30"}});
+  EXPECT_EQ(plain.keep, RollbackKeep::kWarm);
+  EXPECT_TRUE(plain.fallback_model.empty());
+  RollbackSettings s = Settings({{"vramd.rollback.keep", "asleep"},
+                                 {"vramd.rollback.fallback_model", "stable"}});
+  EXPECT_EQ(s.keep, RollbackKeep::kAsleep);
+  EXPECT_STREQ(RollbackKeepName(s.keep), "asleep");
+  EXPECT_EQ(s.fallback_model, "stable");
+  EXPECT_EQ(Settings({{"vramd.rollback.keep", "reload"}}).keep, RollbackKeep::kReload);
+  config::ModelConfig self = WithParameters({{"vramd.rollback.fallback_model", "m"}});
+  self.set_name("m");
+  for (const config::ModelConfig& bad :
+       {WithParameters({{"vramd.rollback.keep", "cold"}}),
+        WithParameters({{"vramd.rollback.fallback_model", ""}}),
+        WithParameters({{"vramd.rollback.fallback_model", "a/b"}}), self}) {
+    auto r = RollbackSettingsFromConfig(bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("vramd.rollback."), std::string::npos)
+        << r.status().message();
+  }
+}
+
 TEST(RollbackWatchTest, ErrorRateFiresOnlyOnAWholeWindowWithEnoughRequests) {
   const auto t0 = Clock::now();
   RollbackWatch w(Settings({{"vramd.rollback.error_rate", "10%"},
