@@ -105,7 +105,7 @@ std::optional<Admission::Ticket> Admission::TryAdmit(Device device, int64_t byte
   if ((bytes <= 0 && bytes != Ledger::kUnknownPeak) || !Governs(device)) return Ticket();
   const int slot = SlotOf(device);
   MutexLock lock(mu_);
-  if (!FitsLocked(slot, device, bytes)) return std::nullopt;
+  if (!waiting_[slot].empty() || !FitsLocked(slot, device, bytes)) return std::nullopt;
   return AdmitLocked(slot, measured, bytes);
 }
 
@@ -121,18 +121,26 @@ Result<Admission::Ticket> Admission::Admit(Device device, int64_t bytes, OwnerId
   // outputs (MemoryFreed); both notify `ended_`. (The second came later: a waiter that found
   // the last execution's outputs still held, with nothing else running, waited out its whole
   // deadline.)
-  auto fits = [&]() REQUIRES(mu_) { return FitsLocked(slot, device, bytes); };
   bool waited = false;
   // Counted as a waiter before the first look: a free between that look and the wait then
   // finds the count and notifies (MemoryFreed), instead of passing unseen. Sequentially
   // consistent on both sides, against the free's own store of the ledger's figure.
   waiters_.fetch_add(1);
-  const bool fit_at_once = fits();
+  const bool fit_at_once = waiting_[slot].empty() && FitsLocked(slot, device, bytes);
   if (fit_at_once) waiters_.fetch_sub(1);
   if (!fit_at_once) {
     waited = true;
-    const bool admitted = lock.WaitUntil(ended_, deadline, fits);
+    std::deque<uint64_t>& waiting = waiting_[slot];
+    const uint64_t turn = next_wait_++;
+    waiting.push_back(turn);
+    auto my_turn_and_fits = [&]() REQUIRES(mu_) {
+      return waiting.front() == turn && FitsLocked(slot, device, bytes);
+    };
+    const bool admitted = lock.WaitUntil(ended_, deadline, my_turn_and_fits);
+    waiting.erase(std::find(waiting.begin(), waiting.end(), turn));
     waiters_.fetch_sub(1);
+    // The next in line (when this one was first) may fit now, or may fit beside this one.
+    ended_.notify_all();
     if (!admitted) {
       ++stats_[slot].timed_out;
       stats_[slot].wait_ns += (Clock::now() - start).count();

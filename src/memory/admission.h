@@ -19,6 +19,12 @@
 // in the server's use, once in its reservation). A prediction is the largest peak seen at that
 // batch size, so the sum errs high: a burst runs fewer at once than would fit, not more.
 //
+// Waiters are admitted in the order they came, and nothing is admitted past a waiter (not even
+// an execution that would fit now): otherwise executions that fit beside each other can keep
+// the device busy for ever, and one that must run alone, or a large one, never starts. (It
+// did: under a sanitizer's slowness, a burst's first executions, of unknown size, waited out
+// their deadlines while the later ones, measured by then, kept overlapping.)
+//
 // Thread safety: every method is safe from any thread. A Ticket is used by one thread.
 #pragma once
 
@@ -27,6 +33,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -143,6 +150,10 @@ class Admission {
   std::condition_variable ended_;
   std::atomic<int> waiters_{0};  // executions waiting in Admit
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  // Per slot, the executions waiting in Admit, by wait number, oldest first: only the oldest
+  // may be admitted, and only when it is there (Admit, TryAdmit) none is admitted at once.
+  std::array<std::deque<uint64_t>, kSlots> waiting_ GUARDED_BY(mu_);
+  uint64_t next_wait_ GUARDED_BY(mu_) = 1;
   std::array<std::vector<Admitted>, kSlots> admitted_ GUARDED_BY(mu_);
   std::array<DeviceStats, kSlots> stats_ GUARDED_BY(mu_){};
 };

@@ -68,6 +68,38 @@ TEST(AdmissionTest, AnExecutionThatDoesNotFitWaitsForOneToEnd) {
   EXPECT_EQ(stats[0].reserved_bytes, 0);
 }
 
+TEST(AdmissionTest, NothingIsAdmittedPastAWaiter) {
+  // Two running executions leave room for a third of 300, but one of unknown size waits to
+  // run alone: were later ones admitted beside the running ones, it could wait for ever.
+  Ledger ledger(BudgetOf1000());
+  Admission admission(&ledger);
+  auto a = admission.Admit(Device::Cpu(), 300, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+  auto b = admission.Admit(Device::Cpu(), 300, kNoOwner, DeadlineIn(milliseconds(0)), "m");
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::atomic<bool> alone_started{false};
+  std::thread alone([&] {
+    auto ticket = admission.Admit(Device::Cpu(), Ledger::kUnknownPeak, kNoOwner,
+                                  DeadlineIn(milliseconds(10000)), "m");
+    EXPECT_TRUE(ticket.ok()) << ticket.status().ToString();
+    alone_started = true;
+  });
+  // Until the waiter is in line, a third fits (its ticket is given back at once).
+  const auto until = Admission::Clock::now() + milliseconds(10000);
+  while (admission.TryAdmit(Device::Cpu(), 300, kNoOwner).has_value()) {
+    ASSERT_LT(Admission::Clock::now(), until) << "the waiter never held the others back";
+    std::this_thread::yield();
+  }
+  auto behind = admission.Admit(Device::Cpu(), 300, kNoOwner, DeadlineIn(milliseconds(20)), "m");
+  EXPECT_FALSE(behind.ok());  // it fits the budget, but waits its turn
+  a->Release();
+  EXPECT_FALSE(admission.TryAdmit(Device::Cpu(), 300, kNoOwner).has_value());
+  EXPECT_FALSE(alone_started.load());
+  b->Release();
+  alone.join();
+  EXPECT_TRUE(alone_started.load());
+  EXPECT_EQ(admission.Stats()[0].waited, 1u);
+}
+
 TEST(AdmissionTest, ADeadlineThatComesFirstFailsNamingTheFigures) {
   Ledger ledger(BudgetOf1000());
   Admission admission(&ledger);
