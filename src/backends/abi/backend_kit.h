@@ -279,6 +279,8 @@ const VramdBackendApi* BackendApiFor(const char* name, bool supports_gpu,
       // model_sleep, model_wake: where Model has Sleep and Wake.
       Entry::kCanSleep ? &Entry::ModelSleep : nullptr,
       Entry::kCanSleep ? &Entry::ModelWake : nullptr,
+      // sleeps_in_place: no; a model that can sleep does it itself.
+      0,
   };
   return &api;
 }
