@@ -8,7 +8,9 @@ hits every series:
   (the export goes to a collector this script runs: OTLP/HTTP JSON in opentelemetry mode, or
   Triton's trace file with --mode triton)
 The baseline is "off" measured in the same run. Prints FIGURE lines (the ratio of each series'
-median req/s to off's) and one JSON line. The issue's targets: off costs nothing measurable
+median req/s to off's, and of vramd's own CPU time per request, read from /proc: on a machine
+with few cores the collector and the load generator take CPU the server would serve with, and
+the req/s ratio shows their cost too; the CPU ratio is the server's alone) and one JSON line. The issue's targets: off costs nothing measurable
 (there is no "untraced build" to compare it with: the figure here is off against itself,
 split in two halves of its rounds, which shows the noise a real cost would have to exceed),
 and rate 1 costs at most 5% req/s.
@@ -84,6 +86,13 @@ def post(port, path, body):
         raise RuntimeError("%s: %d %s" % (path, r.status, data))
 
 
+def cpu_seconds(pid):
+    """User plus system CPU time of process `pid` and all its threads, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vramd", required=True)
@@ -132,9 +141,11 @@ def main():
                     "rate1": {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}}
         rps = {name: [] for name in settings}
         p99 = {name: [] for name in settings}
+        cpu_us = {name: [] for name in settings}
         for _ in range(args.rounds):
             for name, setting in settings.items():
                 post(port, "/v2/trace/setting", setting)
+                cpu_before = cpu_seconds(server.pid)
                 out = subprocess.run(
                     [args.infer_load, "--port", str(port), "--model", "echo", "--body-file", body,
                      "--concurrency", str(args.concurrency), "--duration", str(args.duration),
@@ -144,6 +155,10 @@ def main():
                     raise RuntimeError("%s: %d errors" % (name, result["errors"]))
                 rps[name].append(result["rps"])
                 p99[name].append(result["p99_ms"])
+                # The CPU counted covers the 0.5 s warmup too: its requests are estimated at the
+                # measured rate (the same for every series, so the ratio is unaffected).
+                sent = result["requests"] * (args.duration + 0.5) / args.duration
+                cpu_us[name].append((cpu_seconds(server.pid) - cpu_before) * 1e6 / sent)
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -151,7 +166,11 @@ def main():
     half = args.rounds // 2
     off_split = statistics.median(rps["off"][half:]) / statistics.median(rps["off"][:half])
     rate1 = statistics.median(rps["rate1"]) / off
+    cpu_ratio = statistics.median(cpu_us["rate1"]) / statistics.median(cpu_us["off"])
     print("FIGURE tracing off, second half of rounds against first: %.3f (noise)" % off_split)
+    print("FIGURE vramd CPU per request at rate 1 (%s) against off: %.3f (%.1f us against %.1f)"
+          % (args.mode, cpu_ratio, statistics.median(cpu_us["rate1"]),
+             statistics.median(cpu_us["off"])))
     print("FIGURE tracing at rate 1 (%s) against off: %.3f of req/s (target >= 0.95)"
           % (args.mode, rate1))
     if args.mode == "opentelemetry":
@@ -159,6 +178,8 @@ def main():
     print(json.dumps({"mode": args.mode, "concurrency": args.concurrency, "rounds": args.rounds,
                       "rps_off": rps["off"], "rps_rate1": rps["rate1"],
                       "p99_ms_off": p99["off"], "p99_ms_rate1": p99["rate1"],
+                      "cpu_us_per_request_off": cpu_us["off"],
+                      "cpu_us_per_request_rate1": cpu_us["rate1"], "cpu_ratio_rate1": cpu_ratio,
                       "ratio_rate1": rate1, "off_noise": off_split, "spans": sink.spans}))
 
 

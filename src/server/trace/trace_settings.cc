@@ -68,13 +68,9 @@ TraceSettings::TraceSettings(TraceMode mode, Values global) : mode_(mode) {
 }
 
 Status TraceSettings::Apply(const Changes& changes, Holder* holder, bool is_model) {
-  Holder next;  // checked in full before anything changes
-  next.values = holder->values;
-  next.own_level = holder->own_level;
-  next.own_rate = holder->own_rate;
-  next.own_count = holder->own_count;
-  next.own_frequency = holder->own_frequency;
-  next.own_file = holder->own_file;
+  // Checked in full before anything changes.
+  Values values = holder->values;
+  Holder::Own own = holder->own;
   bool count_set = false;
   for (const auto& [name, value] : changes) {
     if (!value) {
@@ -87,34 +83,34 @@ Status TraceSettings::Apply(const Changes& changes, Holder* holder, bool is_mode
     }
     if (name == "trace_level") {
       if (value) {
-        VRAMD_ASSIGN_OR_RETURN(next.values.timestamps, ParseLevel(*value));
+        VRAMD_ASSIGN_OR_RETURN(values.timestamps, ParseLevel(*value));
       }
-      next.own_level = value.has_value();
+      own.level = value.has_value();
     } else if (name == "trace_rate") {
       if (value) {
         VRAMD_ASSIGN_OR_RETURN(std::string_view text, Single(name, *value));
-        VRAMD_ASSIGN_OR_RETURN(next.values.rate, ParseNumber<uint64_t>(name, text, 0));
+        VRAMD_ASSIGN_OR_RETURN(values.rate, ParseNumber<uint64_t>(name, text, 0));
       }
-      next.own_rate = value.has_value();
+      own.rate = value.has_value();
     } else if (name == "trace_count") {
       if (value) {
         VRAMD_ASSIGN_OR_RETURN(std::string_view text, Single(name, *value));
-        VRAMD_ASSIGN_OR_RETURN(next.values.count, ParseNumber<int64_t>(name, text, -1));
+        VRAMD_ASSIGN_OR_RETURN(values.count, ParseNumber<int64_t>(name, text, -1));
         count_set = true;
       }
-      next.own_count = value.has_value();
+      own.count = value.has_value();
     } else if (name == "log_frequency") {
       if (value) {
         VRAMD_ASSIGN_OR_RETURN(std::string_view text, Single(name, *value));
-        VRAMD_ASSIGN_OR_RETURN(next.values.log_frequency, ParseNumber<uint64_t>(name, text, 0));
+        VRAMD_ASSIGN_OR_RETURN(values.log_frequency, ParseNumber<uint64_t>(name, text, 0));
       }
-      next.own_frequency = value.has_value();
+      own.frequency = value.has_value();
     } else if (name == "trace_file") {
       if (value) {
         VRAMD_ASSIGN_OR_RETURN(std::string_view text, Single(name, *value));
-        next.values.file = std::string(text);
+        values.file = std::string(text);
       }
-      next.own_file = value.has_value();
+      own.file = value.has_value();
     } else if (name == "trace_mode") {
       return Status::InvalidArgument(
           "trace setting 'trace_mode' cannot change while serving: start vramd with "
@@ -126,13 +122,9 @@ Status TraceSettings::Apply(const Changes& changes, Holder* holder, bool is_mode
           name));
     }
   }
-  holder->values = next.values;
-  holder->own_level = next.own_level;
-  holder->own_rate = next.own_rate;
-  holder->own_count = next.own_count;
-  holder->own_frequency = next.own_frequency;
-  holder->own_file = next.own_file;
-  if (count_set) holder->remaining.store(next.values.count);
+  holder->values = values;
+  holder->own = own;
+  if (count_set) holder->remaining.store(values.count);
   return Status::Ok();
 }
 
@@ -163,7 +155,7 @@ Status TraceSettings::Update(std::string_view model, const Changes& changes) {
 void TraceSettings::RefreshAnyOn() {
   bool on = global_.values.timestamps;
   for (const auto& [name, holder] : models_) {
-    on = on || (holder->own_level ? holder->values.timestamps : global_.values.timestamps);
+    on = on || (holder->own.level ? holder->values.timestamps : global_.values.timestamps);
   }
   any_on_.store(on, std::memory_order_relaxed);
 }
@@ -172,11 +164,11 @@ TraceSettings::Values TraceSettings::EffectiveLocked(const Holder* model) const 
   Values v = global_.values;
   v.count = global_.remaining.load();
   if (model == nullptr) return v;
-  if (model->own_level) v.timestamps = model->values.timestamps;
-  if (model->own_rate) v.rate = model->values.rate;
-  if (model->own_count) v.count = model->remaining.load();
-  if (model->own_frequency) v.log_frequency = model->values.log_frequency;
-  if (model->own_file) v.file = model->values.file;
+  if (model->own.level) v.timestamps = model->values.timestamps;
+  if (model->own.rate) v.rate = model->values.rate;
+  if (model->own.count) v.count = model->remaining.load();
+  if (model->own.frequency) v.log_frequency = model->values.log_frequency;
+  if (model->own.file) v.file = model->values.file;
   return v;
 }
 
@@ -212,17 +204,17 @@ bool TraceSettings::Sample(std::string_view model, bool has_parent) {
     if (it != models_.end()) own = it->second.get();
   }
   const bool timestamps =
-      own != nullptr && own->own_level ? own->values.timestamps : global_.values.timestamps;
+      own != nullptr && own->own.level ? own->values.timestamps : global_.values.timestamps;
   if (!timestamps) return false;
   if (has_parent) return true;
-  const Holder& rate_holder = own != nullptr && own->own_rate ? *own : global_;
+  const Holder& rate_holder = own != nullptr && own->own.rate ? *own : global_;
   const uint64_t rate = rate_holder.values.rate;
   if (rate == 0) return false;
   // The counter is the model's own when it has settings, so its rate counts its requests.
   std::atomic<uint64_t>& seen = own != nullptr ? own->seen : global_.seen;
   if ((seen.fetch_add(1, std::memory_order_relaxed) + 1) % rate != 0) return false;
   std::atomic<int64_t>& remaining =
-      own != nullptr && own->own_count ? own->remaining : global_.remaining;
+      own != nullptr && own->own.count ? own->remaining : global_.remaining;
   int64_t left = remaining.load(std::memory_order_relaxed);
   while (left != 0) {
     if (left < 0) return true;

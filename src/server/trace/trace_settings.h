@@ -89,8 +89,10 @@ class TraceSettings {
     Values values;  // its count is the count set; `remaining` counts down from it
     mutable std::atomic<int64_t> remaining{-1};
     // Which settings a model set itself; the rest follow the global values (unused globally).
-    bool own_level = true, own_rate = true, own_count = true, own_frequency = true,
-         own_file = true;
+    struct Own {
+      bool level = true, rate = true, count = true, frequency = true, file = true;
+    };
+    Own own;
     mutable std::atomic<uint64_t> seen{0};
   };
   static Status Apply(const Changes& changes, Holder* holder, bool is_model);
