@@ -3,16 +3,38 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "core/json_write.h"
 
 namespace vramd::trace {
 namespace {
 
-template <size_t N>
-std::string Hex(const std::array<uint8_t, N>& bytes) {
-  return HexOf(bytes.data(), N);
-}
+// The text of a number or an id, formatted on the stack: the encoder writes several a span,
+// hundreds of thousands a second at trace rate 1.
+class Text {
+ public:
+  explicit Text(uint64_t value) : size_(ToChars(value)) {}
+  explicit Text(int64_t value) : size_(ToChars(value)) {}
+  template <size_t N>
+  explicit Text(const std::array<uint8_t, N>& bytes) : size_(2 * N) {
+    static_assert(2 * N <= sizeof(text_));
+    constexpr char kDigits[] = "0123456789abcdef";  // OTLP JSON: lowercase hex
+    for (size_t i = 0; i < N; ++i) {
+      text_[2 * i] = kDigits[bytes[i] >> 4];
+      text_[2 * i + 1] = kDigits[bytes[i] & 0xF];
+    }
+  }
+  std::string_view view() const { return {text_, size_}; }
+
+ private:
+  template <typename Int>
+  size_t ToChars(Int value) {
+    return static_cast<size_t>(std::to_chars(text_, text_ + sizeof(text_), value).ptr - text_);
+  }
+  char text_[32];
+  size_t size_;
+};
 
 template <size_t N>
 bool AllZero(const std::array<uint8_t, N>& bytes) {
@@ -43,7 +65,7 @@ void WriteIntAttribute(JsonWriter& w, std::string_view key, int64_t value) {
   WriteJsonKey(w, "value");
   w.StartObject();
   WriteJsonKey(w, "intValue");  // int64 as a decimal string, as OTLP JSON writes 64-bit numbers
-  WriteJsonString(w, std::to_string(value));
+  WriteJsonString(w, Text(value).view());
   w.EndObject();
   w.EndObject();
 }
@@ -81,9 +103,8 @@ std::vector<Span> RequestSpans(const RequestTrace& trace) {
   }
   for (size_t i = 0; i < kTracePointCount; ++i) {
     if (!s.points[i]) continue;
-    request.events.emplace_back(
-        std::string(TracePointName(static_cast<TracePoint>(i), trace.protocol())),
-        trace.UnixNanos(*s.points[i]));
+    request.events.emplace_back(TracePointName(static_cast<TracePoint>(i), trace.protocol()),
+                                trace.UnixNanos(*s.points[i]));
   }
   std::sort(request.events.begin(), request.events.end(),
             [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -211,21 +232,21 @@ std::string EncodeOtlpJson(const std::vector<Span>& spans,
   for (const Span& span : spans) {
     w.StartObject();
     WriteJsonKey(w, "traceId");
-    WriteJsonString(w, Hex(span.trace_id));
+    WriteJsonString(w, Text(span.trace_id).view());
     WriteJsonKey(w, "spanId");
-    WriteJsonString(w, Hex(span.span_id));
+    WriteJsonString(w, Text(span.span_id).view());
     if (!AllZero(span.parent_span_id)) {
       WriteJsonKey(w, "parentSpanId");
-      WriteJsonString(w, Hex(span.parent_span_id));
+      WriteJsonString(w, Text(span.parent_span_id).view());
     }
     WriteJsonKey(w, "name");
     WriteJsonString(w, span.name);
     WriteJsonKey(w, "kind");
     w.Int(span.kind);
     WriteJsonKey(w, "startTimeUnixNano");
-    WriteJsonString(w, std::to_string(span.start_unix_ns));
+    WriteJsonString(w, Text(span.start_unix_ns).view());
     WriteJsonKey(w, "endTimeUnixNano");
-    WriteJsonString(w, std::to_string(span.end_unix_ns));
+    WriteJsonString(w, Text(span.end_unix_ns).view());
     WriteJsonKey(w, "attributes");
     w.StartArray();
     for (const auto& [key, value] : span.string_attributes) WriteStringAttribute(w, key, value);
@@ -236,7 +257,7 @@ std::string EncodeOtlpJson(const std::vector<Span>& spans,
     for (const auto& [name, ns] : span.events) {
       w.StartObject();
       WriteJsonKey(w, "timeUnixNano");
-      WriteJsonString(w, std::to_string(ns));
+      WriteJsonString(w, Text(ns).view());
       WriteJsonKey(w, "name");
       WriteJsonString(w, name);
       w.EndObject();
