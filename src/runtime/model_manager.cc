@@ -10,6 +10,7 @@
 #include <future>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "backends/backend.h"
 #include "config/model_config_parser.h"
@@ -838,12 +839,8 @@ class ModelManager::LoadRun {
                                       "resource-preserving reload: " + decision_.reason);
       entry.gap = true;
       entry.gap_wait = settings_.unavailable_wait;
-      old = std::move(entry.serving);
-      entry.serving = Versions();
-      entry.serving.config = old.config;
-      kept = std::move(entry.previous);  // a rollback watch's versions go too: memory is short
-      entry.previous = Versions();
-      entry.watch.reset();
+      old = TakeServing(entry);
+      kept = EndWatch(entry);  // a rollback watch's versions go too: memory is short
     });
     if (!kept.ready.empty()) manager_.Retire(name_, std::move(kept));
     // What a rollback watch of the new versions could load again (memory is short: nothing
@@ -907,10 +904,7 @@ class ModelManager::LoadRun {
       const std::optional<DeviceBytes> old_measured = entry.measured;
       entry.measured = report_.measured;
       entry.lifecycle.TransitionOrLog(name_, files_.versions, LifecycleState::kReady, "");
-      older = std::move(entry.previous);
-      entry.previous = Versions();
-      entry.previous_files.reset();
-      entry.watch.reset();
+      older = EndWatch(entry);
       entry.served_by.clear();
       if (!rollback) return;
       if (!old.ready.empty() && rollback->keep != RollbackKeep::kReload) {
@@ -1162,10 +1156,7 @@ Status ModelManager::UnloadLocked(const std::string& name, bool on_request) {
     }
     old = std::move(entry.serving);
     entry.serving = Versions();
-    kept = std::move(entry.previous);
-    entry.previous = Versions();
-    entry.previous_files.reset();
-    entry.watch.reset();
+    kept = EndWatch(entry);
     entry.served_by.clear();
   });
   if (!kept.ready.empty()) Retire(name, std::move(kept));
@@ -1271,6 +1262,18 @@ Status ModelManager::Rollback(std::string_view name, std::string rule, std::stri
   return Status::Ok();
 }
 
+ModelManager::Versions ModelManager::TakeServing(ModelEntry& entry) {
+  Versions taken = std::exchange(entry.serving, Versions());
+  entry.serving.config = taken.config;
+  return taken;
+}
+
+ModelManager::Versions ModelManager::EndWatch(ModelEntry& entry) {
+  entry.previous_files.reset();
+  entry.watch.reset();
+  return std::exchange(entry.previous, Versions());
+}
+
 void ModelManager::MarkRolledBack(ModelEntry& entry, const RollbackRecord& record) {
   const std::chrono::seconds cooldown =
       entry.watch ? entry.watch->settings().cooldown : std::chrono::seconds(0);
@@ -1313,8 +1316,7 @@ Status ModelManager::PutBackKept(const std::string& model, RollbackRecord& recor
     Update(model, [&](ModelEntry& entry) REQUIRES(mu_) {
       record.to = VersionNumbers(entry.previous.ready);
       *bad = std::move(entry.serving);
-      entry.serving = std::move(entry.previous);
-      entry.previous = Versions();
+      entry.serving = std::exchange(entry.previous, Versions());
       entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kLoading,
                                       "rolling back: " + record.rule);
       MarkRolledBack(entry, record);
@@ -1326,10 +1328,8 @@ Status ModelManager::PutBackKept(const std::string& model, RollbackRecord& recor
                model, woke.message());
   return PutBackAfterUnloading(model, record, wait, [&]() -> Result<Versions> {
     Versions kept_versions;
-    Update(model, [&](ModelEntry& entry) {
-      kept_versions = std::move(entry.previous);
-      entry.previous = Versions();
-    });
+    Update(model,
+           [&](ModelEntry& entry) { kept_versions = std::exchange(entry.previous, Versions()); });
     for (const auto& [v, version] : kept_versions.ready) {
       // Put back even so: the version stays asleep and each request tries to wake it again.
       Status again = version->Wake();
@@ -1406,9 +1406,7 @@ Status ModelManager::PutBackAfterUnloading(const std::string& model, RollbackRec
                                         ": the bad version(s) unload first (memory is short)");
     entry.gap = true;
     entry.gap_wait = wait;
-    bad = std::move(entry.serving);
-    entry.serving = Versions();
-    entry.serving.config = bad.config;
+    bad = TakeServing(entry);
   });
   Status gone = DrainAndUnload(model, std::move(bad), "rolling back: unloading the bad version(s)");
   if (!gone.ok()) spdlog::error("{}", gone.message());
@@ -1457,10 +1455,7 @@ Status ModelManager::SwitchToFallback(const std::string& model, const std::strin
   Update(model, [&](ModelEntry& entry) REQUIRES(mu_) {
     record.to_model = fallback;
     record.to.clear();
-    auto config = entry.serving.config;
-    *bad = std::move(entry.serving);
-    entry.serving = Versions();
-    entry.serving.config = std::move(config);
+    *bad = TakeServing(entry);
     entry.previous_files.reset();
     entry.served_by = fallback;
     entry.lifecycle.TransitionOrLog(model, record.from, LifecycleState::kLoading,
@@ -1600,10 +1595,7 @@ void ModelManager::CheckRollbacks() {
       RollbackWatch& watch = *entry.watch;
       if (!watch.Watching(now)) {
         spdlog::info("model '{}': rollback watch over; the versions it kept are unloaded", name);
-        ended.emplace_back(name, std::move(entry.previous));
-        entry.previous = Versions();
-        entry.previous_files.reset();
-        entry.watch.reset();
+        ended.emplace_back(name, EndWatch(entry));
         continue;
       }
       RollbackWatch::RequestSample sample;

@@ -503,6 +503,12 @@ class ModelManager {
                                std::chrono::milliseconds wait,
                                const std::function<Result<Versions>()>& bring_back)
       REQUIRES(action_) EXCLUDES(mu_, parked_mu_, retired_mu_);
+  // Takes the serving versions out of `entry`, leaving their config (metadata and the index
+  // still describe the model while nothing serves).
+  static Versions TakeServing(ModelEntry& entry);
+  // Ends the model's rollback watch: returns the versions it kept loaded (the caller retires
+  // them) and forgets the rest (the files it could load again, the rules).
+  static Versions EndWatch(ModelEntry& entry);
   // The entry's side of every rollback: the watch ends, the model is held and cools down.
   void MarkRolledBack(ModelEntry& entry, const RollbackRecord& record) REQUIRES(mu_);
   void CheckRollbacks() EXCLUDES(action_, mu_, parked_mu_, retired_mu_);
