@@ -5,11 +5,18 @@
 //   inprocess_infer --repository R --model M [--backend-directory D] --input FILE --shape 1,3,H,W
 //                   [--concurrency 1,2,4] [--duration 3] [--warmup 1]
 //                   [--memory-budget SPEC [--memory-admission false]]
+//                   [--trace-config SPEC ...]
 //
 // --memory-budget (vramd's flag: "cuda:0=100GiB") bounds the server and turns memory-aware
 // admission on for that device (as `vramd serve` does; --memory-admission false leaves the
 // budget alone): with a budget too large to be reached, the difference against a run without
 // it is what the checks cost per request (bench/governance_cost.py).
+//
+// --trace-config (vramd's flag, Triton's forms: "level=TIMESTAMPS", "rate=1", "triton,file=F")
+// makes a tracer, and every request goes through it as the HTTP front end's does: Start before
+// the request is submitted, the reply stamped and Finish after it is answered. Given only as
+// "level=OFF", the tracer exists and samples nothing: against a run without the flag, what
+// tracing off costs a request (bench/trace_off_cost.py).
 //
 // Loads M from R with vramd's ModelManager (the same ledger, allocator and backends as `vramd
 // serve`), then for each concurrency c runs c threads that each send the FP32 tensor in FILE as
@@ -43,6 +50,7 @@
 #include "memory/quota.h"
 #include "runtime/infer_router.h"
 #include "runtime/model_manager.h"
+#include "server/trace/tracer.h"
 
 namespace {
 
@@ -55,12 +63,14 @@ struct Options {
   double duration_s = 3, warmup_s = 1;
   std::string memory_budget;
   bool memory_admission = true;
+  std::vector<std::string> trace_config;  // empty: no tracer
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   std::cerr << "inprocess_infer: " << why << "\n"
             << "usage: inprocess_infer --repository R --model M [--backend-directory D] --input "
-               "FILE --shape 1,3,H,W [--concurrency 1,2,4] [--duration S] [--warmup S]\n";
+               "FILE --shape 1,3,H,W [--concurrency 1,2,4] [--duration S] [--warmup S] "
+               "[--memory-budget SPEC [--memory-admission false]] [--trace-config SPEC ...]\n";
   std::exit(2);
 }
 
@@ -88,6 +98,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup_s = std::stod(v);
     else if (a == "--memory-budget") o.memory_budget = v;
     else if (a == "--memory-admission") o.memory_admission = v != "false" && v != "0";
+    else if (a == "--trace-config") o.trace_config.push_back(v);
     else Usage("unknown option " + a);
   }
   if (o.repository.empty() || o.model.empty() || o.input.empty() || o.shape.empty()) {
@@ -96,16 +107,25 @@ Options Parse(int argc, char** argv) {
   return o;
 }
 
-// One request through the runtime as the HTTP front end submits it (InferRouter), waited for;
-// its outcome's status.
-vramd::Status InferOnce(const vramd::runtime::ModelManager& manager, const std::string& model,
-                        std::shared_ptr<vramd::InferRequest> request) {
+// One request through the runtime as the HTTP front end submits it (InferRouter), traced as it
+// traces one when `tracer` is given, waited for; its outcome's status.
+vramd::Status InferOnce(const vramd::runtime::ModelManager& manager, vramd::trace::Tracer* tracer,
+                        const std::string& model, std::shared_ptr<vramd::InferRequest> request) {
+  std::shared_ptr<vramd::RequestTrace> trace;
+  if (tracer != nullptr) {
+    trace = tracer->Start(model, vramd::TraceProtocol::kHttp, "", Clock::now());
+    request->trace = trace;
+  }
   // Shared with the callback, which may still be returning from set_value when get() does.
   auto promise = std::make_shared<std::promise<vramd::Status>>();
   auto future = promise->get_future();
   vramd::runtime::InferRouter(&manager).InferAsync(
       model, 0, std::move(request),
-      [promise](vramd::Result<vramd::runtime::InferOutcome> r) {
+      [promise, tracer, trace](vramd::Result<vramd::runtime::InferOutcome> r) {
+        if (trace != nullptr) {
+          trace->Stamp(vramd::TracePoint::kSendStart);
+          tracer->Finish(trace);
+        }
         promise->set_value(r.ok() ? vramd::Status::Ok() : r.status());
       });
   return future.get();
@@ -121,6 +141,13 @@ int main(int argc, char** argv) {
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!o.backend_directory.empty()) vramd::backends::SetBackendDirectory(o.backend_directory);
 
+  // Before the manager, so it outlives every request it traces (as in `vramd serve`).
+  std::optional<vramd::trace::Tracer> tracer;
+  if (!o.trace_config.empty()) {
+    auto tracer_options = vramd::trace::TracerOptions::FromFlags(o.trace_config);
+    if (!tracer_options.ok()) Usage("--trace-config: " + tracer_options.status().ToString());
+    tracer.emplace(std::move(tracer_options).value());
+  }
   vramd::memory::Ledger::Options ledger_options;
   if (!o.memory_budget.empty()) {
     auto budget = vramd::memory::ParseMemoryQuota(o.memory_budget);
@@ -169,7 +196,8 @@ int main(int argc, char** argv) {
           request->inputs.push_back(vramd::Tensor{input_name, vramd::DataType::kFp32, o.shape,
                                                   vramd::SharedBuffer::CopyOf(bytes.data(),
                                                                             bytes.size())});
-          const vramd::Status s = InferOnce(**manager, o.model, std::move(request));
+          const vramd::Status s = InferOnce(**manager, tracer ? &*tracer : nullptr, o.model,
+                                               std::move(request));
           const auto t1 = Clock::now();
           if (!s.ok()) {
             if (errors.fetch_add(1) == 0) std::cerr << "inprocess_infer: " << s.ToString() << "\n";

@@ -483,8 +483,17 @@ fi
 
 # 15. trace (not in the default STEPS; issue 18): bench/trace_overhead.py: req/s of a 16-element
 #    identity model over HTTP with tracing off and at rate 1, alternating in one server run, in
-#    Triton's trace-file mode and in OpenTelemetry mode (OTLP/HTTP JSON to the script's collector).
+#    Triton's trace-file mode and in OpenTelemetry mode (OTLP/HTTP JSON to the script's collector);
+#    then bench/trace_off_cost.py: the same model in process (inprocess_infer) without a tracer,
+#    with one whose level is OFF, and at rate 1: what tracing off costs a request, in ns.
 if has_step trace; then
+  timeout 150 python3 bench/trace_off_cost.py --inprocess "$BIN"/inprocess_infer \
+    --rounds "${TRACE_ROUNDS:-7}" --duration 2 > "$OUT/tmp.log" 2>&1
+  rc=$?
+  echo "# in process" | tee -a "$summary"
+  grep -E '^(FIGURE|\{)' "$OUT/tmp.log" | cut -c1-600 | tee -a "$summary"
+  cat "$OUT/tmp.log" >> "$OUT/trace.log"; rm -f "$OUT/tmp.log"
+  [ "$rc" -eq 0 ] || { say "FAIL trace off cost (exit $rc)"; status=1; }
   for mode in triton opentelemetry; do
     timeout 250 python3 bench/trace_overhead.py --vramd "$BIN"/vramd --infer-load "$BIN"/infer_load \
       --mode "$mode" --rounds "${TRACE_ROUNDS:-6}" --duration "${TRACE_DURATION:-3}" \
