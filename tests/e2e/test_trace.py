@@ -1,7 +1,9 @@
 """Tracing (server/trace/, docs/tracing.md): Triton's trace extension over HTTP and gRPC, the
 --trace-config flags, Triton's trace file, and the OpenTelemetry export (OTLP/HTTP, JSON) to a
 small collector this file runs: span structure, the parent link from a W3C traceparent (HTTP
-header and gRPC metadata), and the spans of a load and a reload.
+header and gRPC metadata), and the spans of a load and a reload. Every way a request arrives is
+traced: infer, generate and generate_stream over HTTP, ModelInfer and each request of a
+ModelStreamInfer stream over gRPC (a decoupled model's too, when the python backend is built).
 
 Models: "echo" (identity, on the CPU) written into a repository per test.
 """
@@ -17,7 +19,8 @@ import time
 import numpy as np
 import pytest
 
-from e2e_helpers import VRAMD_BIN, VramdProcess, wait_for
+from e2e_helpers import (PYTHON_BACKEND_DIR, PYTHON_LIBRARY, VRAMD_BIN, VramdProcess, copy_model,
+                         wait_for)
 from v2client import Input
 
 MODEL = """
@@ -146,6 +149,23 @@ def get_json(server, path):
         return r.status, json.loads(r.body)
     finally:
         c.close()
+
+
+def grpc_modules():
+    """The grpc module and the generated stubs (pb, pb_grpc), or a skip saying what is missing."""
+    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
+    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
+                           or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
+    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
+        pytest.skip("no generated gRPC stubs at %s" % grpc_py)
+    sys.path.insert(0, str(grpc_py))
+    from server.grpc import grpc_service_pb2 as pb  # noqa: E402
+    from server.grpc import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+    return grpc, pb, pb_grpc
+
+
+def event_times(span):
+    return {e["name"]: int(e["timeUnixNano"]) for e in span["events"]}
 
 
 def otel_args(collector, rate=1):
@@ -300,15 +320,7 @@ def test_export_failure_does_not_fail_requests(serve, tmp_path):
 
 
 def test_grpc_trace_setting_and_metadata_traceparent(serve, collector):
-    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
-    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
-    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
-        pytest.skip("no generated gRPC stubs at %s" % grpc_py)
-    sys.path.insert(0, str(grpc_py))
-    from server.grpc import grpc_service_pb2 as pb  # noqa: E402
-    from server.grpc import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
-
+    grpc, pb, pb_grpc = grpc_modules()
     s = serve(otel_args(collector))
     channel = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port())
     try:
@@ -359,3 +371,98 @@ def test_rollback_span(serve, collector):
     assert attrs["vramd.rollback.rule"] == "manual"
     assert attrs["vramd.rollback.figures"] == "span test"
     assert attrs["vramd.rollback.from_versions"] == "1" and attrs["vramd.rollback.to_versions"] == "1"
+
+
+def test_generate_and_generate_stream_are_traced(serve, collector):
+    s = serve(otel_args(collector))
+    c = s.client()
+    try:
+        r = c.post("/v2/models/echo/generate", json.dumps({"INPUT0": [1.0, 2.0]}).encode(),
+                   dict(JSON_CT, traceparent=TRACEPARENT))
+        assert r.status == 200, r.body
+        r = c.post("/v2/models/echo/generate_stream", json.dumps({"INPUT0": [3.0, 4.0]}).encode(),
+                   JSON_CT)
+        assert r.status == 200 and r.body.startswith(b"data: "), r.body
+        # A body the model cannot take: traced too, its error on the span.
+        r = c.post("/v2/models/echo/generate", json.dumps({"INPUT0": [1.0]}).encode(), JSON_CT)
+        assert r.status == 400, r.body
+    finally:
+        c.close()
+    wait_for(lambda: len(collector.named("InferRequest")) >= 3, timeout=20,
+             what="three request spans at the collector")
+    requests = collector.named("InferRequest")
+    assert len(requests) == 3, requests
+    generate = [x for x in requests if x["traceId"] == PARENT_TRACE]
+    assert len(generate) == 1 and generate[0]["parentSpanId"] == PARENT_SPAN, requests
+    for span in requests:
+        times = event_times(span)
+        assert times["HTTP_SEND_START"] <= times["HTTP_SEND_END"], span
+        assert int(span["endTimeUnixNano"]) >= times["HTTP_SEND_END"]
+    answered = [x for x in requests if "COMPUTE_END" in event_times(x)]
+    assert len(answered) == 2, requests
+    for span in answered:
+        assert attributes(span)["model_version"] == "1"
+        compute = [x for x in collector.named("compute") if x["parentSpanId"] == span["spanId"]]
+        assert len(compute) == 1, collector.spans
+    failed = [x for x in requests if "COMPUTE_END" not in event_times(x)][0]
+    assert failed["status"]["code"] == 2, failed
+    assert "INPUT0" in failed["status"]["message"], failed
+
+
+def stream_span_checks(spans, count):
+    spans = [x for x in spans if x["traceId"] == PARENT_TRACE]
+    assert len(spans) == count, spans
+    for span in spans:
+        assert span["parentSpanId"] == PARENT_SPAN
+        assert attributes(span)["vramd.protocol"] == "grpc"
+        times = event_times(span)
+        assert times["GRPC_WAITREAD_END"] <= times["COMPUTE_START"] <= times["GRPC_SEND_START"]
+        assert times["GRPC_SEND_START"] <= times["GRPC_SEND_END"]
+    return spans
+
+
+def test_grpc_stream_requests_are_traced(serve, collector, repo):
+    grpc, pb, pb_grpc = grpc_modules()
+    args = otel_args(collector)
+    python = PYTHON_LIBRARY.is_file()
+    if python:  # a decoupled model: one trace for all of a request's responses
+        copy_model(pathlib.Path(__file__).resolve().parent / "python_models" / "py_decoupled",
+                   repo, "py_decoupled")
+        args += ["--backend-directory", str(PYTHON_BACKEND_DIR)]
+    s = serve(args)
+
+    def echo_request(i):
+        r = pb.ModelInferRequest(model_name="echo", id="e%d" % i)
+        t = r.inputs.add(name="INPUT0", datatype="FP32", shape=[2])
+        t.contents.fp32_contents.extend([float(i), -float(i)])
+        return r
+
+    channel = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port())
+    try:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        got = list(stub.ModelStreamInfer(iter([echo_request(1), echo_request(2)]), timeout=30,
+                                         metadata=(("traceparent", TRACEPARENT),)))
+        assert sorted(g.infer_response.id for g in got) == ["e1", "e2"], got
+        wait_for(lambda: len([x for x in collector.named("InferRequest")
+                              if x["traceId"] == PARENT_TRACE]) >= 2,
+                 timeout=20, what="the stream's two request spans")
+        spans = stream_span_checks(collector.named("InferRequest"), 2)
+        assert {attributes(x)["model_name"] for x in spans} == {"echo"}
+        if not python:
+            return
+        wait_for(lambda: s.client().get("/v2/models/py_decoupled/ready").status == 200,
+                 timeout=60, what="py_decoupled ready")
+        collector.spans.clear()
+        r = pb.ModelInferRequest(model_name="py_decoupled", id="c3")
+        r.inputs.add(name="COUNT", datatype="INT32", shape=[1])
+        r.raw_input_contents.append(np.array([3], dtype=np.int32).tobytes())
+        got = list(stub.ModelStreamInfer(iter([r]), timeout=60,
+                                         metadata=(("traceparent", TRACEPARENT),)))
+        assert len(got) == 3, got
+        wait_for(lambda: collector.named("InferRequest"), timeout=20,
+                 what="the decoupled request's span")
+        time.sleep(0.3)  # a second span for the same request would have come by now
+        [span] = stream_span_checks(collector.named("InferRequest"), 1)
+        assert attributes(span)["model_name"] == "py_decoupled"
+    finally:
+        channel.close()

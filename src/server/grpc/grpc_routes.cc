@@ -360,10 +360,30 @@ bool WantsEmptyFinal(const inference::ModelInferRequest& m) {
 }  // namespace
 
 void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest> message,
+                             std::string_view traceparent,
+                             std::chrono::steady_clock::time_point received,
                              StreamSend send) const {
   auto version = ParseModelVersion(message->model_version());
   if (!version.ok()) return send(StreamError(version.status()), true);
   auto request = std::make_shared<InferRequest>();
+  trace::Tracer* tracer = info_.tracer;
+  std::shared_ptr<RequestTrace> trace =
+      tracer != nullptr
+          ? tracer->Start(message->model_name(), TraceProtocol::kGrpc, traceparent, received)
+          : nullptr;
+  request->trace = trace;  // for an answer before the build, which carries it over
+  if (trace != nullptr) {
+    // GRPC_SEND_START: the first response handed to the stream; the trace ends with the last.
+    send = [send = std::move(send), trace, tracer](
+               std::optional<inference::ModelStreamInferResponse> response, bool last) {
+      trace->Stamp(TracePoint::kSendStart);
+      if (response.has_value() && !response->error_message().empty()) {
+        trace->SetError(response->error_message());
+      }
+      send(std::move(response), last);
+      if (last) tracer->Finish(trace);
+    };
+  }
   const bool empty_final = WantsEmptyFinal(*message);
   // Set by the build step (the version's config says it); read by `done`, which runs after.
   auto decoupled = std::make_shared<bool>(false);
@@ -394,9 +414,10 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message, send, decoupled, weak_request, shm](
+      [message, send, decoupled, weak_request, shm, trace](
           const config::ModelConfig& config) -> Result<InferRequest> {
         VRAMD_ASSIGN_OR_RETURN(InferRequest built, DecodeInferRequest(message, shm));
+        built.trace = trace;
         *decoupled = IsDecoupled(config);
         if (*decoupled) {
           // Each response as the model sends it, in order, from an instance thread.

@@ -103,10 +103,14 @@ class GrpcRoutes {
   // response only ends the request. A decoupled model's responses carry the parameter
   // triton_final_response (false); its end is an empty response with triton_final_response
   // true when the request asked with triton_enable_empty_final_response, else nothing. Any
-  // other model answers once, that answer being the last.
+  // other model answers once, that answer being the last. `traceparent`: the stream's W3C
+  // trace context metadata, or empty (every request of the stream joins that trace);
+  // `received`: when this request's message was read. A traced request's trace ends as its
+  // last call of `send` returns.
   using StreamSend =
       std::function<void(std::optional<inference::ModelStreamInferResponse>, bool last)>;
   void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                   std::string_view traceparent, std::chrono::steady_clock::time_point received,
                    StreamSend send) const;
   void SystemSharedMemoryRegister(
       std::shared_ptr<const inference::SystemSharedMemoryRegisterRequest> request,

@@ -484,6 +484,11 @@ class StreamCall final : public Stream {
   void OnAccepted(bool ok) {
     if (!ok) return server_->RemoveStream(this);  // the server is shutting down
     Listen(server_, cq_);
+    // The stream's W3C trace context, for each of its requests (keys are lowercase in gRPC).
+    const auto& metadata = context_.client_metadata();
+    if (auto it = metadata.find("traceparent"); it != metadata.end()) {
+      traceparent_.assign(it->second.data(), it->second.size());
+    }
     Read();
   }
 
@@ -503,7 +508,8 @@ class StreamCall final : public Stream {
       ++in_flight_;
     }
     server_->Owe();
-    server_->routes()->StreamInfer(std::move(reading_),
+    server_->routes()->StreamInfer(std::move(reading_), traceparent_,
+                                   std::chrono::steady_clock::now(),
                                    [this](std::optional<Response> response, bool last) {
                                      Send(std::move(response), last);
                                    });
@@ -564,6 +570,7 @@ class StreamCall final : public Stream {
   Op write_{this, &StreamCall::OnWritten};
   Op finish_{this, &StreamCall::OnFinished};
   std::shared_ptr<inference::ModelInferRequest> reading_;  // the read in progress fills it
+  std::string traceparent_;  // set once accepted, before the first read
   Mutex mu_;
   std::deque<Response> pending_ GUARDED_BY(mu_);
   Response written_ GUARDED_BY(mu_);  // the write in progress sends it

@@ -24,8 +24,21 @@ HttpResponse ErrorAnswer(const Status& status) {
 
 }  // namespace
 
-GenerateAnswer::GenerateAnswer(Responder respond, bool streaming, std::string model_name)
-    : respond_(std::move(respond)), streaming_(streaming), model_name_(std::move(model_name)) {}
+GenerateAnswer::GenerateAnswer(Responder respond, bool streaming, std::string model_name,
+                               std::shared_ptr<RequestTrace> trace, trace::Tracer* tracer)
+    : respond_(std::move(respond)),
+      streaming_(streaming),
+      model_name_(std::move(model_name)),
+      trace_(std::move(trace)),
+      tracer_(tracer) {}
+
+void GenerateAnswer::Respond(HttpResponse r) {
+  if (trace_ != nullptr) {
+    trace_->Stamp(TracePoint::kSendStart);  // the first part's time: later stamps do not move it
+    if (!r.more) r.written = [trace = trace_, tracer = tracer_] { tracer->Finish(trace); };
+  }
+  respond_(std::move(r));
+}
 
 void GenerateAnswer::SetDecoupled(bool decoupled) {
   MutexLock lock(mu_);
@@ -49,7 +62,7 @@ void GenerateAnswer::SendEvent(const Result<std::string>& json, bool last) {
     r.status = ok ? 200 : 400;
     r.content_type = kEventStream;
   }
-  respond_(std::move(r));
+  Respond(std::move(r));
   if (last) EndStream();
 }
 
@@ -60,7 +73,7 @@ void GenerateAnswer::EndStream() {
     r.content_type = kEventStream;
   }
   r.more = false;
-  respond_(std::move(r));
+  Respond(std::move(r));
 }
 
 void GenerateAnswer::OnResponse(Result<InferResponse> response, int64_t model_version) {
@@ -87,19 +100,20 @@ void GenerateAnswer::Finish(const Status& status, const InferResponse* response,
   if (finished_) return;
   finished_ = true;
   if (!status.ok()) {
+    if (trace_ != nullptr) trace_->SetError(status.message());
     if (streaming_ && started_) return SendEvent(status, /*last=*/true);
-    return respond_(ErrorAnswer(status));
+    return Respond(ErrorAnswer(status));
   }
   if (streaming_) {
     if (json) return SendEvent(*json, /*last=*/true);
     return EndStream();
   }
   if (json) {
-    return respond_(json->ok() ? JsonAnswer(200, std::move(*json).value())
+    return Respond(json->ok() ? JsonAnswer(200, std::move(*json).value())
                                : ErrorAnswer(json->status()));
   }
-  if (responses_ == 1 && first_) return respond_(std::move(*first_));
-  respond_(ErrorAnswer(Status::Internal(
+  if (responses_ == 1 && first_) return Respond(std::move(*first_));
+  Respond(ErrorAnswer(Status::Internal(
       "generate expects model to produce exactly 1 response, use generate stream for model "
       "that generates various number of responses")));
 }

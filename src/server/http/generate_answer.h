@@ -21,6 +21,9 @@
 // then Finish once (the request's InferCallback). Neither blocks: they encode and hand the
 // bytes to the Responder, which queues them for the connection's strand.
 //
+// Tracing: a traced request's HTTP_SEND_START is stamped as its first part (or whole answer)
+// goes to the Responder, and the tracer finishes the trace once the last has been written.
+//
 // Thread safety: OnResponse and Finish may be called from any thread (the runtime calls them
 // one at a time, in order; the mutex keeps that order up to the Responder even if not).
 #pragma once
@@ -29,17 +32,23 @@
 #include <optional>
 #include <string>
 
+#include <memory>
+
 #include "core/infer_request.h"
 #include "core/mutex.h"
+#include "core/request_trace.h"
 #include "core/status.h"
 #include "server/http/http_server.h"
+#include "server/trace/tracer.h"
 
 namespace vramd::http {
 
 class GenerateAnswer {
  public:
-  // `model_name` names the model in responses that leave their own name empty.
-  GenerateAnswer(Responder respond, bool streaming, std::string model_name);
+  // `model_name` names the model in responses that leave their own name empty. `trace`: the
+  // request's, or null when it is not traced; `tracer` finishes it (not null with a trace).
+  GenerateAnswer(Responder respond, bool streaming, std::string model_name,
+                 std::shared_ptr<RequestTrace> trace = nullptr, trace::Tracer* tracer = nullptr);
 
   // The model is decoupled (its responses arrive through OnResponse). Called by the build step,
   // before the request is submitted.
@@ -59,10 +68,14 @@ class GenerateAnswer {
   // Sends `json` (or its error) as the next event, and then the end of the stream if `last`.
   void SendEvent(const Result<std::string>& json, bool last) REQUIRES(mu_);
   void EndStream() REQUIRES(mu_);
+  // Every answer and part goes through here: the trace's stamps ride on it.
+  void Respond(HttpResponse r) REQUIRES(mu_);
 
   const Responder respond_;
   const bool streaming_;
   const std::string model_name_;
+  const std::shared_ptr<RequestTrace> trace_;
+  trace::Tracer* const tracer_;
 
   Mutex mu_;
   bool decoupled_ GUARDED_BY(mu_) = false;

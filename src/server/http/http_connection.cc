@@ -341,9 +341,11 @@ void Connection::Dispatch() {
   auto gate = server_->response_gate();
   Responder respond = [weak = weak_from_this(), gate, id](HttpResponse response) {
     ReaderLock lock(gate->mu);
-    if (!gate->open) return;
-    auto self = weak.lock();
-    if (!self) return;  // closed meanwhile: nobody to answer
+    auto self = gate->open ? weak.lock() : nullptr;
+    if (!self) {  // closed meanwhile: nobody to answer, and nothing will be written
+      if (response.written) response.written();
+      return;
+    }
     auto executor = self->stream_.get_executor();
     net::dispatch(executor, [self = std::move(self), id, r = std::move(response)]() mutable {
       self->Answer(id, std::move(r));
@@ -396,13 +398,19 @@ Result<std::shared_ptr<const std::string>> Connection::DecodeRequestBody(Request
 
 void Connection::Answer(uint64_t request, HttpResponse response) {
   // Only the request being handled is answered: once, or part by part up to its last part.
-  if (request != request_ || answered_ || closed_) return;
+  if (request != request_ || answered_ || closed_) {
+    if (response.written) response.written();  // it failed to be written: it never will be
+    return;
+  }
   if (phase_ == Phase::kHandling) {
     if (response.more) return StartStream(std::move(response));
     answered_ = true;
     return Write(std::move(response));
   }
-  if (phase_ == Phase::kStreaming) SendPart(std::move(response.body), !response.more);
+  if (phase_ == Phase::kStreaming) {
+    if (!response.more) stream_written_ = std::move(response.written);
+    SendPart(std::move(response.body), !response.more);
+  }
 }
 
 void Connection::StartStream(HttpResponse first) {
@@ -442,6 +450,7 @@ void Connection::FlushParts() {
   if (parts_.empty()) {
     if (stream_ending_) {
       stream_ending_ = false;
+      if (auto written = std::exchange(stream_written_, nullptr)) written();
       OnWritten({}, !keep_alive_ || server_->stopping());
     }
     return;
@@ -455,7 +464,10 @@ void Connection::FlushParts() {
   net::async_write(stream_, net::buffer(*bytes),
                    [self = shared_from_this(), bytes](beast::error_code ec, size_t) {
                      self->part_writing_ = false;
-                     if (ec) return self->Close();
+                     if (ec) {
+                       if (auto written = std::exchange(self->stream_written_, nullptr)) written();
+                       return self->Close();
+                     }
                      self->FlushParts();
                    });
 }

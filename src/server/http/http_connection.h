@@ -136,6 +136,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string parts_;
   bool part_writing_ = false;
   bool stream_ending_ = false;
+  std::function<void()> stream_written_;  // the last part's HttpResponse::written
 };
 
 }  // namespace vramd::http

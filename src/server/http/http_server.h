@@ -85,8 +85,9 @@ struct HttpResponse {
   // it (their status and content type are ignored); the part with `more` false ends the
   // answer. A first part with `more` false is an ordinary answer.
   bool more = false;
-  // Called on the connection's thread once the answer has been written, or failed to be (a
-  // trace's HTTP_SEND_END); ignored for a streamed answer's parts. May be empty.
+  // Called once the answer has been written, or failed to be (a trace's HTTP_SEND_END): on the
+  // connection's thread, or on the caller's when the connection is gone. Of a streamed
+  // answer's parts, only the last part's is called, once the whole stream is out. May be empty.
   std::function<void()> written;
 };
 

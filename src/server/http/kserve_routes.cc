@@ -549,13 +549,19 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
 
 void KServeRoutes::Generate(HttpRequest http, const std::string& model, int64_t version,
                             bool streaming, Responder respond) const {
-  auto answer = std::make_shared<GenerateAnswer>(std::move(respond), streaming, model);
-  auto request = std::make_shared<InferRequest>();
   // As Infer's callback: the inputs go first, then the answer is encoded from the outcome,
   // whose owner closes after it. For a decoupled model the responses went to the answer
-  // already (the stream below) and this ends it.
+  // already (the stream below) and this ends it. A trace is finished by the answer, once its
+  // last part has been written.
   server::Drain* drain = info_.drain;
   if (drain != nullptr) drain->RequestStarted();
+  trace::Tracer* tracer = info_.tracer;
+  std::shared_ptr<RequestTrace> trace =
+      tracer != nullptr ? tracer->Start(model, TraceProtocol::kHttp, http.traceparent, http.received)
+                        : nullptr;
+  auto answer = std::make_shared<GenerateAnswer>(std::move(respond), streaming, model, trace, tracer);
+  auto request = std::make_shared<InferRequest>();
+  request->trace = trace;  // for an answer before the build, which carries it over
   runtime::InferCallback done = [answer, request, drain](Result<runtime::InferOutcome> outcome) {
     server::EndsRequest ends(drain);
     request->inputs = {};
@@ -566,10 +572,11 @@ void KServeRoutes::Generate(HttpRequest http, const std::string& model, int64_t 
   std::weak_ptr<const InferRequest> weak_request = request;
   runtime::InferRouter(manager_).InferAsync(
       model, version, std::move(request),
-      [http = std::move(http), answer, weak_request](const config::ModelConfig& config) {
+      [http = std::move(http), answer, weak_request, trace](const config::ModelConfig& config) {
         Result<InferRequest> built = ParseGenerateRequest(*http.body, config);
         if (!built.ok()) return built;
         built->cancel = http.cancel;
+        built->trace = trace;
         const bool decoupled = IsDecoupled(config);
         answer->SetDecoupled(decoupled);
         if (decoupled) {

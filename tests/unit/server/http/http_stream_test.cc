@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -131,6 +132,51 @@ TEST(HttpStreamTest, PartsLeaveAsTheyAreGivenAsChunks) {
   got = client.ReadUntil("{\"ok\":1}");
   EXPECT_NE(got.find("Content-Length: 8\r\n"), std::string::npos) << got;
   EXPECT_EQ(second.cancel, request.cancel);  // one flag per connection
+  server->Shutdown();
+}
+
+// A trace's HTTP_SEND_END rides on HttpResponse::written: for a stream it is the last part's,
+// called once the whole stream is out; an answer nobody can be given still calls it.
+TEST(HttpStreamTest, TheLastPartsWrittenIsCalledOnceTheStreamIsOut) {
+  Held held;
+  auto server = Start(&held);
+  ASSERT_NE(server, nullptr);
+  Client client(server->port());
+  client.Send(kRequest);
+  auto& [request, respond] = held.Wait(1);
+  std::promise<void> written;
+  auto written_future = written.get_future();
+  HttpResponse first = Part("data: 1\n\n", true);
+  first.written = [] { ADD_FAILURE() << "a part before the last one has no written call"; };
+  respond(std::move(first));
+  client.ReadUntil("data: 1\n\n\r\n");
+  HttpResponse last = Part("", false);
+  last.written = [&written] { written.set_value(); };
+  respond(std::move(last));
+  client.ReadUntil("\r\n0\r\n\r\n");
+  EXPECT_EQ(written_future.wait_for(5s), std::future_status::ready);
+  server->Shutdown();
+}
+
+TEST(HttpStreamTest, AnAnswerToAClientThatLeftStillCallsWritten) {
+  Held held;
+  auto server = Start(&held);
+  ASSERT_NE(server, nullptr);
+  auto client = std::make_unique<Client>(server->port());
+  client->Send(kRequest);
+  auto& [request, respond] = held.Wait(1);
+  client->Close();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!request.cancel->cancelled() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(request.cancel->cancelled());
+  std::promise<void> written;
+  auto written_future = written.get_future();
+  HttpResponse late = Part("late", false);
+  late.written = [&written] { written.set_value(); };
+  respond(std::move(late));
+  EXPECT_EQ(written_future.wait_for(5s), std::future_status::ready);
   server->Shutdown();
 }
 
