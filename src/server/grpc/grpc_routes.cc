@@ -183,6 +183,13 @@ void GrpcRoutes::ModelConfig(std::shared_ptr<const inference::ModelConfigRequest
   reply(Ok(), std::move(r));
 }
 
+std::shared_ptr<RequestTrace> GrpcRoutes::StartTrace(
+    const std::string& model, std::string_view traceparent,
+    std::chrono::steady_clock::time_point received) const {
+  if (info_.tracer == nullptr) return nullptr;
+  return info_.tracer->Start(model, TraceProtocol::kGrpc, traceparent, received);
+}
+
 void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> message,
                             std::string_view traceparent,
                             std::chrono::steady_clock::time_point received,
@@ -196,10 +203,7 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   server::Drain* drain = info_.drain;
   if (drain != nullptr) drain->RequestStarted();
   trace::Tracer* tracer = info_.tracer;
-  std::shared_ptr<RequestTrace> trace =
-      tracer != nullptr
-          ? tracer->Start(message->model_name(), TraceProtocol::kGrpc, traceparent, received)
-          : nullptr;
+  std::shared_ptr<RequestTrace> trace = StartTrace(message->model_name(), traceparent, received);
   request->trace = trace;  // for an answer before the build, which carries it over
   // A trace ends as the answer is handed to gRPC (GRPC_SEND_END).
   auto finish_trace = [tracer](const std::shared_ptr<RequestTrace>& t, const Status& status) {
@@ -367,10 +371,7 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   if (!version.ok()) return send(StreamError(version.status()), true);
   auto request = std::make_shared<InferRequest>();
   trace::Tracer* tracer = info_.tracer;
-  std::shared_ptr<RequestTrace> trace =
-      tracer != nullptr
-          ? tracer->Start(message->model_name(), TraceProtocol::kGrpc, traceparent, received)
-          : nullptr;
+  std::shared_ptr<RequestTrace> trace = StartTrace(message->model_name(), traceparent, received);
   request->trace = trace;  // for an answer before the build, which carries it over
   if (trace != nullptr) {
     // GRPC_SEND_START: the first response handed to the stream; the trace ends with the last.

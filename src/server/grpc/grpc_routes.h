@@ -138,6 +138,10 @@ class GrpcRoutes {
                              Reply<inference::RepositoryModelUnloadResponse> reply) const;
 
  private:
+  // The request's trace when the tracer samples it, else null.
+  std::shared_ptr<RequestTrace> StartTrace(const std::string& model, std::string_view traceparent,
+                                           std::chrono::steady_clock::time_point received) const;
+
   const runtime::ModelManager* manager_;
   runtime::ModelManager* mutable_manager_ = nullptr;  // null: load and unload are refused
   const ServerInfo info_;
