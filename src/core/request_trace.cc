@@ -134,13 +134,13 @@ void RequestTrace::SetRequestId(std::string id) {
 
 void RequestTrace::SetFigure(const char* name, uint64_t value) {
   MutexLock lock(mu_);
-  for (auto& [key, existing] : figures_) {
-    if (std::string_view(key) == name) {
-      existing = value;
+  for (size_t i = 0; i < figure_count_; ++i) {
+    if (std::string_view(figures_[i].first) == name) {
+      figures_[i].second = value;
       return;
     }
   }
-  figures_.emplace_back(name, value);
+  if (figure_count_ < kMaxFigures) figures_[figure_count_++] = {name, value};
 }
 
 void RequestTrace::SetError(std::string message) {
@@ -158,7 +158,7 @@ RequestTrace::Snapshot RequestTrace::Read() const {
   MutexLock lock(mu_);
   s.request_id = request_id_;
   s.error = error_;
-  s.figures = figures_;
+  s.figures.assign(figures_.begin(), figures_.begin() + static_cast<std::ptrdiff_t>(figure_count_));
   return s;
 }
 

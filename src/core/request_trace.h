@@ -87,7 +87,9 @@ class RequestTrace {
   void SetVersion(int64_t version) { version_.store(version, std::memory_order_relaxed); }
   void SetRequestId(std::string id) EXCLUDES(mu_);
   // A figure the runtime measured, exported as an attribute ("vramd.memory.*"); a later value
-  // of the same name replaces it. `name`: a string literal (kept as a pointer).
+  // of the same name replaces it. `name`: a string literal (kept as a pointer). A trace keeps
+  // kMaxFigures names, inline (no allocation on the request path); more are dropped.
+  static constexpr size_t kMaxFigures = 4;
   void SetFigure(const char* name, uint64_t value) EXCLUDES(mu_);
   void SetError(std::string message) EXCLUDES(mu_);
 
@@ -122,7 +124,8 @@ class RequestTrace {
   mutable Mutex mu_;
   std::string request_id_ GUARDED_BY(mu_);
   std::string error_ GUARDED_BY(mu_);
-  std::vector<std::pair<const char*, uint64_t>> figures_ GUARDED_BY(mu_);
+  std::array<std::pair<const char*, uint64_t>, kMaxFigures> figures_ GUARDED_BY(mu_){};
+  size_t figure_count_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vramd

@@ -146,11 +146,6 @@ void Tracer::Finish(std::shared_ptr<RequestTrace> trace) {
   if (trace == nullptr) return;
   trace->Stamp(TracePoint::kSendEnd);
   Pending pending;
-  if (options_.mode == TraceMode::kTriton) {
-    const TraceSettings::Values values = settings_.Effective(trace->model());
-    pending.file = values.file;
-    pending.log_frequency = values.log_frequency;
-  }
   pending.trace = std::move(trace);
   MutexLock lock(mu_);
   // A request's trace is three spans; the queue bound counts spans, as the batch processor's.
@@ -244,12 +239,16 @@ void Tracer::Write(std::vector<Pending> batch) {
     Export(spans);
     return;
   }
+  {
+    MutexLock lock(mu_);
+    for (const Pending& p : batch) counts_.traces += p.trace ? 1 : 0;
+  }
   for (Pending& p : batch) {
-    {
-      MutexLock lock(mu_);
-      ++counts_.traces;
-    }
-    if (p.file.empty()) {
+    if (p.trace == nullptr) continue;
+    // The model's file and frequency as they are now, a moment after the request finished:
+    // read here, off the request path.
+    TraceSettings::Values values = settings_.Effective(p.trace->model());
+    if (values.file.empty()) {
       if (!warned_no_file_) {
         spdlog::warn("trace: a request was traced but no trace_file is set; set one with "
                      "--trace-config triton,file=PATH or POST /v2/trace/setting");
@@ -257,13 +256,13 @@ void Tracer::Write(std::vector<Pending> batch) {
       }
       continue;
     }
-    TraceFile& file = files_[p.file];
-    file.log_frequency = p.log_frequency;
+    TraceFile& file = files_[values.file];
+    file.log_frequency = values.log_frequency;
     if (!file.entries.empty()) file.entries += ',';
     file.entries += EncodeTritonEntries(*p.trace);
     ++file.count;
     if (file.log_frequency > 0 && file.count >= file.log_frequency) {
-      WriteTritonFile(p.file, &file, /*at_exit=*/false);
+      WriteTritonFile(values.file, &file, /*at_exit=*/false);
     }
   }
 }

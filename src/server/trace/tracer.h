@@ -92,8 +92,6 @@ class Tracer {
   struct Pending {
     std::shared_ptr<RequestTrace> trace;  // null for a load's spans
     std::vector<Span> spans;
-    std::string file;  // triton mode: the model's trace_file and log_frequency then
-    uint64_t log_frequency = 0;
   };
   struct TraceFile {
     std::string entries;  // comma-separated, without the array's brackets

@@ -178,5 +178,20 @@ TEST(RequestTraceTest, FirstStampWinsAndSpansNest) {
   EXPECT_NE(json.find("\"name\":\"COMPUTE_START\""), std::string::npos);
 }
 
+TEST(RequestTraceTest, FiguresAreReplacedByNameAndKeptUpToTheirRoom) {
+  RequestTrace t(1, "m", TraceProtocol::kHttp, std::nullopt);
+  t.SetFigure("a", 1);
+  t.SetFigure("b", 2);
+  t.SetFigure("a", 3);  // replaces
+  const char* more[] = {"c", "d", "e", "f"};
+  for (const char* name : more) t.SetFigure(name, 9);
+  const auto figures = t.Read().figures;
+  ASSERT_EQ(figures.size(), RequestTrace::kMaxFigures);
+  EXPECT_EQ(std::string(figures[0].first), "a");
+  EXPECT_EQ(figures[0].second, 3u);
+  EXPECT_EQ(figures[1].second, 2u);
+  EXPECT_EQ(std::string(figures[3].first), "d");  // "e" and "f" found no room
+}
+
 }  // namespace
 }  // namespace vramd::trace
