@@ -392,6 +392,12 @@ typedef struct VramdRequest {
    * model leaves them, Triton's default). A hint: vramd moves an output to host when the
    * consumer needs it there, never to a GPU. */
   VramdMemory preferred_output_memory;
+
+  /* Appended within version 1: present when struct_size > offsetof(VramdRequest, traceparent).
+   * When the request is traced, the W3C traceparent of its trace ("00-<trace id>-<span id>-01");
+   * a call the backend makes on its behalf that passes it on (VramdInferCall::traceparent) is
+   * traced as its child (Triton's InferenceRequest(trace=request.trace())). NULL: not traced. */
+  const char* traceparent;
 } VramdRequest;
 
 /* A request a backend makes on another model (VramdServerApi::infer_async). */
@@ -430,6 +436,10 @@ typedef struct VramdInferCall {
    * reads it: after the work queued before on the legacy default stream, which the caller
    * orders after whatever produced it. */
   int32_t inputs_outlive_call;
+  /* Appended within version 1 (read when struct_size covers it): the calling request's
+   * VramdRequest::traceparent, to trace this call as its child; NULL: the call is not traced.
+   * A malformed value is ignored. */
+  const char* traceparent;
 } VramdInferCall;
 
 /* Where execute puts its outputs: for each output the backend asks vramd for a host buffer of

@@ -274,6 +274,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
                                             const vramd::runtime::LoadReport& report) {
     tracer.LoadFinished(model, report);
   };
+  manager_options.child_tracer = &tracer;
   manager_options.rolled_back = [&tracer](const vramd::runtime::RollbackRecord& record) {
     tracer.RolledBack(record);
   };

@@ -107,6 +107,10 @@ struct InferRequest {
   // Set by a front end that samples this request for tracing (core/request_trace.h); null
   // otherwise. Shared by the copies the runtime makes of the request.
   std::shared_ptr<RequestTrace> trace;
+  // A call from a model (BLS, an ensemble's step) made on behalf of a traced request: the W3C
+  // traceparent of that request's trace (RequestTrace::Traceparent), under which the runtime
+  // traces this call as a child (ServerServices::InferAsync). Empty: not traced.
+  std::string trace_parent;
 
   const Tensor* FindInput(std::string_view name) const {
     for (const auto& t : inputs)

@@ -91,7 +91,9 @@ std::array<uint8_t, 16> NewTraceId() { return RandomNonZero<16>(); }
 std::array<uint8_t, 8> NewSpanId() { return RandomNonZero<8>(); }
 
 std::string_view TracePointName(TracePoint point, TraceProtocol protocol) {
-  const bool http = protocol == TraceProtocol::kHttp;
+  // A model's call has no front end: it is never stamped at receive or send, and those points
+  // take the HTTP names should one ever be.
+  const bool http = protocol != TraceProtocol::kGrpc;
   switch (point) {
     case TracePoint::kReceiveStart: return http ? "HTTP_RECV_START" : "GRPC_WAITREAD_START";
     case TracePoint::kReceiveEnd: return http ? "HTTP_RECV_END" : "GRPC_WAITREAD_END";
@@ -109,15 +111,22 @@ std::string_view TracePointName(TracePoint point, TraceProtocol protocol) {
 }
 
 RequestTrace::RequestTrace(uint64_t id, std::string model, TraceProtocol protocol,
-                           std::optional<TraceContext> parent)
+                           std::optional<TraceContext> parent,
+                           std::optional<std::array<uint8_t, 8>> span_id, uint64_t parent_id)
     : id_(id),
+      parent_id_(parent_id),
       model_(std::move(model)),
       protocol_(protocol),
       parent_(parent),
       trace_id_(parent ? parent->trace_id : NewTraceId()),
-      span_id_(NewSpanId()),
+      span_id_(span_id ? *span_id : NewSpanId()),
       steady_origin_(Clock::now()),
       wall_origin_(std::chrono::system_clock::now()) {}
+
+std::string RequestTrace::Traceparent() const {
+  return "00-" + HexOf(trace_id_.data(), trace_id_.size()) + "-" +
+         HexOf(span_id_.data(), span_id_.size()) + "-01";
+}
 
 void RequestTrace::Stamp(TracePoint point, Clock::time_point at) {
   int64_t unset = 0;

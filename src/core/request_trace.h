@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,7 +63,9 @@ enum class TracePoint : uint8_t {
 };
 inline constexpr size_t kTracePointCount = 11;
 
-enum class TraceProtocol : uint8_t { kHttp, kGrpc };
+// How a traced request came: a front end's protocol, or a call from a model (BLS, an ensemble's
+// step), which has no receive or send of its own.
+enum class TraceProtocol : uint8_t { kHttp, kGrpc, kModel };
 
 // Triton's name for a point ("HTTP_RECV_START", "QUEUE_START", ...).
 std::string_view TracePointName(TracePoint point, TraceProtocol protocol);
@@ -72,10 +75,19 @@ class RequestTrace {
   using Clock = std::chrono::steady_clock;
 
   // `id`: the tracer's number for it (Triton's "id"); `parent`: the caller's context, if any.
+  // `span_id`: its own span's id; nullopt: a fresh random one. `parent_id`: the number of the
+  // trace this one is a child of (Triton's "parent_id"); 0: none.
   RequestTrace(uint64_t id, std::string model, TraceProtocol protocol,
-               std::optional<TraceContext> parent);
+               std::optional<TraceContext> parent,
+               std::optional<std::array<uint8_t, 8>> span_id = std::nullopt,
+               uint64_t parent_id = 0);
+
+  // The W3C traceparent naming this trace and its own span: the context a call made on its
+  // behalf (a model's BLS call) is traced under.
+  std::string Traceparent() const;
 
   uint64_t id() const { return id_; }
+  uint64_t parent_id() const { return parent_id_; }
   const std::string& model() const { return model_; }
   TraceProtocol protocol() const { return protocol_; }
   const std::array<uint8_t, 16>& trace_id() const { return trace_id_; }
@@ -111,6 +123,7 @@ class RequestTrace {
 
  private:
   const uint64_t id_;
+  const uint64_t parent_id_;
   const std::string model_;
   const TraceProtocol protocol_;
   const std::optional<TraceContext> parent_;
@@ -126,6 +139,21 @@ class RequestTrace {
   std::string error_ GUARDED_BY(mu_);
   std::array<std::pair<const char*, uint64_t>, kMaxFigures> figures_ GUARDED_BY(mu_){};
   size_t figure_count_ GUARDED_BY(mu_) = 0;
+};
+
+// Starts and ends the traces of the calls a model makes (BLS, an ensemble's steps), which no
+// front end sees: the runtime asks it for a call that carries InferRequest::trace_parent. The
+// server's tracer is one (server/trace/tracer.h). Thread safety: any thread.
+class ChildTracer {
+ public:
+  virtual ~ChildTracer() = default;
+  // A trace of a call to `model` under `traceparent` (the calling request's
+  // RequestTrace::Traceparent), or null when tracing is off for `model` or the context is
+  // malformed (a model passes it through and may have changed it).
+  virtual std::shared_ptr<RequestTrace> StartChild(std::string_view model,
+                                                   std::string_view traceparent) = 0;
+  // The call's last result has been handed to the caller.
+  virtual void Finish(std::shared_ptr<RequestTrace> trace) = 0;
 };
 
 }  // namespace vramd

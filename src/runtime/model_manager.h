@@ -62,6 +62,7 @@
 #include "repository/repository_watcher.h"
 #include "core/load_timing.h"
 #include "core/mutex.h"
+#include "core/request_trace.h"
 #include "core/status.h"
 #include "core/thread_annotations.h"
 #include "runtime/loaded_model.h"
@@ -190,6 +191,9 @@ class ModelManager {
     // Called once each rollback has switched back (a lifecycle trace, the log's line is the
     // manager's own); may be empty. From the thread that rolled back.
     std::function<void(const RollbackRecord& record)> rolled_back;
+    // Traces the calls models make on behalf of traced requests (core/request_trace.h); null:
+    // they are not traced. Must outlive the manager.
+    ChildTracer* child_tracer = nullptr;
   };
 
   // Scans the repositories and loads the start-up models (in parallel). A broken model is

@@ -64,6 +64,19 @@ void ModelServices::InferAsync(std::shared_ptr<InferRequest> request, bool decou
   // Copied: the router sets the request's model_name, and this must not view into it.
   const std::string model = request->model_name;
   const int64_t version = request->model_version;
+  // A call on behalf of a traced request is traced under it; the trace ends as the last result
+  // is handed back (REQUEST_END has been stamped by then).
+  if (tracer_ != nullptr && !request->trace_parent.empty() && request->trace == nullptr) {
+    request->trace = tracer_->StartChild(model, request->trace_parent);
+    if (request->trace != nullptr) {
+      on_result = [on_result = std::move(on_result), trace = request->trace, tracer = tracer_](
+                      Result<InferResponse> response, bool final) {
+        if (final && !response.ok()) trace->SetError(response.status().message());
+        on_result(std::move(response), final);
+        if (final) tracer->Finish(trace);
+      };
+    }
+  }
   if (decoupled) {
     // Each response of a decoupled model as it comes; the completion (final) follows the last.
     request->stream = [on_result](Result<InferResponse> response) {

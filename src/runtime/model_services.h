@@ -35,6 +35,7 @@
 
 #include "backends/server_services.h"
 #include "core/infer_request.h"
+#include "core/request_trace.h"
 #include "core/status.h"
 
 namespace vramd::runtime {
@@ -45,9 +46,11 @@ class ModelManager;
 class ModelServices final : public backends::ServerServices {
  public:
   // `manager` runs the requests and the model control; `metrics` (may be null: MetricFamily is
-  // then Unsupported) keeps the custom metrics. Both must outlive this object.
-  ModelServices(ModelManager* manager, CustomMetricsRegistry* metrics)
-      : manager_(manager), metrics_(metrics) {}
+  // then Unsupported) keeps the custom metrics; `tracer` (may be null) traces the calls that
+  // carry a trace_parent. All must outlive this object.
+  ModelServices(ModelManager* manager, CustomMetricsRegistry* metrics,
+                ChildTracer* tracer = nullptr)
+      : manager_(manager), metrics_(metrics), tracer_(tracer) {}
 
   void InferAsync(std::shared_ptr<InferRequest> request, bool decoupled,
                   ResultCallback on_result) override;
@@ -67,6 +70,7 @@ class ModelServices final : public backends::ServerServices {
 
   ModelManager* const manager_;
   CustomMetricsRegistry* const metrics_;
+  ChildTracer* const tracer_;
 };
 
 }  // namespace vramd::runtime

@@ -4,6 +4,8 @@ small collector this file runs: span structure, the parent link from a W3C trace
 header and gRPC metadata), and the spans of a load and a reload. Every way a request arrives is
 traced: infer, generate and generate_stream over HTTP, ModelInfer and each request of a
 ModelStreamInfer stream over gRPC (a decoupled model's too, when the python backend is built).
+The calls a model makes are traced as children of its request: an ensemble's steps, and a
+python model's BLS calls given trace=request.trace() (in process and hosted out of process).
 
 Models: "echo" (identity, on the CPU) written into a repository per test.
 """
@@ -466,3 +468,103 @@ def test_grpc_stream_requests_are_traced(serve, collector, repo):
         assert attributes(span)["model_name"] == "py_decoupled"
     finally:
         channel.close()
+
+
+ENSEMBLE = """
+name: "ens"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling { step [ { model_name: "echo" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+"""
+
+
+def test_ensemble_steps_are_children_of_the_ensembles_trace(serve, collector, repo):
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE)
+    s = serve(otel_args(collector))
+    c = s.client()
+    try:
+        r = c.infer_raw("ens", [Input("IN", "FP32", np.array([1.0, 2.0], np.float32))],
+                        headers={"traceparent": TRACEPARENT})
+        assert r.status == 200, r.body
+    finally:
+        c.close()
+    wait_for(lambda: len(collector.named("InferRequest")) >= 2, timeout=20,
+             what="the ensemble's and its step's spans")
+    by_model = {attributes(x)["model_name"]: x for x in collector.named("InferRequest")}
+    ens, step = by_model["ens"], by_model["echo"]
+    assert ens["parentSpanId"] == PARENT_SPAN and ens["kind"] == 2
+    assert step["traceId"] == PARENT_TRACE and step["parentSpanId"] == ens["spanId"], step
+    assert step["kind"] == 1 and attributes(step)["vramd.protocol"] == "model"
+    # A step is stamped by the runtime alone: no front end's receive or send.
+    assert "QUEUE_START" in event_times(step) and "HTTP_SEND_END" not in event_times(step)
+    assert int(ens["startTimeUnixNano"]) <= int(step["startTimeUnixNano"])
+    assert int(step["endTimeUnixNano"]) <= int(ens["endTimeUnixNano"])
+
+
+@pytest.mark.skipif(not PYTHON_LIBRARY.is_file(), reason="needs the python backend (%s)"
+                    % PYTHON_LIBRARY)
+@pytest.mark.parametrize("hosting", ["in_process", "stub"])
+def test_bls_calls_given_the_requests_trace_are_its_children(serve, collector, repo, hosting):
+    copy_model(pathlib.Path(__file__).resolve().parent / "python_models" / "py_bls_traced",
+               repo, "py_bls_traced", {"VRAMD_PYTHON_HOSTING": hosting})
+    s = serve(otel_args(collector) + ["--backend-directory", str(PYTHON_BACKEND_DIR)])
+    wait_for(lambda: s.client().get("/v2/models/py_bls_traced/ready").status == 200,
+             timeout=60, what="py_bls_traced ready")
+    c = s.client()
+    try:
+        r = c.infer("py_bls_traced", [Input("INPUT0", "FP32", np.array([1.0, 2.0], np.float32))],
+                    headers={"traceparent": TRACEPARENT})
+    finally:
+        c.close()
+    assert r.outputs["OUTPUT0"].tolist() == [1.0, 2.0]
+    context = json.loads(r.outputs["CONTEXT"][0])
+    wait_for(lambda: len(collector.named("InferRequest")) >= 2, timeout=20,
+             what="the request's and its BLS call's spans")
+    time.sleep(0.3)  # the untraced call's span, were there one, would have come by now
+    spans = collector.named("InferRequest")
+    assert len(spans) == 2, spans  # the call made without trace= is not traced
+    by_model = {attributes(x)["model_name"]: x for x in spans}
+    parent, child = by_model["py_bls_traced"], by_model["echo"]
+    # get_context() names the request's own span, under which the call is traced.
+    assert context == {"traceparent": "00-%s-%s-01" % (PARENT_TRACE, parent["spanId"])}
+    assert parent["parentSpanId"] == PARENT_SPAN
+    assert child["traceId"] == PARENT_TRACE and child["parentSpanId"] == parent["spanId"]
+    assert attributes(child)["vramd.protocol"] == "model"
+    compute = [x for x in collector.named("compute") if x["parentSpanId"] == child["spanId"]]
+    assert len(compute) == 1
+
+
+@pytest.mark.skipif(not PYTHON_LIBRARY.is_file(), reason="needs the python backend (%s)"
+                    % PYTHON_LIBRARY)
+def test_triton_mode_bls_child_names_its_parent_id_and_untraced_has_no_context(serve, tmp_path,
+                                                                              repo):
+    copy_model(pathlib.Path(__file__).resolve().parent / "python_models" / "py_bls_traced",
+               repo, "py_bls_traced")
+    trace_file = tmp_path / "trace.json"
+    s = serve(["--trace-config", "triton,file=%s" % trace_file, "--trace-config",
+               "level=TIMESTAMPS", "--trace-config", "rate=2",
+               "--backend-directory", str(PYTHON_BACKEND_DIR)])
+    wait_for(lambda: s.client().get("/v2/models/py_bls_traced/ready").status == 200,
+             timeout=60, what="py_bls_traced ready")
+    c = s.client()
+    contexts = []
+    try:
+        for _ in range(2):  # rate 2: the first is not traced, the second is
+            r = c.infer("py_bls_traced",
+                        [Input("INPUT0", "FP32", np.array([1.0, 2.0], np.float32))])
+            contexts.append(r.outputs["CONTEXT"][0])
+    finally:
+        c.close()
+    untraced, traced = contexts
+    assert untraced in (b"", ""), untraced  # get_context() was None
+    assert json.loads(traced)["traceparent"].startswith("00-")
+    s.assert_clean_exit(s.stop())  # the file is written at exit (log_frequency 0)
+    entries = json.loads(trace_file.read_text())
+    models = {e["model_name"]: e for e in entries if "model_name" in e}
+    assert set(models) == {"py_bls_traced", "echo"}, entries
+    assert models["py_bls_traced"]["parent_id"] == 0
+    assert models["echo"]["parent_id"] == models["py_bls_traced"]["id"]

@@ -14,6 +14,7 @@
 #include "backends/abi/abi_responses.h"
 #include "config/model_config_json.h"
 #include "core/data_type.h"
+#include "core/request_trace.h"
 
 namespace vramd::backends {
 namespace {
@@ -189,6 +190,7 @@ struct ListedRequestView {
   std::vector<VramdMemory> input_memory;
   std::vector<const char*> requested_outputs;
   std::string parameters_json;
+  std::string traceparent;
   VramdRequest request{};
 };
 
@@ -219,6 +221,10 @@ void ViewRequest(const InferRequest& request, ListedRequestView* view) {
   v.timeout_us = request.timeout_us;
   v.input_memory = view->input_memory.data();
   v.preferred_output_memory = abi::PreferredOutputMemory(request.output_gpu);
+  if (request.trace != nullptr) {
+    view->traceparent = request.trace->Traceparent();
+    v.traceparent = view->traceparent.c_str();
+  }
 }
 
 class AbiInstance final : public BackendInstance {
@@ -264,6 +270,8 @@ class AbiInstance final : public BackendInstance {
       } else {
         vreq.preferred_output_memory = abi::PreferredOutputMemory(kOnHost);
       }
+      const std::string traceparent = request.trace ? request.trace->Traceparent() : "";
+      if (!traceparent.empty()) vreq.traceparent = traceparent.c_str();
 
       OutputSink sink{outputs, first, model_->server->allocator(), &request.output_buffer};
       VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput, &AddOutputOnDevice};

@@ -141,6 +141,7 @@ struct CallState {
 // Where the call's fields appended within version 1 end: a call's struct_size covers them or not.
 constexpr size_t kCancelTokenEnd = offsetof(VramdInferCall, cancel_token) + sizeof(void**);
 constexpr size_t kInputsKeptEnd = offsetof(VramdInferCall, inputs_outlive_call) + sizeof(int32_t);
+constexpr size_t kTraceparentEnd = offsetof(VramdInferCall, traceparent) + sizeof(const char*);
 
 // A copy of `size` bytes at `data` on GPU `device` in vramd's pool of that GPU, charged to
 // `owner` (kNoOwner: the calling thread's).
@@ -253,6 +254,9 @@ Result<std::shared_ptr<InferRequest>> RequestOf(void* server, const VramdInferCa
   }
   request->timeout_us = call.timeout_us;
   request->output_gpu = OutputGpuOf(call.preferred_output_memory);
+  if (call.struct_size >= kTraceparentEnd && call.traceparent != nullptr) {
+    request->trace_parent = call.traceparent;
+  }
   return request;
 }
 

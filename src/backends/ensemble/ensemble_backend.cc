@@ -13,6 +13,7 @@
 
 #include "backends/ensemble/ensemble_graph.h"
 #include "backends/server_services.h"
+#include "core/request_trace.h"
 #include "memory/allocator.h"
 #include "memory/ledger.h"
 
@@ -81,7 +82,8 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
         parameters_(request.parameters),
         flags_(request.flags),
         correlation_id_(request.correlation_id),
-        correlation_id_string_(request.correlation_id_string) {
+        correlation_id_string_(request.correlation_id_string),
+        trace_parent_(request.trace != nullptr ? request.trace->Traceparent() : std::string()) {
     auto root = std::make_unique<Line>();
     root->waits = shared_->graph.waits();
     for (const Tensor& input : request.inputs) root->tensors[input.name] = input;
@@ -133,6 +135,8 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
     request->flags = flags_;
     request->correlation_id = correlation_id_;
     request->correlation_id_string = correlation_id_string_;
+    // A traced ensemble request's steps are its children, as in Triton.
+    request->trace_parent = trace_parent_;
     request->output_gpu = kAnyGpu;
     request->binary_data_output = true;
     {
@@ -334,6 +338,7 @@ class EnsembleRun : public std::enable_shared_from_this<EnsembleRun> {
   const uint32_t flags_;
   const uint64_t correlation_id_;
   const std::string correlation_id_string_;
+  const std::string trace_parent_;  // empty: the ensemble's request is not traced
   std::mutex mu_;
   std::vector<std::unique_ptr<Line>> lines_;  // the root first
   std::shared_ptr<RunOwner> run_owner_;  // made with the first tensor charged to it

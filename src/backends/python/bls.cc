@@ -159,6 +159,7 @@ std::shared_ptr<BlsCall> BlsCall::Start(std::shared_ptr<ModelShared> model,
   c.correlation_id_string =
       request.correlation_is_string ? request.correlation_id_string.c_str() : nullptr;
   c.timeout_us = request.timeout_us;
+  c.traceparent = request.trace.traceparent.empty() ? nullptr : request.trace.traceparent.c_str();
   // Triton's default: outputs where the called model leaves them (a GPU tensor stays on its
   // GPU); TRITONSERVER_MEMORY_CPU brings them to host.
   switch (request.preferred_memory.type) {

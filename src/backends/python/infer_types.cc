@@ -102,7 +102,11 @@ void BindInferTypes(py::module_& m) {
 
   py::class_<InferenceTrace>(m, "InferenceTrace")
       .def(py::init<>())
-      .def("get_context", [](const InferenceTrace&) { return py::none(); });
+      .def("get_context", [](const InferenceTrace& t) -> py::object {
+        if (t.traceparent.empty()) return py::none();
+        // The value is hex and dashes (the server wrote it): nothing to escape.
+        return py::str("{\"traceparent\": \"" + t.traceparent + "\"}");
+      });
 
   py::class_<PyInferResponse, std::shared_ptr<PyInferResponse>>(m, "InferenceResponse")
       // `error` is taken as an object: pybind11 loading the usual None into a
@@ -150,7 +154,7 @@ void BindInferTypes(py::module_& m) {
                        std::vector<std::shared_ptr<PbTensor>> inputs,
                        std::vector<std::string> requested_output_names, std::string model_name,
                        int64_t model_version, uint32_t flags, uint64_t timeout,
-                       PreferredMemory preferred_memory, const InferenceTrace&,
+                       PreferredMemory preferred_memory, const InferenceTrace& trace,
                        py::object parameters) {
              auto r = std::make_shared<PyInferRequest>();
              r->id = std::move(request_id);
@@ -163,6 +167,7 @@ void BindInferTypes(py::module_& m) {
              r->timeout_us = timeout;
              r->preferred_memory = preferred_memory;
              r->parameters = ParametersToJson(parameters);
+             r->trace = trace;
              return r;
            }),
            py::arg("request_id") = "", py::arg("correlation_id") = 0,
@@ -177,7 +182,7 @@ void BindInferTypes(py::module_& m) {
       .def("set_flags", [](PyInferRequest& r, uint32_t flags) { r.flags = flags; })
       .def("timeout", [](const PyInferRequest& r) { return r.timeout_us; })
       .def("parameters", [](const PyInferRequest& r) { return r.parameters; })
-      .def("trace", [](const PyInferRequest&) { return InferenceTrace{}; })
+      .def("trace", [](const PyInferRequest& r) { return r.trace; })
       .def("model_name", [](const PyInferRequest& r) { return r.model_name; })
       .def("requested_output_names", [](const PyInferRequest& r) {
         return std::set<std::string>(r.requested_outputs.begin(), r.requested_outputs.end());

@@ -336,6 +336,10 @@ std::shared_ptr<PyInferRequest> PythonInstance::MakeRequest(const VramdRequest& 
   }
   r->flags = request.flags;
   r->timeout_us = request.timeout_us;
+  if (request.struct_size >= offsetof(VramdRequest, traceparent) + sizeof(request.traceparent) &&
+      request.traceparent != nullptr) {
+    r->trace.traceparent = request.traceparent;
+  }
   if (request.parameters_json != nullptr) {
     r->parameters.assign(request.parameters_json, request.parameters_json_size);
   }

@@ -36,8 +36,12 @@ struct PreferredMemory {
   int64_t device_id = 0;
 };
 
-// InferenceTrace: vramd passes no trace context to models; get_context() is None.
-struct InferenceTrace {};
+// InferenceTrace: a received request's trace (request.trace()), passed on to a BLS call
+// (InferenceRequest(trace=...)) to trace it as the request's child. get_context() is Triton's
+// context, a JSON object {"traceparent": "00-..."}, or None when the request is not traced.
+struct InferenceTrace {
+  std::string traceparent;  // empty: not traced
+};
 
 // pb_utils.InferenceResponse(output_tensors=[], error=None, parameters=None).
 struct PyInferResponse {
@@ -60,6 +64,7 @@ struct PyInferRequest {
   uint64_t timeout_us = 0;
   PreferredMemory preferred_memory;
   std::string parameters = "{}";  // a JSON object
+  InferenceTrace trace;           // a received request's own; a BLS call's parent
   std::shared_ptr<RequestState> state;  // a received request's answering side; null for BLS
   uint32_t release_flags = 1;     // TRITONSERVER_REQUEST_RELEASE_ALL
 };

@@ -192,6 +192,8 @@ Status EncodeRequest(WireWriter& w, const VramdRequest& q, uint64_t responder) {
                        q.preferred_output_memory.kind == VRAMD_DEVICE_GPU;
   w.I32(gpu_out ? VRAMD_DEVICE_GPU : VRAMD_DEVICE_CPU);
   w.I32(gpu_out ? q.preferred_output_memory.device_id : -1);
+  const bool traced = q.struct_size >= offsetof(VramdRequest, traceparent) + sizeof(q.traceparent);
+  w.OptStr(traced ? q.traceparent : nullptr);
   return Status::Ok();
 }
 
@@ -211,6 +213,7 @@ void DecodeRequest(WireReader& r, WireRequest* q) {
   // Anything but a GPU reads as host memory, the default.
   q->preferred_output_memory = kind == VRAMD_DEVICE_GPU ? VramdMemory{VRAMD_DEVICE_GPU, device}
                                                         : VramdMemory{VRAMD_DEVICE_CPU, -1};
+  q->traceparent = DecodeOptStr(r, "traceparent");
 }
 
 Status WireRequest::Bind() {
@@ -252,6 +255,7 @@ Status WireRequest::Bind() {
   request.timeout_us = timeout_us;
   request.input_memory = memory.data();
   request.preferred_output_memory = preferred_output_memory;
+  request.traceparent = traceparent.has_value() ? traceparent->c_str() : nullptr;
   return Status::Ok();
 }
 
@@ -305,6 +309,8 @@ void EncodeInferCall(WireWriter& w, uint64_t context, const VramdInferCall& c,
   const bool kept = c.struct_size >= offsetof(VramdInferCall, inputs_outlive_call) + sizeof(int32_t) &&
                     c.inputs_outlive_call != 0;
   w.U8(kept ? 1 : 0);
+  const bool traced = c.struct_size >= offsetof(VramdInferCall, traceparent) + sizeof(c.traceparent);
+  w.OptStr(traced ? c.traceparent : nullptr);
 }
 
 WireInferCall DecodeInferCall(WireReader& r) {
@@ -325,6 +331,7 @@ WireInferCall DecodeInferCall(WireReader& r) {
   c.decoupled = r.I32("decoupled");
   c.parent_owner = r.U64("parent_owner");
   c.inputs_outlive_call = r.U8("inputs_outlive_call") != 0;
+  c.traceparent = DecodeOptStr(r, "traceparent");
   return c;
 }
 

@@ -93,6 +93,7 @@ struct WireRequest {
   std::vector<std::string> requested_outputs;
   std::vector<WireTensor> inputs;
   VramdMemory preferred_output_memory{VRAMD_DEVICE_CPU, -1};
+  std::optional<std::string> traceparent;  // VramdRequest::traceparent
 
   // What Bind() fills.
   std::vector<VramdTensor> tensors;
@@ -153,6 +154,7 @@ struct WireInferCall {
   int32_t decoupled = 0;
   uint64_t parent_owner = 0;
   bool inputs_outlive_call = false;
+  std::optional<std::string> traceparent;  // VramdInferCall::traceparent
 };
 // `places` has one entry per input of `call`, or is empty (all in the frame); a GPU input whose
 // place is the frame must already be in host memory (the host stages it).

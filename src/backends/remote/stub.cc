@@ -17,6 +17,7 @@
 #include "backends/remote/peer.h"
 #include "backends/remote/worker.h"
 #include "core/infer_request.h"
+#include "core/request_trace.h"
 #include "memory/cuda_devices.h"
 #include "memory/cuda_ipc.h"
 #include "memory/hosted_processes.h"
@@ -35,6 +36,7 @@ struct RequestView {
   std::vector<VramdMemory> memory;
   std::vector<const char*> requested_outputs;
   std::string parameters_json;
+  std::string traceparent;
   VramdRequest request{};
 };
 
@@ -61,6 +63,10 @@ void ViewRequest(const InferRequest& r, RequestView* v) {
   q.timeout_us = r.timeout_us;
   q.input_memory = v->memory.data();
   q.preferred_output_memory = abi::PreferredOutputMemory(r.output_gpu);
+  if (r.trace != nullptr) {
+    v->traceparent = r.trace->Traceparent();
+    q.traceparent = v->traceparent.c_str();
+  }
 }
 
 // GPU inputs copied into vramd's pool for a call, where CUDA IPC cannot export them where they
@@ -886,6 +892,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                                  : VramdMemory{VRAMD_DEVICE_CPU, -1};
     v.decoupled = c.decoupled;
     v.parent_owner = c.parent_owner;
+    v.traceparent = c.traceparent ? c.traceparent->c_str() : nullptr;
     // Inputs in the frame go with the frame, when this returns: vramd copies them.
     const bool all_kept = std::all_of(c.inputs.begin(), c.inputs.end(), [](const WireTensor& t) {
       return t.gpu >= 0 && t.device_allocation != 0;

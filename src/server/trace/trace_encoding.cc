@@ -70,6 +70,15 @@ void WriteIntAttribute(JsonWriter& w, std::string_view key, int64_t value) {
   w.EndObject();
 }
 
+std::string_view ProtocolName(TraceProtocol protocol) {
+  switch (protocol) {
+    case TraceProtocol::kHttp: return "http";
+    case TraceProtocol::kGrpc: return "grpc";
+    case TraceProtocol::kModel: return "model";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 std::vector<Span> RequestSpans(const RequestTrace& trace) {
@@ -86,7 +95,7 @@ std::vector<Span> RequestSpans(const RequestTrace& trace) {
   request.span_id = trace.span_id();
   if (trace.parent()) request.parent_span_id = trace.parent()->span_id;
   request.name = "InferRequest";
-  request.kind = 2;
+  request.kind = trace.protocol() == TraceProtocol::kModel ? 1 : 2;  // INTERNAL : SERVER
   request.start_unix_ns = first_of({TracePoint::kReceiveStart, TracePoint::kReceiveEnd,
                                     TracePoint::kRequestStart});
   request.end_unix_ns = first_of({TracePoint::kSendEnd, TracePoint::kSendStart,
@@ -95,7 +104,7 @@ std::vector<Span> RequestSpans(const RequestTrace& trace) {
   request.string_attributes = {
       {"model_name", trace.model()},
       {"request_id", s.request_id},
-      {"vramd.protocol", trace.protocol() == TraceProtocol::kHttp ? "http" : "grpc"}};
+      {"vramd.protocol", std::string(ProtocolName(trace.protocol()))}};
   request.int_attributes = {{"model_version", s.version},
                             {"triton.trace_id", static_cast<int64_t>(trace.id())}};
   for (const auto& [name, value] : s.figures) {
@@ -297,7 +306,7 @@ std::string EncodeTritonEntries(const RequestTrace& trace) {
   WriteJsonKey(w, "request_id");
   WriteJsonString(w, s.request_id);
   WriteJsonKey(w, "parent_id");
-  w.Uint64(0);
+  w.Uint64(trace.parent_id());
   w.EndObject();
   std::string out(buffer.GetString(), buffer.GetSize());
 

@@ -132,19 +132,53 @@ std::shared_ptr<RequestTrace> Tracer::Start(std::string_view model, TraceProtoco
   // Only OpenTelemetry mode follows a caller's context past the rate (Triton's rule).
   const bool follows_parent = parent.has_value() && options_.mode == TraceMode::kOpenTelemetry;
   if (!settings_.Sample(model, follows_parent)) return nullptr;
-  auto trace = std::make_shared<RequestTrace>(next_id_.fetch_add(1, std::memory_order_relaxed),
-                                              std::string(model), protocol,
-                                              options_.mode == TraceMode::kOpenTelemetry
-                                                  ? parent
-                                                  : std::nullopt);
+  auto trace = NewTrace(model, protocol,
+                        options_.mode == TraceMode::kOpenTelemetry ? parent : std::nullopt);
   trace->Stamp(TracePoint::kReceiveStart, received);
   trace->Stamp(TracePoint::kReceiveEnd);
   return trace;
 }
 
+namespace {
+
+std::array<uint8_t, 8> BigEndian(uint64_t n) {
+  std::array<uint8_t, 8> out{};
+  for (size_t i = 0; i < 8; ++i) out[7 - i] = static_cast<uint8_t>(n >> (8 * i));
+  return out;
+}
+
+uint64_t FromBigEndian(const std::array<uint8_t, 8>& bytes) {
+  uint64_t n = 0;
+  for (uint8_t b : bytes) n = n << 8 | b;
+  return n;
+}
+
+}  // namespace
+
+std::shared_ptr<RequestTrace> Tracer::NewTrace(std::string_view model, TraceProtocol protocol,
+                                               std::optional<TraceContext> parent,
+                                               uint64_t parent_id) {
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  std::optional<std::array<uint8_t, 8>> span_id;
+  if (options_.mode == TraceMode::kTriton) span_id = BigEndian(id);
+  return std::make_shared<RequestTrace>(id, std::string(model), protocol, std::move(parent),
+                                        span_id, parent_id);
+}
+
+std::shared_ptr<RequestTrace> Tracer::StartChild(std::string_view model,
+                                                 std::string_view traceparent) {
+  if (!settings_.any_on()) return nullptr;
+  std::optional<TraceContext> parent = TraceContext::Parse(traceparent);
+  if (!parent.has_value()) return nullptr;
+  if (!settings_.Sample(model, /*has_parent=*/true)) return nullptr;
+  if (options_.mode == TraceMode::kOpenTelemetry) return NewTrace(model, TraceProtocol::kModel, parent);
+  return NewTrace(model, TraceProtocol::kModel, std::nullopt, FromBigEndian(parent->span_id));
+}
+
 void Tracer::Finish(std::shared_ptr<RequestTrace> trace) {
   if (trace == nullptr) return;
-  trace->Stamp(TracePoint::kSendEnd);
+  // A model's call ends at REQUEST_END: nothing is sent.
+  if (trace->protocol() != TraceProtocol::kModel) trace->Stamp(TracePoint::kSendEnd);
   Pending pending;
   pending.trace = std::move(trace);
   MutexLock lock(mu_);

@@ -53,7 +53,7 @@ struct TracerOptions {
   static Result<TracerOptions> FromFlags(const std::vector<std::string>& trace_config);
 };
 
-class Tracer {
+class Tracer final : public ChildTracer {
  public:
   explicit Tracer(TracerOptions options);
   ~Tracer();
@@ -69,8 +69,17 @@ class Tracer {
                                       std::string_view traceparent,
                                       RequestTrace::Clock::time_point received);
 
-  // The reply has been sent: hands the trace to the writer thread.
-  void Finish(std::shared_ptr<RequestTrace> trace) EXCLUDES(mu_);
+  // A call a model makes on behalf of a traced request (ChildTracer): traced whenever the level
+  // is on for `model`, whatever the rate and count, as a child of the caller's trace. In
+  // opentelemetry mode its span's parent is the caller's request span; in triton mode its
+  // entry's parent_id is the caller's id (a triton-mode trace's span id is its id, big-endian:
+  // the trace file has no span ids, so the context can carry the number).
+  std::shared_ptr<RequestTrace> StartChild(std::string_view model,
+                                           std::string_view traceparent) override;
+
+  // The reply has been sent (or, for a model's call, handed back): hands the trace to the
+  // writer thread.
+  void Finish(std::shared_ptr<RequestTrace> trace) override EXCLUDES(mu_);
 
   // A load or reload ended (ModelManager::Options::load_finished): its spans, in
   // opentelemetry mode while the global level is on.
@@ -99,6 +108,10 @@ class Tracer {
     uint64_t index = 0;
     uint64_t log_frequency = 0;
   };
+  // A trace numbered next; in triton mode its span id is its number (StartChild).
+  std::shared_ptr<RequestTrace> NewTrace(std::string_view model, TraceProtocol protocol,
+                                         std::optional<TraceContext> parent,
+                                         uint64_t parent_id = 0);
   // Queues a lifecycle trace's spans, in opentelemetry mode while the global level is on.
   void QueueLifecycle(std::vector<Span> spans) EXCLUDES(mu_);
   void Run(std::stop_token stop) EXCLUDES(mu_);
