@@ -111,9 +111,12 @@ Options Parse(int argc, char** argv) {
 // traces one when `tracer` is given, waited for; its outcome's status.
 vramd::Status InferOnce(const vramd::runtime::ModelManager& manager, vramd::trace::Tracer* tracer,
                         const std::string& model, std::shared_ptr<vramd::InferRequest> request) {
+  // The HTTP front end reads the clock as a request's header arrives whether or not anything
+  // traces it (its phase timer): so does every series here.
+  const auto received = Clock::now();
   std::shared_ptr<vramd::RequestTrace> trace;
   if (tracer != nullptr) {
-    trace = tracer->Start(model, vramd::TraceProtocol::kHttp, "", Clock::now());
+    trace = tracer->Start(model, vramd::TraceProtocol::kHttp, "", received);
     request->trace = trace;
   }
   // Shared with the callback, which may still be returning from set_value when get() does.
