@@ -618,7 +618,8 @@ int64_t Ledger::Impl::MadeSinceMark(OwnerId owner, Device device) const {
   std::shared_ptr<QuotaState> q = OwnQuota(owner);
   if (q == nullptr) return 0;
   const int slot = DeviceSlot(device);
-  return std::max<int64_t>(0, q->used[slot].load(std::memory_order_relaxed) -
+  // Acquire: a charge seen here is seen in the outer quotas read after (PinAndCharge).
+  return std::max<int64_t>(0, q->used[slot].load(std::memory_order_acquire) -
                                   q->mark[slot].load(std::memory_order_relaxed));
 }
 
@@ -626,7 +627,7 @@ std::pair<int64_t, int64_t> Ledger::Impl::BudgetOf(Device device) const {
   const QuotaState* budget = root_->quota.get();
   if (budget == nullptr) return {0, 0};
   const int slot = DeviceSlot(device);
-  return {budget->used[slot].load(std::memory_order_relaxed), budget->limit[slot]};
+  return {budget->used[slot].load(std::memory_order_acquire), budget->limit[slot]};
 }
 
 std::shared_ptr<QuotaState> Ledger::Impl::OwnQuota(OwnerId id) const {
@@ -674,14 +675,27 @@ void Ledger::Impl::LearnExecutionPeaks(OwnerId measured, OwnerId learner, int64_
 
 OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool count,
                                       bool enforce, std::shared_ptr<QuotaState>* refused_by) {
-  // The quotas' shares first: a refusal must leave the node untouched.
+  // The quotas' shares first: a refusal must leave the node untouched. Outermost first (the
+  // server's budget, then down to the node's own), each with release order: whoever reads an
+  // inner quota's rise and then an outer one's use (admission reads an instance's rise, then
+  // the budget's use, admission.cc) finds this charge in the outer one whenever it saw it in
+  // the inner. Inner first, a reader between the two saw the rise and not the use, counted
+  // the charge nowhere, and admitted an execution the budget then refused.
   auto admit = [&](OwnerNode* node) {
     const auto bytes = static_cast<int64_t>(size);
-    for (QuotaState* quota = node->quota.get(); quota != nullptr; quota = quota->parent.get()) {
+    size_t depth = 0;
+    for (QuotaState* q = node->quota.get(); q != nullptr; q = q->parent.get()) ++depth;
+    auto level = [&](size_t index) {  // 0: the node's own quota, depth - 1: the outermost
+      QuotaState* q = node->quota.get();
+      while (index-- > 0) q = q->parent.get();
+      return q;
+    };
+    for (size_t k = depth; k-- > 0;) {
+      QuotaState* quota = level(k);
       std::atomic<int64_t>& used = quota->used[slot];
       const int64_t limit = quota->limit[slot];
       if (!enforce || limit == 0) {
-        const int64_t now = used.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+        const int64_t now = used.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
         RaiseToAtLeast(quota->peak[slot], now);
         continue;
       }
@@ -692,16 +706,29 @@ OwnerNode* Ledger::Impl::PinAndCharge(OwnerId id, size_t size, int slot, bool co
           fits = false;
           break;
         }
-      } while (!used.compare_exchange_weak(current, current + bytes, std::memory_order_relaxed));
+      } while (!used.compare_exchange_weak(current, current + bytes, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed));
       if (fits) {
         RaiseToAtLeast(quota->peak[slot], current + bytes);
         continue;
       }
-      quota->refusals[slot].fetch_add(1, std::memory_order_relaxed);
-      for (QuotaState* passed = node->quota.get(); passed != quota; passed = passed->parent.get()) {
-        passed->used[slot].fetch_sub(bytes, std::memory_order_relaxed);
+      for (size_t passed = depth - 1; passed > k; --passed) {
+        level(passed)->used[slot].fetch_sub(bytes, std::memory_order_acq_rel);
       }
-      *refused_by = QuotaInChain(node->quota, quota);
+      // The innermost quota the charge passes is the one named (and counted), as when the
+      // inner ones were charged first: a model's own quota is not relieved as the budget is
+      // (allocator.h) even when the budget is passed too.
+      QuotaState* refusing = quota;
+      for (size_t inner = 0; inner < k; ++inner) {
+        QuotaState* q = level(inner);
+        if (q->limit[slot] != 0 &&
+            q->used[slot].load(std::memory_order_relaxed) + bytes > q->limit[slot]) {
+          refusing = q;
+          break;
+        }
+      }
+      refusing->refusals[slot].fetch_add(1, std::memory_order_relaxed);
+      *refused_by = QuotaInChain(node->quota, refusing);
       return false;
     }
     return true;
@@ -814,8 +841,11 @@ OwnerId Ledger::Impl::Release(const Record& record) {
   const auto bytes = static_cast<int64_t>(record.size);
   node->live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   node->device_bytes[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
+  // Innermost first, the other way from a charge: a reader that reads an inner quota and then
+  // an outer one may see the outer still holding what the inner let go, never the reverse,
+  // so memory being freed is at worst counted twice, never missed.
   for (QuotaState* quota = node->quota.get(); quota != nullptr; quota = quota->parent.get()) {
-    quota->used[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_relaxed);
+    quota->used[DeviceSlot(record.device)].fetch_sub(bytes, std::memory_order_acq_rel);
   }
   // The last access to `node`: once the count is down, another thread may delete it.
   if (node->state.fetch_sub(2, std::memory_order_acq_rel) == 3) DropIfDone(id);

@@ -40,6 +40,46 @@ TEST(AdmissionTest, WithoutABudgetOrAPredictionEverythingStartsAtOnce) {
   EXPECT_TRUE(governed.Stats().at(0).admitted == 0);
 }
 
+// Admission reads an instance's rise (MadeSinceMark) and then the budget's use (BudgetOf), and
+// counts a charge once if either shows it. So whenever the rise shows a charge, the use read
+// after must show it too: a charge reaches the outer quotas before the inner ones. (Charged
+// inner first, a reader between the two saw it in neither, and a CI run admitted one execution
+// more than the budget held.) A race, so a stress: it may pass by luck on the old order, never
+// fail on the right one.
+TEST(AdmissionTest, AChargeSeenInAnInstancesRiseIsSeenInTheBudget) {
+  Ledger::Options options;
+  options.budget = {{Device::Cpu(), int64_t{1} << 30}};
+  Ledger ledger(options);
+  const OwnerId instance =
+      ledger.OpenOwner(kNoOwner, OwnerKind::kInstance, "instance", MeasurePeaks());
+  const OwnerId request = ledger.OpenOwner(instance, OwnerKind::kRequest, "request");
+  ledger.MarkPeaks(instance);
+  // Only charges while it is read (a free between the two readings is rightly counted in
+  // neither): the use must never trail the rise.
+  constexpr int kCharges = 200000;
+  std::atomic<bool> done{false};
+  std::thread charging([&] {
+    for (int i = 0; i < kCharges; ++i) {
+      ledger.RecordAllocation(AdmissionAddr(1000 + i), 1, Device::Cpu(), request);
+    }
+    done = true;
+  });
+  int64_t missed = 0;
+  int64_t readings = 0;
+  while (!done.load()) {
+    const int64_t made = ledger.MadeSinceMark(instance, Device::Cpu());
+    const int64_t used = ledger.BudgetOf(Device::Cpu()).first;
+    ++readings;
+    if (made > used) ++missed;
+  }
+  charging.join();
+  EXPECT_EQ(missed, 0) << "of " << readings << " readings, the budget's use trailed the rise";
+  EXPECT_EQ(ledger.BudgetOf(Device::Cpu()).first, kCharges);
+  for (int i = 0; i < kCharges; ++i) ledger.RecordFree(AdmissionAddr(1000 + i));
+  ledger.CloseOwner(request);
+  ledger.CloseOwner(instance);
+}
+
 TEST(AdmissionTest, AnExecutionThatDoesNotFitWaitsForOneToEnd) {
   Ledger ledger(BudgetOf1000());
   Admission admission(&ledger);
