@@ -43,6 +43,26 @@ needs_echo_c = pytest.mark.skipif(
            "(build the vramd_backend_echo_c target and run through ctest)")
 
 
+# The Python modules protoc generates from vramd's grpc_service.proto: VRAMD_GRPC_PYTHON_DIR,
+# else <build>/python beside VRAMD_BIN.
+GRPC_PYTHON_DIR = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
+                               or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
+
+
+def grpc_modules():
+    """(grpc, grpc_service_pb2, grpc_service_pb2_grpc), or a skip of the calling test naming
+    what is missing."""
+    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
+    if not (GRPC_PYTHON_DIR / "server" / "grpc" / "grpc_service_pb2.py").is_file():
+        pytest.skip("no generated gRPC stubs at %s (build vramd, or set VRAMD_GRPC_PYTHON_DIR)"
+                    % GRPC_PYTHON_DIR)
+    if str(GRPC_PYTHON_DIR) not in sys.path:
+        sys.path.insert(0, str(GRPC_PYTHON_DIR))
+    from server.grpc import grpc_service_pb2 as pb
+    from server.grpc import grpc_service_pb2_grpc as pb_grpc
+    return grpc, pb, pb_grpc
+
+
 def skip_module_without_python_backend(host=False):
     """Skips the calling test module when libvramd_python.so (with `host`, also
     vramd_backend_host) is not built."""

@@ -11,18 +11,15 @@ takes SLOW_S) and "fast" (identity, no delay), both on the CPU.
 
 import http.client
 import json
-import os
-import pathlib
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from e2e_helpers import VRAMD_BIN, VramdProcess, in_background, wait_for
+from e2e_helpers import VRAMD_BIN, VramdProcess, grpc_modules, in_background, wait_for
 from v2client import Input, V2Client
 
 VRAMCTL = VRAMD_BIN.parent / "vramctl"
@@ -386,15 +383,7 @@ def test_bad_drain_bodies_are_400_and_do_not_drain(serve):
 
 
 def test_grpc_server_ready_is_false_while_draining(serve):
-    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
-    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
-    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
-        pytest.skip("no generated gRPC stubs at %s (build vramd, or set VRAMD_GRPC_PYTHON_DIR)"
-                    % grpc_py)
-    sys.path.insert(0, str(grpc_py))
-    from server.grpc import grpc_service_pb2 as pb  # noqa: E402
-    from server.grpc import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+    grpc, pb, pb_grpc = grpc_modules()
 
     s = serve(name="drain-grpc")
     channel = grpc.insecure_channel("127.0.0.1:%d" % s.grpc_port())

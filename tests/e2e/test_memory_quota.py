@@ -8,17 +8,15 @@ The models run the echo_c test backend (tests/backends/echo_c), whose keep_bytes
 that many bytes, charged to each request, until the instance is destroyed. Host memory ("cpu")
 stands for a GPU here: the quota's check is the same code for every device."""
 
-import os
 import pathlib
 import re
-import sys
 import threading
 
 import numpy as np
 import pytest
 
 from e2e_helpers import (PYTHON_BACKEND_DIR, PYTHON_LIBRARY, TEST_BACKENDS_DIR, copy_model,
-                         index_rows, needs_echo_c)
+                         grpc_modules, index_rows, needs_echo_c)
 from test_stats_metrics import metrics_page, sample
 from v2client import Input
 
@@ -161,13 +159,7 @@ def test_a_model_past_its_quota_fails_alone(quota_server):
 
 @needs_echo_c
 def test_over_grpc_the_refusal_is_resource_exhausted(quota_server):
-    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
-    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR") or ".")
-    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
-        pytest.skip("no generated gRPC stubs at %s (set VRAMD_GRPC_PYTHON_DIR)" % grpc_py)
-    sys.path.insert(0, str(grpc_py))
-    from server.grpc import grpc_service_pb2 as pb
-    from server.grpc import grpc_service_pb2_grpc as pb_grpc
+    grpc, pb, pb_grpc = grpc_modules()
     with grpc.insecure_channel("127.0.0.1:%d" % quota_server.grpc_port()) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         request = pb.ModelInferRequest(model_name="keeper_grpc", id="grpc-over")

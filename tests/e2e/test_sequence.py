@@ -417,18 +417,8 @@ def test_direct_on_a_joined_batch_keeps_slots_with_uncounted_null_requests(start
 
 def grpc_stub(server):
     """The gRPC stub for `server`, or a skip naming what is missing."""
-    import os
-    import pathlib
-    import sys
-    from e2e_helpers import VRAMD_BIN
-    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
-    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
-    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
-        pytest.skip("no generated gRPC stubs at %s" % grpc_py)
-    sys.path.insert(0, str(grpc_py))
-    from server.grpc import grpc_service_pb2 as pb
-    from server.grpc import grpc_service_pb2_grpc as pb_grpc
+    from e2e_helpers import grpc_modules
+    grpc, pb, pb_grpc = grpc_modules()
     channel = grpc.insecure_channel("127.0.0.1:%d" % server.grpc_port())
     grpc.channel_ready_future(channel).result(timeout=30)
     return grpc, pb, pb_grpc.GRPCInferenceServiceStub(channel)

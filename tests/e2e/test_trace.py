@@ -12,17 +12,15 @@ Models: "echo" (identity, on the CPU) written into a repository per test.
 
 import http.server
 import json
-import os
 import pathlib
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from e2e_helpers import (PYTHON_BACKEND_DIR, PYTHON_LIBRARY, VRAMD_BIN, VramdProcess, copy_model,
-                         wait_for)
+from e2e_helpers import (PYTHON_BACKEND_DIR, PYTHON_LIBRARY, VramdProcess, copy_model,
+                         grpc_modules, wait_for)
 from v2client import Input
 
 MODEL = """
@@ -151,19 +149,6 @@ def get_json(server, path):
         return r.status, json.loads(r.body)
     finally:
         c.close()
-
-
-def grpc_modules():
-    """The grpc module and the generated stubs (pb, pb_grpc), or a skip saying what is missing."""
-    grpc = pytest.importorskip("grpc", reason="python3-grpcio is not installed")
-    grpc_py = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
-                           or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
-    if not (grpc_py / "server" / "grpc" / "grpc_service_pb2.py").is_file():
-        pytest.skip("no generated gRPC stubs at %s" % grpc_py)
-    sys.path.insert(0, str(grpc_py))
-    from server.grpc import grpc_service_pb2 as pb  # noqa: E402
-    from server.grpc import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
-    return grpc, pb, pb_grpc
 
 
 def event_times(span):

@@ -257,6 +257,10 @@ void Tracer::Run(std::stop_token stop) {
 }
 
 void Tracer::Write(std::vector<Pending> batch) {
+  {
+    MutexLock lock(mu_);
+    for (const Pending& p : batch) counts_.traces += p.trace ? 1 : 0;
+  }
   if (options_.mode == TraceMode::kOpenTelemetry) {
     std::vector<Span> spans;
     for (Pending& p : batch) {
@@ -266,16 +270,8 @@ void Tracer::Write(std::vector<Pending> batch) {
         for (Span& s : p.spans) spans.push_back(std::move(s));
       }
     }
-    {
-      MutexLock lock(mu_);
-      for (const Pending& p : batch) counts_.traces += p.trace ? 1 : 0;
-    }
     Export(spans);
     return;
-  }
-  {
-    MutexLock lock(mu_);
-    for (const Pending& p : batch) counts_.traces += p.trace ? 1 : 0;
   }
   for (Pending& p : batch) {
     if (p.trace == nullptr) continue;
