@@ -209,7 +209,13 @@ def test_triton_trace_file_every_log_frequency_traces(serve, tmp_path):
     for _ in range(4):
         infer(s)
     pieces = [pathlib.Path("%s.%d" % (trace_file, i)) for i in (0, 1)]
-    wait_for(lambda: all(p.is_file() for p in pieces), timeout=20, what="trace files .0 and .1")
+    # A piece exists before its writer has finished it: wait until both read as JSON.
+    def whole(p):
+        try:
+            return p.is_file() and isinstance(json.loads(p.read_text()), list)
+        except ValueError:
+            return False
+    wait_for(lambda: all(whole(p) for p in pieces), timeout=20, what="trace files .0 and .1")
     entries = json.loads(pieces[0].read_text()) + json.loads(pieces[1].read_text())
     models = [e for e in entries if "model_name" in e]
     stamps = [e for e in entries if "timestamps" in e]
