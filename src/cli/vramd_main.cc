@@ -201,11 +201,18 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   if (options.memory_growth_requests > 0) growth.emplace(options.memory_growth_requests);
 
   // NVML is optional: without it (no driver, no GPU) the report says why and all else works.
-  // The CUDA context baseline is measured now, before any model allocates, on every visible
-  // GPU (creating its context, which the server would create on first use anyway).
   auto nvml = vramd::memory::Nvml::Load();
   if (!nvml.ok()) spdlog::info("memory report without NVML: {}", nvml.status().message());
   const vramd::memory::Nvml* nvml_ptr = nvml.ok() ? nvml->get() : nullptr;
+  // A GPU gets a CUDA context when something first uses it, not at start-up, and its baseline
+  // is measured then: GPUs no model uses cost this server nothing.
+  vramd::memory::DeviceContexts device_contexts(vramd::memory::DeviceContexts::ForThisProcess(
+      nvml_ptr, nvml.ok() ? std::string() : nvml.status().message()));
+  allocator.SetDeviceContexts(&device_contexts);
+  struct DeviceContextsReset {
+    vramd::memory::Allocator* allocator;
+    ~DeviceContextsReset() { allocator->SetDeviceContexts(nullptr); }
+  } device_contexts_reset{&allocator};
   vramd::memory::MemoryReportOptions report_options;
   report_options.pid = static_cast<uint32_t>(getpid());
   if (!nvml.ok()) report_options.nvml_unavailable_reason = nvml.status().message();
@@ -224,8 +231,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::memory::UnattributedAlarm unattributed_alarm(*alarm_threshold);
   report_options.unattributed_alarm = &unattributed_alarm;
   vramd::memory::LiveMemoryReportSource memory_report(
-      &ledger, &allocator, nvml_ptr, vramd::memory::MeasureContextBaselines(nvml_ptr),
-      report_options);
+      &ledger, &allocator, nvml_ptr, &device_contexts, report_options);
   // A GPU's out-of-memory message ends with NVML's view of it: free memory, and what of the
   // process's use is outside the pools. Taken back before memory_report goes (the manager, whose
   // models allocate, is declared below and gone by then).
@@ -267,7 +273,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   for (const auto& r : options.repositories) manager_options.repositories.emplace_back(r);
   manager_options.exit_on_error = options.exit_on_error;
   manager_options.memory = {&ledger, &allocator, growth ? &*growth : nullptr, nvml_ptr,
-                            &native_meter};
+                            &native_meter, &device_contexts};
   // Each load and unload ends with a look at memory: the unattributed alarm sees its figure.
   manager_options.memory_settled = [&memory_report] { (void)memory_report.Build(); };
   manager_options.load_finished = [&tracer](const std::string& model,
@@ -326,7 +332,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
 
   // Client shared-memory regions: registered over either protocol, read and written by the
   // requests of either.
-  vramd::shared_memory::SharedMemoryRegions shared_memory_regions(&ledger);
+  vramd::shared_memory::SharedMemoryRegions shared_memory_regions(&ledger, &device_contexts);
   const std::string server_name = triton.id.empty() ? "vramd" : triton.id;
   vramd::logging::LogSettings log_settings(log_startup, *log_sink);
   vramd::server::Drain drain;

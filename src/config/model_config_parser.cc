@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <climits>
 #include <fstream>
 #include <set>
@@ -126,10 +127,18 @@ Status CheckInstanceGroup(const std::string& model, int index, const ModelInstan
         "{}: kind {} runs on no GPU, yet gpus lists [{}]; drop gpus or make the kind KIND_GPU",
         where, ModelInstanceGroup::Kind_Name(group.kind()), fmt::join(group.gpus(), ", ")));
   }
-  for (int gpu : group.gpus()) {
+  for (int i = 0; i < group.gpus_size(); ++i) {
+    const int gpu = group.gpus(i);
     if (gpu < 0) {
       return Status::InvalidArgument(
           fmt::format("{}: gpus lists {}; a GPU is named by its index, 0 or more", where, gpu));
+    }
+    // Two entries would make two sets of instances with the same names; count says how many.
+    if (std::find(group.gpus().begin(), group.gpus().begin() + i, gpu) !=
+        group.gpus().begin() + i) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: gpus lists GPU {} twice; list each GPU once and set count for more instances",
+          where, gpu));
     }
   }
   return Status::Ok();

@@ -126,6 +126,11 @@ Result<CachingPool*> Allocator::Pool(Device device) {
   auto it = pools_.find(key);
   if (it != pools_.end()) return it->second.get();
   // A source that is unavailable leaves no pool behind: the next call asks again.
+  if (contexts_ != nullptr && device.type != DeviceType::kCpu) {
+    // Pinned memory is made in the calling thread's current GPU's context.
+    VRAMD_RETURN_IF_ERROR(
+        contexts_->Open(device.is_cuda() ? device.index : CudaCurrentDevice()));
+  }
   VRAMD_ASSIGN_OR_RETURN(std::unique_ptr<SegmentSource> source, MakeSource(device, device_pool_));
   auto pool = std::make_unique<CachingPool>(std::move(source));
   CachingPool* raw = pool.get();

@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "memory/caching_pool.h"
 #include "memory/device.h"
+#include "memory/device_contexts.h"
 #include "memory/ledger.h"
 
 namespace vramd::memory {
@@ -99,6 +100,10 @@ class Allocator {
 
   // The kind of pool CUDA devices get. Set once, before the first CUDA allocation.
   void SetDevicePool(DevicePool pool) { device_pool_ = pool; }
+  // Where a GPU's context is made and measured before its pool's first segment (not owned;
+  // null: CUDA makes it on first use, unmeasured). Set before the first CUDA allocation, and
+  // reset to null before `contexts` goes.
+  void SetDeviceContexts(DeviceContexts* contexts) { contexts_ = contexts; }
   DevicePool device_pool() const { return device_pool_; }
 
   // Memory pressure (docs/memory.md, "Sleeping models"): an allocation made on a thread inside
@@ -171,6 +176,7 @@ class Allocator {
   Ledger* const ledger_;
   std::function<std::string(Device)> device_note_;  // set before sharing; then read-only
   DevicePool device_pool_ = DevicePool::kCaching;    // set before sharing; then read-only
+  DeviceContexts* contexts_ = nullptr;               // set before sharing; then read-only
   // Held while relief_ runs, so that relief calls are one at a time and SetPressureRelief
   // waits for them. Taken before mu_ (Pool), never after.
   mutable Mutex relief_mu_;

@@ -93,6 +93,15 @@ Status CudaDeviceUsable(int ordinal) {
   return Status::Ok();
 }
 
+int CudaCurrentDevice() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return device;
+}
+
 Status CudaInitContext(int ordinal) {
   int previous = 0;
   if (cudaGetDevice(&previous) != cudaSuccess) {
@@ -177,6 +186,7 @@ Result<std::string> CudaPciBusId(int ordinal) {
   return Status::Unavailable("built without CUDA");
 }
 Status CudaInitContext(int ordinal) { return Status::Unavailable("built without CUDA"); }
+int CudaCurrentDevice() { return 0; }
 Status CudaDeviceUsable(int ordinal) {
   return Status::Unavailable(fmt::format("cuda:{} is not available: built without CUDA", ordinal));
 }

@@ -27,9 +27,14 @@ Result<std::string> CudaPciBusId(int ordinal);
 
 // Makes sure the primary CUDA context of `ordinal` exists (cudaFree(nullptr) on that device),
 // leaving the calling thread's current device as it was. The context costs device memory
-// (hundreds of MiB on a large GPU) that no pool sees; see MeasureContextBaselines in
-// memory/nvml.h. Unavailable without CUDA or when the context cannot be made.
+// (hundreds of MiB on a large GPU) that no pool sees: the server makes it through
+// DeviceContexts (memory/device_contexts.h), which measures it. Unavailable without CUDA or
+// when the context cannot be made.
 Status CudaInitContext(int ordinal);
+
+// The calling thread's current CUDA device (cudaGetDevice): 0 until the thread sets another,
+// and without CUDA.
+int CudaCurrentDevice();
 
 // Waits for all work on device `ordinal` (cudaDeviceSynchronize), leaving the current device
 // as it was. Unavailable without CUDA; Internal naming the CUDA error.

@@ -47,7 +47,7 @@ DeviceMemoryReport DeviceReport(int ordinal, const std::vector<PoolStats>& pools
       d.process_used_reason = used.status().message();
     }
   }
-  d.context_baseline_reason = "not measured at start-up";
+  d.context_baseline_reason = "no CUDA context made by this server";
   for (const ContextBaseline& b : baselines) {
     if (b.ordinal != ordinal) continue;
     d.context_baseline_bytes = b.bytes;

@@ -36,6 +36,7 @@
 #include "memory/allocator.h"
 #include "memory/caching_pool.h"
 #include "memory/device.h"
+#include "memory/device_contexts.h"
 #include "memory/hosted_processes.h"
 #include "memory/native_memory.h"
 #include "memory/unattributed_alarm.h"
@@ -126,7 +127,7 @@ struct MemoryReportOptions {
 };
 
 // Reads the ledger, the allocator's pools and NVML (null: unavailable). `baselines` come from
-// MeasureContextBaselines at start-up. Devices listed: every CUDA ordinal that CUDA, NVML, a
+// DeviceContexts::Baselines. Devices listed: every CUDA ordinal that CUDA, NVML, a
 // pool or a baseline knows.
 MemoryReport BuildMemoryReport(const Ledger& ledger, const Allocator& allocator, const Nvml* nvml,
                                const std::vector<ContextBaseline>& baselines,
@@ -157,23 +158,27 @@ class MemoryReportSource {
 class LiveMemoryReportSource final : public MemoryReportSource {
  public:
   // `ledger` and `allocator` must outlive this object, and `nvml` too unless null.
+  // `contexts` too, unless null (no baselines: no unattributed figure).
   LiveMemoryReportSource(const Ledger* ledger, const Allocator* allocator, const Nvml* nvml,
-                         std::vector<ContextBaseline> baselines, MemoryReportOptions options = {})
+                         const DeviceContexts* contexts, MemoryReportOptions options = {})
       : ledger_(ledger),
         allocator_(allocator),
         nvml_(nvml),
-        baselines_(std::move(baselines)),
+        contexts_(contexts),
         options_(std::move(options)) {}
 
   MemoryReport Build() const override {
-    return BuildMemoryReport(*ledger_, *allocator_, nvml_, baselines_, options_);
+    return BuildMemoryReport(*ledger_, *allocator_, nvml_,
+                             contexts_ != nullptr ? contexts_->Baselines()
+                                                  : std::vector<ContextBaseline>(),
+                             options_);
   }
 
  private:
   const Ledger* const ledger_;
   const Allocator* const allocator_;
   const Nvml* const nvml_;
-  const std::vector<ContextBaseline> baselines_;
+  const DeviceContexts* const contexts_;
   const MemoryReportOptions options_;
 };
 

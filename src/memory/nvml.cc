@@ -366,25 +366,4 @@ Result<std::unique_ptr<Nvml>> Nvml::LoadFrom(const std::string& library) {
       new NvmlLibrary(std::move(lib), f, std::move(handles), std::move(errors)));
 }
 
-std::vector<ContextBaseline> MeasureContextBaselines(const Nvml* nvml) {
-  std::vector<ContextBaseline> baselines;
-  const int count = CudaDeviceCount();
-  const uint32_t pid = static_cast<uint32_t>(getpid());
-  for (int i = 0; i < count; ++i) {
-    ContextBaseline b;
-    b.ordinal = i;
-    if (nvml == nullptr) {
-      b.reason = "NVML unavailable at start-up";
-    } else if (Status s = CudaInitContext(i); !s.ok()) {
-      b.reason = s.message();
-    } else if (Result<uint64_t> used = nvml->ProcessUsedBytes(i, pid); !used.ok()) {
-      b.reason = used.status().message();
-    } else {
-      b.bytes = static_cast<int64_t>(*used);
-    }
-    baselines.push_back(std::move(b));
-  }
-  return baselines;
-}
-
 }  // namespace vramd::memory

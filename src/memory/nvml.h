@@ -79,24 +79,4 @@ class Nvml {
   Nvml() = default;
 };
 
-// What NVML says this process uses on a CUDA device right after its CUDA context exists and
-// before any pool allocation: the context, the runtime's kernels loaded so far and driver
-// bookkeeping. The memory report subtracts it, with the pool's reserved bytes, from NVML's
-// per-process figure to give the unattributed bytes.
-//
-// Caveats: kernels loaded later (CUDA 12 loads modules lazily by default) and libraries that
-// allocate their own workspaces (cuBLAS, cuDNN) grow the process figure after the baseline, so
-// they show as unattributed, which is what that figure is for.
-struct ContextBaseline {
-  int ordinal = 0;
-  std::optional<int64_t> bytes;  // absent when it could not be measured
-  std::string reason;            // why it is absent
-};
-
-// Creates the CUDA context of every visible device (CudaInitContext) and reads NVML's figure
-// for this process on each. REQUIRES: no pool has allocated on any device yet (call it at
-// start-up, before models load). With `nvml` null or no CUDA device, returns one entry per
-// device with the reason, or none.
-std::vector<ContextBaseline> MeasureContextBaselines(const Nvml* nvml);
-
 }  // namespace vramd::memory

@@ -8,76 +8,13 @@
 #include <vector>
 
 #include "memory/byte_size.h"
-#include "memory/cuda_devices.h"
 #include "runtime/batch_assembly.h"
+#include "runtime/instance_placement.h"
 #include "runtime/request_validator.h"
 #include "runtime/sequence_batcher.h"
 #include "runtime/tensor_memory.h"
 
 namespace vramd::runtime {
-namespace {
-
-// REQUIRES: config normalized (group names and counts set). Resolves KIND_AUTO as Triton does:
-// GPU instances (count on each GPU) when the backend supports GPUs and one is present, else CPU
-// instances. Checks GPU groups against the devices present and the backend.
-Result<std::vector<backends::InstanceContext>> PlanInstances(const config::ModelConfig& config,
-                                                             const backends::Backend& backend) {
-  std::vector<backends::InstanceContext> plan;
-  const int gpus = backend.SupportsGpu() ? memory::CudaDeviceCount() : 0;
-  int index = 0;
-  for (int g = 0; g < config.instance_group_size(); ++g) {
-    const auto& group = config.instance_group(g);
-    const std::string& group_name = group.name();
-    const int count = group.count();
-    auto kind = group.kind();
-    if (kind == config::ModelInstanceGroup::KIND_AUTO) {
-      kind = gpus > 0 ? config::ModelInstanceGroup::KIND_GPU : config::ModelInstanceGroup::KIND_CPU;
-    }
-    if (kind == config::ModelInstanceGroup::KIND_GPU && !backend.SupportsGpu()) {
-      return Status::InvalidArgument(fmt::format(
-          "instance_group '{}' asks for KIND_GPU but backend '{}' runs on the CPU only",
-          group_name, backend.name()));
-    }
-    switch (kind) {
-      case config::ModelInstanceGroup::KIND_CPU:
-        for (int i = 0; i < count; ++i) {
-          plan.push_back({fmt::format("{}_{}", group_name, i), index++,
-                          backends::DeviceKind::kCpu, -1});
-        }
-        break;
-      case config::ModelInstanceGroup::KIND_GPU: {
-        if (gpus == 0) {
-          return Status::InvalidArgument(fmt::format(
-              "instance_group '{}' asks for KIND_GPU but no GPU is available ({})", group_name,
-              memory::CudaDescription()));
-        }
-        std::vector<int> devices(group.gpus().begin(), group.gpus().end());
-        if (devices.empty())
-          for (int d = 0; d < gpus; ++d) devices.push_back(d);
-        for (int d : devices) {
-          if (d < 0 || d >= gpus) {
-            return Status::InvalidArgument(fmt::format(
-                "instance_group '{}' names GPU {} but this server sees {} GPU(s)", group_name, d,
-                gpus));
-          }
-          for (int i = 0; i < count; ++i) {
-            plan.push_back({fmt::format("{}_{}_gpu{}", group_name, i, d), index++,
-                            backends::DeviceKind::kGpu, d});
-          }
-        }
-        break;
-      }
-      default:
-        return Status::Unsupported(fmt::format(
-            "instance_group '{}': kind {} is not supported", group_name,
-            config::ModelInstanceGroup::Kind_Name(group.kind())));
-    }
-  }
-  if (plan.empty()) plan.push_back({fmt::format("{}_0", config.name()), 0, backends::DeviceKind::kCpu, -1});
-  return plan;
-}
-
-}  // namespace
 
 VersionReaper::VersionReaper() : thread_([this](std::stop_token stop) { Run(stop); }) {}
 
@@ -183,8 +120,15 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
 
   auto backend = backends::FindBackend(*config);  // its errors name the model already
   if (!backend.ok()) return backend.status();
-  auto plan = PlanInstances(*config, **backend);
+  auto plan = PlanInstances(*config, PlacementTargetFor(**backend));
   if (!plan.ok()) return plan.status().WithContext(where);
+  // Before the backend sees the model: a GPU's context is made and measured before anything
+  // allocates there, and only GPUs that instances use get one.
+  if (memory.contexts != nullptr) {
+    for (int gpu : GpusOfPlan(*plan)) {
+      if (Status s = memory.contexts->Open(gpu); !s.ok()) return s.WithContext(where);
+    }
+  }
   auto memory_log = ExecuteMemoryLog::From(*config, memory, where);
   if (!memory_log.ok()) return memory_log.status().WithContext(where);
   model->executor_.set_memory_log(std::move(memory_log).value());

@@ -7,6 +7,7 @@
 
 #include "memory/admission.h"
 #include "memory/allocator.h"
+#include "memory/device_contexts.h"
 #include "memory/growth_detector.h"
 #include "memory/ledger.h"
 #include "memory/native_memory.h"
@@ -24,6 +25,9 @@ struct MemoryContext {
   // Optional: measures what GPU instances' libraries take outside the pools while they are
   // created and run their first executions, and charges it to them (native_memory.h).
   memory::NativeMemoryMeter* native = nullptr;
+  // Optional: makes and measures each GPU's context before a version's first use of that GPU
+  // (device_contexts.h); without it CUDA makes contexts on first use, unmeasured.
+  memory::DeviceContexts* contexts = nullptr;
   // Optional: memory-aware admission of executions on devices with a budget (admission.h).
   memory::Admission* admission = nullptr;
   // The longest an execution waits for memory when none of its requests has an earlier

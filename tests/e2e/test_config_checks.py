@@ -12,6 +12,19 @@ CASES = {
     "cpu_with_gpus": ('backend: "identity"\n' + IO % "" +
                       'instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]\n',
                       "kind KIND_CPU runs on no GPU, yet gpus lists [0]"),
+    "gpus_twice": ('backend: "identity"\n' + IO % "" +
+                   'instance_group [ { name: "g" kind: KIND_GPU gpus: [ 0, 0 ] } ]\n',
+                   "instance_group 'g': gpus lists GPU 0 twice"),
+    "gpu_group_cpu_backend": ('backend: "identity"\n' + IO % "" +
+                              'instance_group [ { name: "g" kind: KIND_GPU } ]\n',
+                              "instance_group 'g': kind is KIND_GPU but backend 'identity' runs "
+                              "on the CPU only"),
+    # mlp runs on GPUs; this machine (CI) has none. Placement is checked before the backend
+    # reads the model, so no weights file is needed. tests/device/placement_gpu_check.py checks
+    # an ordinal past the GPUs of a GPU machine.
+    "gpu_group_no_gpu": ('backend: "mlp"\n' + IO % "" +
+                         'instance_group [ { name: "g" kind: KIND_GPU gpus: [ 1 ] } ]\n',
+                         "instance_group 'g': kind is KIND_GPU but this server sees no GPU"),
     "empty_reshape": ('backend: "identity"\nmax_batch_size: 0\n' + IO % "reshape { shape: [ ] }",
                       "an empty reshape makes a scalar, which only a batching model may take"),
     "nchw_two_dims": ('backend: "identity"\n'
@@ -42,6 +55,9 @@ def server(start_server, tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_broken_config_fails_to_load_naming_why(server, name):
     c = server.client()
+    if name == "gpu_group_no_gpu" and c.get("/v2/memory").json()["cuda"]["available"]:
+        pytest.skip("this machine has a GPU; tests/device/placement_gpu_check.py refuses an "
+                    "ordinal past its GPUs")
     r = c.post("/v2/repository/models/%s/load" % name)
     assert r.status == 400, r
     msg = r.error_message()

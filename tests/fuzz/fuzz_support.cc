@@ -165,8 +165,7 @@ RoutesFixture::RoutesFixture(runtime::ModelControlMode mode) {
   memory::MemoryReportOptions report_options;
   report_options.nvml_unavailable_reason = "no NVML in the fuzz targets";
   memory_report_ = std::make_unique<memory::LiveMemoryReportSource>(&ledger_, &allocator_, nullptr,
-                                                                    std::vector<memory::ContextBaseline>{},
-                                                                    report_options);
+                                                                    nullptr, report_options);
   runtime::ModelManager::Options options;
   options.repositories = {root_};
   options.memory = {&ledger_, &allocator_, nullptr};

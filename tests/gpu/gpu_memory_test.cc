@@ -46,7 +46,10 @@ class GpuMemoryTest : public ::testing::Test {
     auto nvml = Nvml::Load();
     if (nvml.ok()) {
       nvml_ = std::move(nvml).value().release();
-      baselines_ = new std::vector<ContextBaseline>(MeasureContextBaselines(nvml_));
+      // Leaked with nvml_: lives for the test binary.
+      auto* contexts = new DeviceContexts(DeviceContexts::ForThisProcess(nvml_, ""));
+      for (int d = 0; d < CudaDeviceCount(); ++d) (void)contexts->Open(d);
+      baselines_ = new std::vector<ContextBaseline>(contexts->Baselines());
     } else {
       nvml_reason_ = new std::string(nvml.status().message());
     }

@@ -201,6 +201,12 @@ Status SharedMemoryRegions::RegisterCuda(const std::string& name, const memory::
           fmt::format("shared memory region '{}' is already registered", name));
     }
   }
+  if (contexts_ != nullptr) {
+    if (Status s = contexts_->Open(device_id); !s.ok()) {
+      return Status::Unavailable(fmt::format("CUDA shared memory region '{}': {}", name,
+                                             s.message()));
+    }
+  }
   auto imported = memory::ImportedMemory::Open(device_id, handle);
   if (!imported.ok()) {
     return Status::InvalidArgument(fmt::format(

@@ -34,6 +34,7 @@
 #include "core/infer_request.h"
 #include "core/tensor.h"
 #include "memory/cuda_ipc.h"
+#include "memory/device_contexts.h"
 #include "memory/ledger.h"
 
 namespace vramd::shared_memory {
@@ -58,8 +59,11 @@ Result<memory::IpcHandle> ToIpcHandle(std::string_view raw, std::string_view wha
 
 class SharedMemoryRegions {
  public:
-  // `ledger` (null: none) must outlive this object and every Slice it hands out.
-  explicit SharedMemoryRegions(memory::Ledger* ledger = nullptr) : ledger_(ledger) {}
+  // `ledger` (null: none) must outlive this object and every Slice it hands out; `contexts`
+  // (null: none) makes and measures a GPU's context before a region is first opened there.
+  explicit SharedMemoryRegions(memory::Ledger* ledger = nullptr,
+                               memory::DeviceContexts* contexts = nullptr)
+      : ledger_(ledger), contexts_(contexts) {}
 
   struct Region {
     std::string name;
@@ -120,6 +124,7 @@ class SharedMemoryRegions {
   void Charge(const Region& region, Opened* opened) const;
 
   memory::Ledger* const ledger_;
+  memory::DeviceContexts* const contexts_;
   mutable Mutex mu_;
   std::map<std::string, Entry> regions_ GUARDED_BY(mu_);
 };

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "memory/cuda_devices.h"
+#include "memory/device_contexts.h"
 
 namespace vramd::memory {
 namespace {
@@ -32,8 +33,6 @@ TEST(NvmlTest, LoadOnThisMachineEitherFailsWithAReasonOrAnswers) {
     EXPECT_EQ(nvml.status().code(), StatusCode::kUnavailable);
     EXPECT_NE(nvml.status().message().find("NVML unavailable"), std::string::npos);
     EXPECT_GT(nvml.status().message().size(), std::string("NVML unavailable: ").size());
-    EXPECT_TRUE(MeasureContextBaselines(nullptr).size() ==
-                static_cast<size_t>(CudaDeviceCount()));
     return;
   }
   const Nvml& n = **nvml;
@@ -64,9 +63,11 @@ TEST(NvmlTest, LoadOnThisMachineEitherFailsWithAReasonOrAnswers) {
   }
   EXPECT_EQ(n.DeviceMemory(n.DeviceCount()).status().code(), StatusCode::kUnavailable);
 
-  // With CUDA, this process has a context on each device after the baseline is measured, so
-  // NVML lists it, unless a container's PID namespace hides it (then NotFound says so).
-  auto baselines = MeasureContextBaselines(&n);
+  // With CUDA, this process has a context on each device once it is opened, so NVML lists it,
+  // unless a container's PID namespace hides it (then NotFound says so).
+  DeviceContexts contexts(DeviceContexts::ForThisProcess(&n, ""));
+  for (int d = 0; d < CudaDeviceCount(); ++d) ASSERT_TRUE(contexts.Open(d).ok());
+  auto baselines = contexts.Baselines();
   ASSERT_EQ(baselines.size(), static_cast<size_t>(CudaDeviceCount()));
   for (const ContextBaseline& b : baselines) {
     auto used = n.ProcessUsedBytes(b.ordinal, static_cast<uint32_t>(getpid()));
@@ -80,13 +81,6 @@ TEST(NvmlTest, LoadOnThisMachineEitherFailsWithAReasonOrAnswers) {
       EXPECT_FALSE(b.reason.empty());
       EXPECT_FALSE(used.ok());
     }
-  }
-}
-
-TEST(NvmlTest, BaselinesWithoutNvmlGiveAReasonPerDevice) {
-  for (const ContextBaseline& b : MeasureContextBaselines(nullptr)) {
-    EXPECT_FALSE(b.bytes.has_value());
-    EXPECT_FALSE(b.reason.empty());
   }
 }
 

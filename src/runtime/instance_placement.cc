@@ -1,0 +1,103 @@
+#include "runtime/instance_placement.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "memory/cuda_devices.h"
+
+namespace vramd::runtime {
+namespace {
+
+using config::ModelInstanceGroup;
+
+std::string VisibleGpus(const PlacementTarget& target) {
+  if (target.visible_gpus == 0) return "none";
+  if (target.visible_gpus == 1) return "1 (GPU 0)";
+  return fmt::format("{} (GPUs 0 to {})", target.visible_gpus, target.visible_gpus - 1);
+}
+
+}  // namespace
+
+Result<std::vector<backends::InstanceContext>> PlanInstances(const config::ModelConfig& config,
+                                                             const PlacementTarget& target) {
+  std::vector<backends::InstanceContext> plan;
+  const int gpus = target.backend_supports_gpu ? target.visible_gpus : 0;
+  int index = 0;
+  for (const ModelInstanceGroup& group : config.instance_group()) {
+    const std::string where = fmt::format("instance_group '{}'", group.name());
+    auto kind = group.kind();
+    if (kind == ModelInstanceGroup::KIND_AUTO) {
+      kind = gpus > 0 ? ModelInstanceGroup::KIND_GPU : ModelInstanceGroup::KIND_CPU;
+    }
+    if (kind == ModelInstanceGroup::KIND_CPU) {
+      for (int i = 0; i < group.count(); ++i) {
+        plan.push_back({fmt::format("{}_{}", group.name(), i), index++,
+                        backends::DeviceKind::kCpu, -1});
+      }
+      continue;
+    }
+    if (kind != ModelInstanceGroup::KIND_GPU) {
+      return Status::Unsupported(fmt::format("{}: kind {} is not supported", where,
+                                             ModelInstanceGroup::Kind_Name(group.kind())));
+    }
+    if (!target.backend_supports_gpu) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: kind is KIND_GPU but backend '{}' runs on the CPU only; make the kind KIND_CPU "
+          "or KIND_AUTO",
+          where, target.backend));
+    }
+    if (gpus == 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: kind is KIND_GPU but this server sees no GPU ({})", where,
+          target.gpu_description));
+    }
+    std::vector<int> devices(group.gpus().begin(), group.gpus().end());
+    if (devices.empty()) {
+      for (int d = 0; d < gpus; ++d) devices.push_back(d);
+    }
+    for (int d : devices) {
+      if (d < 0 || d >= gpus) {
+        return Status::InvalidArgument(fmt::format(
+            "{}: gpus lists GPU {}, which this server does not see; it sees {} ({})", where, d,
+            VisibleGpus(target), target.gpu_description));
+      }
+    }
+    for (int i = 0; i < group.count(); ++i) {
+      for (int d : devices) {
+        plan.push_back({fmt::format("{}_{}_gpu{}", group.name(), i, d), index++,
+                        backends::DeviceKind::kGpu, d});
+      }
+    }
+  }
+  if (plan.empty()) {
+    plan.push_back({fmt::format("{}_0", config.name()), 0, backends::DeviceKind::kCpu, -1});
+  }
+  return plan;
+}
+
+std::vector<int> GpusOfPlan(const std::vector<backends::InstanceContext>& plan) {
+  std::vector<int> gpus;
+  for (const backends::InstanceContext& instance : plan) {
+    if (instance.kind != backends::DeviceKind::kGpu) continue;
+    if (std::find(gpus.begin(), gpus.end(), instance.device_id) == gpus.end()) {
+      gpus.push_back(instance.device_id);
+    }
+  }
+  return gpus;
+}
+
+PlacementTarget PlacementTargetFor(const backends::Backend& backend) {
+  PlacementTarget target;
+  target.backend = std::string(backend.name());
+  target.backend_supports_gpu = backend.SupportsGpu();
+  target.visible_gpus = target.backend_supports_gpu ? memory::CudaDeviceCount() : 0;
+  target.gpu_description = memory::CudaDescription();
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    target.gpu_description += fmt::format("; CUDA_VISIBLE_DEVICES={}", visible);
+  }
+  return target;
+}
+
+}  // namespace vramd::runtime
