@@ -506,6 +506,29 @@ if has_step trace; then
   done
 fi
 
+# 16. placement (not in the default STEPS; issue 19): tests/device/placement_gpu_check.py: no
+#    CUDA context until a GPU model loads, one context for 4 instances on GPU 0 with the weights
+#    once, Triton's instance names, an ordinal past the GPUs refused, CUDA_VISIBLE_DEVICES
+#    honoured; then gpu_memory_test: the GPU-to-GPU copy test (one GPU: the same-GPU route;
+#    two: the peer route and its rate against cudaMemcpyPeer) and the unattributed figure over
+#    contexts made through DeviceContexts.
+if has_step placement; then
+  timeout 300 python3 tests/device/placement_gpu_check.py --vramd "$BIN"/vramd \
+    --make-model scripts/make_mlp_model.py ${PLACEMENT_ARGS:-} > "$OUT/placement.log" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/placement.log" >> "$summary"
+  [ "$rc" -eq 0 ] && say "PASS placement check" || { say "FAIL placement check (exit $rc)"; status=1; }
+  for t in "$BIN"/gpu_memory_test "$BIN"/vramd_unit_tests; do
+    [ -x "$t" ] || continue
+    filter='*'; [ "$(basename "$t")" = vramd_unit_tests ] && filter='NvmlTest.*:DeviceContextsTest.*:InstancePlacementTest.*'
+    "$t" --gtest_color=no --gtest_filter="$filter" > "$OUT/tmp.log" 2>&1
+    rc=$?
+    grep -E '^(FIGURE|route|one GPU|cuda:)' "$OUT/tmp.log" | tee -a "$summary"
+    cat "$OUT/tmp.log" >> "$OUT/placement.log"; rm -f "$OUT/tmp.log"
+    [ "$rc" -eq 0 ] && say "PASS $(basename "$t") $filter" || { say "FAIL $(basename "$t") $filter (exit $rc)"; status=1; }
+  done
+fi
+
 # At most 8 files come back: fold gpu_tests.log into benchmarks.log when there are more.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ] && [ -f "$OUT/gpu_tests.log" ]; then
   { echo "# gpu_tests.log"; cat "$OUT/gpu_tests.log"; } >> "$OUT/benchmarks.log" && rm -f "$OUT/gpu_tests.log"

@@ -2,8 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <utility>
+
+#include "core/mutex.h"
 
 #if VRAMD_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -29,6 +35,18 @@ void CountCopy(Device dst, Device src, size_t size) {
 }
 
 }  // namespace
+
+const char* GpuRouteName(GpuRoute route) {
+  switch (route) {
+    case GpuRoute::kSame:
+      return "same GPU";
+    case GpuRoute::kPeer:
+      return "peer to peer";
+    case GpuRoute::kStaged:
+      return "staged through host memory";
+  }
+  return "unknown";
+}
 
 CopiedBytes CopiedBytesTotal() {
   return {copied_h2d.load(std::memory_order_relaxed), copied_d2h.load(std::memory_order_relaxed),
@@ -119,12 +137,67 @@ Status CudaInitContext(int ordinal) {
   return Status::Ok();
 }
 
+namespace {
+
+// Each pair's route, asked once: enabling peer access maps one GPU's allocations into the
+// other's address space, which is done once per pair and cannot be asked again cheaply.
+Mutex routes_mu;
+std::map<std::pair<int, int>, GpuRoute>& Routes() REQUIRES(routes_mu) {
+  static auto* routes = new std::map<std::pair<int, int>, GpuRoute>();  // lives for the process
+  return *routes;
+}
+
+}  // namespace
+
+Result<GpuRoute> GpuToGpuRoute(int dst, int src) {
+  const int count = CudaDeviceCount();
+  if (dst < 0 || dst >= count || src < 0 || src >= count) {
+    return Status::Unavailable(fmt::format("no route from cuda:{} to cuda:{}: this process sees {} "
+                                           "GPU(s)", src, dst, count));
+  }
+  if (dst == src) return GpuRoute::kSame;
+  MutexLock lock(routes_mu);
+  auto& routes = Routes();
+  if (auto it = routes.find({dst, src}); it != routes.end()) return it->second;
+  int can = 0;
+  cudaError_t err = cudaDeviceCanAccessPeer(&can, dst, src);
+  std::string why;
+  if (err != cudaSuccess) {
+    why = cudaGetErrorString(err);
+  } else if (can == 0) {
+    why = "the GPUs cannot reach each other's memory";
+  } else {
+    ScopedDevice scoped(dst);
+    err = scoped.status();
+    if (err == cudaSuccess) err = cudaDeviceEnablePeerAccess(src, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) err = cudaSuccess;
+    if (err != cudaSuccess) why = cudaGetErrorString(err);
+  }
+  cudaGetLastError();  // an error above is answered by staging, not left for the next call
+  const GpuRoute route = why.empty() ? GpuRoute::kPeer : GpuRoute::kStaged;
+  if (route == GpuRoute::kPeer) {
+    spdlog::info("cuda:{} reads cuda:{}'s memory directly: copies between them go peer to peer",
+                 dst, src);
+  } else {
+    spdlog::info("no peer access from cuda:{} to cuda:{} ({}): copies between them are staged "
+                 "through pinned host memory",
+                 dst, src, why);
+  }
+  routes.emplace(std::make_pair(dst, src), route);
+  return route;
+}
+
 Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream) {
   if (size == 0) return Status::Ok();
   if (!dst_device.is_cuda() && !src_device.is_cuda()) {
     std::memcpy(dst, src, size);
     return Status::Ok();
+  }
+  // Between two GPUs the copy below goes peer to peer once access is enabled, else the driver
+  // stages it: the route decides, once per pair.
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+    VRAMD_RETURN_IF_ERROR(GpuToGpuRoute(dst_device.index, src_device.index).status());
   }
   // cudaMemcpyDefault infers the direction from the pointers (unified addressing, which every
   // GPU vramd supports has), so a pinned or pageable host pointer needs no special case.
@@ -187,6 +260,10 @@ Result<std::string> CudaPciBusId(int ordinal) {
 }
 Status CudaInitContext(int ordinal) { return Status::Unavailable("built without CUDA"); }
 int CudaCurrentDevice() { return 0; }
+Result<GpuRoute> GpuToGpuRoute(int dst, int src) {
+  return Status::Unavailable(
+      fmt::format("no route from cuda:{} to cuda:{}: built without CUDA", src, dst));
+}
 Status CudaDeviceUsable(int ordinal) {
   return Status::Unavailable(fmt::format("cuda:{} is not available: built without CUDA", ordinal));
 }

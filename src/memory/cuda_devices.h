@@ -56,6 +56,16 @@ Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* sr
 Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream);
 
+// How a copy between two GPUs travels. kPeer: the GPUs reach each other's memory (NVLink or
+// PCIe peer to peer), and the destination's access to the source is enabled the first time the
+// pair is asked about; kStaged: they cannot, and the driver stages the copy through pinned host
+// memory; kSame: one GPU. CopyBytes and QueueCopy ask before every copy between two GPUs; the
+// answer is kept per pair and logged once. Unavailable without CUDA or for a GPU that does not
+// exist.
+enum class GpuRoute { kSame, kPeer, kStaged };
+Result<GpuRoute> GpuToGpuRoute(int dst, int src);
+const char* GpuRouteName(GpuRoute route);
+
 // Bytes CopyBytes has moved across a GPU's boundary since the process started, by direction
 // (pinned host memory counts as host): what a request path costs in transfers, e.g. none
 // between host and device for a client's CUDA shared memory read and written by a GPU model.

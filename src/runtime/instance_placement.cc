@@ -77,6 +77,21 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
   return plan;
 }
 
+config::ModelConfig ConfigAsPlaced(const config::ModelConfig& config,
+                                   const PlacementTarget& target) {
+  config::ModelConfig placed = config;
+  const int gpus = target.backend_supports_gpu ? target.visible_gpus : 0;
+  for (ModelInstanceGroup& group : *placed.mutable_instance_group()) {
+    if (group.kind() == ModelInstanceGroup::KIND_AUTO) {
+      group.set_kind(gpus > 0 ? ModelInstanceGroup::KIND_GPU : ModelInstanceGroup::KIND_CPU);
+    }
+    if (group.kind() == ModelInstanceGroup::KIND_GPU && group.gpus().empty()) {
+      for (int d = 0; d < gpus; ++d) group.add_gpus(d);
+    }
+  }
+  return placed;
+}
+
 std::vector<int> GpusOfPlan(const std::vector<backends::InstanceContext>& plan) {
   std::vector<int> gpus;
   for (const backends::InstanceContext& instance : plan) {

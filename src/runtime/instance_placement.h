@@ -37,6 +37,13 @@ struct PlacementTarget {
 Result<std::vector<backends::InstanceContext>> PlanInstances(const config::ModelConfig& config,
                                                              const PlacementTarget& target);
 
+// `config` with its groups as PlanInstances resolves them, as Triton's normalization gives
+// them to a backend: KIND_AUTO becomes KIND_GPU or KIND_CPU, and a GPU group without `gpus`
+// lists every visible GPU. A backend that reads its groups (to decide where to stage weights)
+// then agrees with where its instances are placed. REQUIRES: PlanInstances(config, target)
+// succeeded.
+config::ModelConfig ConfigAsPlaced(const config::ModelConfig& config, const PlacementTarget& target);
+
 // The distinct GPUs of a plan, in first-use order.
 std::vector<int> GpusOfPlan(const std::vector<backends::InstanceContext>& plan);
 

@@ -120,8 +120,13 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
 
   auto backend = backends::FindBackend(*config);  // its errors name the model already
   if (!backend.ok()) return backend.status();
-  auto plan = PlanInstances(*config, PlacementTargetFor(**backend));
+  const PlacementTarget target = PlacementTargetFor(**backend);
+  auto plan = PlanInstances(*config, target);
   if (!plan.ok()) return plan.status().WithContext(where);
+  // The backend sees its groups as placed (KIND_AUTO resolved, gpus filled), as Triton's
+  // backends do; the version keeps the config as written.
+  model->backend_config_ =
+      std::make_shared<const config::ModelConfig>(ConfigAsPlaced(*config, target));
   // Before the backend sees the model: a GPU's context is made and measured before anything
   // allocates there, and only GPUs that instances use get one.
   if (memory.contexts != nullptr) {
@@ -146,7 +151,7 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::Load(
   ctx.version = version;
   ctx.model_dir = model_dir;
   ctx.version_dir = model_dir / std::to_string(version);
-  ctx.config = config.get();
+  ctx.config = model->backend_config_.get();
   ctx.allocator = memory.allocator;
   ctx.owner = model->owner_.id();
   ctx.timing = timing;

@@ -247,6 +247,8 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
     ~DestroyedSignal() { promise.set_value(); }
   } destroyed_;
   const std::shared_ptr<const config::ModelConfig> config_;
+  // config_ as placed (ConfigAsPlaced): what the backend was given; it may keep a pointer.
+  std::shared_ptr<const config::ModelConfig> backend_config_;
   const int64_t version_;
   const MemoryContext memory_;
   const memory::OwnerId model_owner_;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -187,6 +188,70 @@ TEST_F(GpuMemoryTest, DirectCudaMallocShowsAsUnattributed) {
   EXPECT_LT(std::llabs(before), 64 * kMiB) << "unattributed before the direct cudaMalloc";
   pooled->Reset();
   allocator.TrimAll();
+}
+
+// Copies between GPUs (issue 19): the route is chosen once per pair, the bytes arrive, and
+// they count as device to device. One GPU checks the same-GPU route; two also check the
+// cross-GPU one and print its rate against cudaMemcpyPeer's with peer access as CUDA left it.
+TEST(GpuCopyTest, CopiesBetweenGpusArriveAndCountAsDeviceToDevice) {
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) {
+    GTEST_SKIP() << "no CUDA device (" << CudaDescription()
+                 << "); this test runs on the GPU machine through scripts/device/run.sh";
+  }
+  auto same = GpuToGpuRoute(0, 0);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(*same, GpuRoute::kSame);
+  EXPECT_FALSE(GpuToGpuRoute(gpus, 0).ok()) << "a GPU past those seen has no route";
+
+  const size_t bytes = 64 * kMiB;
+  const int dst_gpu = gpus > 1 ? 1 : 0;
+  std::vector<unsigned char> host(bytes), back(bytes);
+  for (size_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>(i * 7 + 3);
+  void* src = nullptr;
+  void* dst = nullptr;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&src, bytes), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(dst_gpu), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dst, bytes), cudaSuccess);
+  ASSERT_TRUE(CopyBytes(Device::Cuda(0), src, Device::Cpu(), host.data(), bytes, nullptr).ok());
+  const CopiedBytes before = CopiedBytesTotal();
+  const auto start = std::chrono::steady_clock::now();
+  Status copied = CopyBytes(Device::Cuda(dst_gpu), dst, Device::Cuda(0), src, bytes, nullptr);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(copied.ok()) << copied.ToString();
+  EXPECT_EQ(CopiedBytesTotal().device_to_device - before.device_to_device, bytes);
+  ASSERT_TRUE(CopyBytes(Device::Cpu(), back.data(), Device::Cuda(dst_gpu), dst, bytes, nullptr).ok());
+  EXPECT_TRUE(back == host) << "the bytes that arrived on cuda:" << dst_gpu << " differ";
+  if (gpus > 1) {
+    auto route = GpuToGpuRoute(1, 0);
+    ASSERT_TRUE(route.ok());
+    std::printf("route cuda:0 -> cuda:1: %s\n", GpuRouteName(*route));
+    Figure(std::string("gpu_copy_rate_") + (*route == GpuRoute::kPeer ? "peer" : "staged"),
+           bytes / seconds / 1e9, "GB/s (first copy, route chosen in it)");
+    // The same copy again, and cudaMemcpyPeer's in the same run: what the hardware gives.
+    auto timed = [&](auto&& copy) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 5; ++i) copy();
+      return 5.0 * bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9;
+    };
+    const double ours = timed([&] {
+      EXPECT_TRUE(CopyBytes(Device::Cuda(1), dst, Device::Cuda(0), src, bytes, nullptr).ok());
+    });
+    const double peer = timed([&] {
+      EXPECT_EQ(cudaMemcpyPeer(dst, 1, src, 0, bytes), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    });
+    Figure("gpu_copy_rate_vramd", ours, "GB/s");
+    Figure("gpu_copy_rate_cudaMemcpyPeer", peer, "GB/s");
+    Figure("gpu_copy_rate_ratio", ours / peer, "ratio");
+  } else {
+    std::printf("one GPU: the cross-GPU route is checked on a machine with two\n");
+  }
+  ASSERT_EQ(cudaFree(dst), cudaSuccess);
+  ASSERT_EQ(cudaFree(src), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
 }
 
 }  // namespace

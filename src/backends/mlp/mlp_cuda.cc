@@ -212,14 +212,16 @@ Result<std::shared_ptr<GpuWeights>> CopyGpuWeights(const GpuWeights& source, int
   DeviceGuard guard;
   VRAMD_RETURN_IF_ERROR(guard.Set(device));
   VRAMD_ASSIGN_OR_RETURN(auto weights, AllocateGpuWeights(source.layout, device, server, owner));
-  const std::string call = fmt::format("cudaMemcpyPeer (weights cuda:{} to cuda:{})",
-                                       source.device, device);
+  // Through the server's copy: peer to peer where the GPUs allow it (access enabled once per
+  // pair), else staged by the driver; counted as device-to-device bytes either way.
   abi::LoadPhaseScope phase(server, "d2d", source.layout.total_bytes);
-  VRAMD_RETURN_IF_ERROR(CudaStatus(cudaMemcpyPeer(weights->buffer.data(), device,
-                                                  source.buffer.data(), source.device,
-                                                  source.layout.total_bytes),
-                                   call));
-  VRAMD_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), call));
+  Status copied = abi::Copy(server, {VRAMD_DEVICE_GPU, device}, weights->buffer.data(),
+                            {VRAMD_DEVICE_GPU, source.device}, source.buffer.data(),
+                            source.layout.total_bytes, nullptr);
+  if (!copied.ok()) {
+    return copied.WithContext(
+        fmt::format("copying the weights from cuda:{} to cuda:{}", source.device, device));
+  }
   return weights;
 }
 

@@ -95,6 +95,34 @@ TEST(InstancePlacementTest, AutoIsEveryGpuWhenTheBackendRunsOnGpusElseCpu) {
   EXPECT_TRUE(GpusOfPlan(*cpu_backend).empty());
 }
 
+// What a backend is given: KIND_AUTO resolved and gpus filled, so a backend deciding where to
+// stage weights from its groups agrees with the plan (the mlp backend once refused a KIND_AUTO
+// model placed on a GPU: device run 1 of 2026-12-06).
+TEST(InstancePlacementTest, TheBackendSeesItsGroupsAsPlaced) {
+  const config::ModelConfig config = PlacementTest_Config(R"(instance_group [
+      { name: "a" kind: KIND_AUTO },
+      { name: "g" kind: KIND_GPU },
+      { name: "listed" kind: KIND_GPU gpus: [ 1 ] },
+      { name: "c" kind: KIND_CPU } ])");
+  const config::ModelConfig on_gpus = ConfigAsPlaced(config, PlacementTest_Gpus(2));
+  ASSERT_EQ(on_gpus.instance_group_size(), 4);
+  EXPECT_EQ(on_gpus.instance_group(0).kind(), config::ModelInstanceGroup::KIND_GPU);
+  EXPECT_THAT(on_gpus.instance_group(0).gpus(), ElementsAre(0, 1));
+  EXPECT_THAT(on_gpus.instance_group(1).gpus(), ElementsAre(0, 1));
+  EXPECT_THAT(on_gpus.instance_group(2).gpus(), ElementsAre(1));
+  EXPECT_EQ(on_gpus.instance_group(3).kind(), config::ModelInstanceGroup::KIND_CPU);
+  EXPECT_TRUE(on_gpus.instance_group(3).gpus().empty());
+  // The written config is left as written.
+  EXPECT_EQ(config.instance_group(0).kind(), config::ModelInstanceGroup::KIND_AUTO);
+
+  const config::ModelConfig auto_only = PlacementTest_Config("");
+  const config::ModelConfig no_gpu = ConfigAsPlaced(auto_only, PlacementTest_Gpus(0));
+  EXPECT_EQ(no_gpu.instance_group(0).kind(), config::ModelInstanceGroup::KIND_CPU);
+  const config::ModelConfig cpu_backend =
+      ConfigAsPlaced(auto_only, PlacementTest_Gpus(2, /*supports_gpu=*/false));
+  EXPECT_EQ(cpu_backend.instance_group(0).kind(), config::ModelInstanceGroup::KIND_CPU);
+}
+
 TEST(InstancePlacementTest, GroupsMixAndIndexAcrossThem) {
   auto plan = PlanInstances(PlacementTest_Config(R"(instance_group [
       { name: "cpu" count: 2 kind: KIND_CPU },
