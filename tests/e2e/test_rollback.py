@@ -466,7 +466,7 @@ def test_a_kept_version_sleeps_under_pressure_and_wakes_to_roll_back(start_serve
     # Kept warm while memory allows: the budget holds two models' weights, so loading 'x'
     # puts the kept version 1 of 'w' (idle, least recently used) to sleep; the rollback wakes
     # it beside the bad version 2, which makes 'x' sleep in turn.
-    from test_sleep import infer, sleep_state, WEIGHT_BYTES
+    from test_sleep import infer, post, sleep_state, WEIGHT_BYTES
     budget = "cpu=%dKiB" % ((2 * WEIGHT_BYTES + 512 * 1024) // 1024)
     s = mlp_server(start_server, tmp_path_factory, {"vramd.rollback.watch_s": "120"},
                    budget=budget)
@@ -481,6 +481,11 @@ def test_a_kept_version_sleeps_under_pressure_and_wakes_to_roll_back(start_serve
         view = c.get("/v2/repository/models/w/lifecycle").json()
         assert view["rollback_kept_asleep"] == ["1"], view
         x_answer = infer(c, "x")
+        # The reply can reach the client before x's execution has left its sleep gate, and a
+        # busy version is never put to sleep (CI at ca68700 saw the rollback's wake refused for
+        # it). A sleep by hand waits for that execution to end; the wake leaves x awake, idle.
+        assert post(c, "x", "sleep").status == 200
+        assert post(c, "x", "wake").status == 200
         r = rollback(s, "w")
         assert r.status == 200, r.body
         assert c.get("/v2/repository/models/w/lifecycle").json()["serving"] == ["1"]

@@ -638,7 +638,25 @@ std::shared_ptr<LoadedModule> TorchModel::ModuleFor(const std::string& device, F
   const c10::Device where(device);
   torch::jit::Module module;
   try {
-    module = torch::jit::load(path_, where);
+    // A GPU after the first copies the module's tensors from a GPU that has them (device to
+    // device, peer to peer where LibTorch may) instead of reading the file again. LibTorch 1.x
+    // (Debian's, CPU only) has no deepcopy to a device, and no second GPU to copy to.
+    std::shared_ptr<LoadedModule> on_gpu;
+#if TORCH_VERSION_MAJOR >= 2
+    for (const auto& [name, loaded] : modules_) {
+      if (where.is_cuda() && loaded->device.is_cuda()) on_gpu = loaded;
+    }
+    if (on_gpu != nullptr) {
+      module = on_gpu->module.deepcopy(where);
+      if (server_ != nullptr) {
+        const std::string text = "model '" + spec_.name + "': the module on " + device +
+                                 " is copied from " + on_gpu->device.str() +
+                                 " (the file is read once)";
+        server_->log(server_->server, VRAMD_LOG_INFO, text.c_str());
+      }
+    }
+#endif
+    if (on_gpu == nullptr) module = torch::jit::load(path_, where);
   } catch (const c10::Error& e) {
     *failure = {VRAMD_INVALID_ARGUMENT,
                 "cannot load TorchScript file " + path_ + ": " + Condense(e.what_without_backtrace())};
