@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Placement and contexts on a GPU machine (issue 19, what one GPU can show):
+"""Placement and contexts on a GPU machine (issue 19):
 
 1. A server whose models run on the CPU makes no CUDA context: NVML does not list it on any GPU,
    and /v2/memory says no context exists yet.
@@ -8,6 +8,8 @@
    the weights are on GPU 0 once, charged to the version, not once per instance; its answers
    equal the CPU model's with the same weights.
 3. A group naming a GPU past those visible is refused naming the group and `gpus`.
+   With two GPUs or more, 4 instances on each of GPUs 0 and 1: one context per GPU, the weights
+   once per GPU, read once and copied GPU to GPU (vramd_copy_bytes_total d2d).
 4. CUDA_VISIBLE_DEVICES is honoured: with it empty, a model with no instance_group (KIND_AUTO)
    runs on the CPU and no GPU gets a context; with it "0" the same model is on GPU 0.
 
@@ -135,6 +137,49 @@ def write_model(make_model, repo, name, kind, instances, target, config_tail=Non
         open(path, "w").write(text)
 
 
+def copied_d2d(base_metrics):
+    with urllib.request.urlopen(base_metrics + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith('vramd_copy_bytes_total{direction="d2d"}'):
+                return int(float(line.split()[-1]))
+    return 0
+
+
+def two_gpus(s, weights, x, reference):
+    """4 instances on each of GPUs 0 and 1: one context per GPU, the weights once per GPU (read
+    from the file once, copied GPU to GPU), the instances alternating GPUs."""
+    metrics = s.base.rsplit(":", 1)[0] + ":%d" % (int(s.base.rsplit(":", 1)[1]) + 2)
+    before = copied_d2d(metrics)
+    start = time.perf_counter()
+    st, body = http("POST", s.base + "/v2/repository/models/both_mlp/load")
+    seconds = time.perf_counter() - start
+    if not check(st == 200, "both_mlp (4 instances on each of GPUs 0 and 1) loads: %d %s"
+                 % (st, body[:300])):
+        return
+    moved = copied_d2d(metrics) - before
+    print("FIGURE placement_two_gpu_load_seconds %.2f s" % seconds)
+    print("FIGURE placement_d2d_copied_mib %.1f MiB (%.1f GB/s over the whole load)"
+          % (moved / 2**20, moved / seconds / 1e9))
+    check(contexts_of(s.proc.pid) == [0, 1], "NVML lists the server once on each GPU")
+    check(weights * 0.95 <= moved <= weights * 1.05,
+          "the weights reached GPU 1 by one GPU-to-GPU copy (%d bytes)" % moved)
+    memory = s.memory()
+    model = [o for o in owners(memory["owners"], "model") if o["name"] == "both_mlp"][0]
+    version = owners(model, "version")[0]
+    for gpu in ("cuda:0", "cuda:1"):
+        held = version["by_device"].get(gpu, 0)
+        check(weights * 0.95 <= held <= weights * 1.5,
+              "the weights are on %s once, charged to the version (%d bytes)" % (gpu, held))
+    names = [o["name"] for o in owners(version, "instance")]
+    check(names[:2] == ["both_mlp_0_0_gpu0", "both_mlp_0_0_gpu1"] and len(names) == 8,
+          "instances alternate GPUs as Triton creates them: %s" % names)
+    got = s.infer("both_mlp", x)
+    err = float(np.max(np.abs(got - reference) / np.maximum(1.0, np.abs(reference))))
+    check(err < 1e-3, "both_mlp answers as cpu_mlp (max relative error %.2g)" % err)
+    st, _ = http("POST", s.base + "/v2/repository/models/both_mlp/unload")
+    check(st == 200, "both_mlp unloads")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vramd", required=True)
@@ -154,6 +199,9 @@ def main():
     write_model(args.make_model, repo, "cpu_mlp", "cpu", 1, args.target)
     write_model(args.make_model, repo, "gpu_mlp", "gpu", 4, args.target,
                 'instance_group [ { count: 4 kind: KIND_GPU gpus: [ 0 ] } ]\n')
+    if visible >= 2:
+        write_model(args.make_model, repo, "both_mlp", "gpu", 4, args.target,
+                    'instance_group [ { count: 4 kind: KIND_GPU gpus: [ 0, 1 ] } ]\n')
     write_model(args.make_model, repo, "past_gpus", "gpu", 1, "1MiB",
                 'instance_group [ { name: "far" kind: KIND_GPU gpus: [ %d ] } ]\n' % visible)
     write_model(args.make_model, repo, "auto_mlp", "gpu", 1, "1MiB", "")
@@ -206,6 +254,10 @@ def main():
               "see" % visible in msg, "a GPU past those visible is refused naming the field: %d %s"
               % (st, msg))
         check(contexts_of(s.proc.pid) == [0], "the refusal made no context anywhere")
+        if visible >= 2:
+            two_gpus(s, weights, x, reference)
+        else:
+            print("# one GPU: 4 instances on each of two GPUs are checked on a machine with two")
         check(s.memory().get("leak_reports_total", 0) == 0, "no leak reports")
     finally:
         s.stop()
