@@ -6,7 +6,10 @@ reload's time goes (file_read, host_stage, h2d, instances, warmup, switch, retir
 h2d phase's rate against the pinned host-to-device rate measured in the same run.
 
   reload_bench.py --vramd BIN --pinned-gbps X [--cycles 100] [--target-bytes 1GiB]
-                  [--clients 4] [--out result.json]
+                  [--clients 4] [--gpus 0[,1...]] [--out result.json]
+
+With --gpus listing several GPUs (issue 19) the model has an instance on each, its weights read
+once and copied GPU to GPU, and every figure and check holds for each GPU.
 
 Needs numpy (scripts/make_mlp_model.py writes the model) and a GPU; run by
 scripts/device/run.sh. Versions 1 and 2 hold different weights; each cycle reloads the model
@@ -39,7 +42,7 @@ def call(port, method, path, body=None, timeout=600):
         conn.close()
 
 
-def make_repository(repo, target_bytes, inputs, outputs, kind):
+def make_repository(repo, target_bytes, inputs, outputs, kind, gpus):
     model_dir = os.path.join(repo, MODEL)
     for version, seed in ((1, 1), (2, 2)):
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/make_mlp_model.py"), "model",
@@ -53,19 +56,23 @@ def make_repository(repo, target_bytes, inputs, outputs, kind):
     config += ('\nmodel_warmup [ { name: "one" batch_size: 1 inputs { key: "INPUT0" value: '
                '{ data_type: TYPE_FP32 dims: [ %d ] zero_data: true } } } ]\n' % inputs)
     config += 'version_policy: { specific: { versions: [ 1 ] } }\n'
+    if kind == "gpu":
+        config = config[:config.index("instance_group")] + (
+            "instance_group [ { count: 1 kind: KIND_GPU gpus: [ %s ] } ]\n" %
+            ", ".join(str(g) for g in gpus)) + config[config.index("\n]", config.index(
+                "instance_group")) + 3:]
     with open(os.path.join(model_dir, "config.pbtxt"), "w") as f:
         f.write(config)
     return model_dir
 
 
-def nvml_process_bytes(port):
+def gpu_figures(port, gpus, key="nvml_process_used_bytes"):
+    """{gpu: figure} from /v2/memory's unattributed rows: NVML's for this process, or the
+    context's baseline (what NVML said right after vramd made the context)."""
     status, body = call(port, "GET", "/v2/memory")
-    if status != 200:
-        return None
-    for d in json.loads(body).get("unattributed", []):
-        if d.get("device") == "cuda:0" or d.get("device") == "cuda":
-            return d.get("nvml_process_used_bytes")
-    return None
+    rows = json.loads(body).get("unattributed", []) if status == 200 else []
+    by_device = {d.get("device"): d.get(key) for d in rows}
+    return {g: by_device.get("cuda:%d" % g) for g in gpus}
 
 
 class Clients:
@@ -136,10 +143,13 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--server-log", default=os.devnull)
     ap.add_argument("--kind", default="gpu", help="cpu: try the script on a machine without GPU")
+    ap.add_argument("--gpus", default="0", help="the GPUs the model's instances are on: 0,1")
     args = ap.parse_args()
+    gpus = [int(g) for g in args.gpus.split(",")]
 
     repo = tempfile.mkdtemp(prefix="vramd-reload-")
-    model_dir = make_repository(repo, args.target_bytes, args.inputs, args.outputs, args.kind)
+    model_dir = make_repository(repo, args.target_bytes, args.inputs, args.outputs, args.kind,
+                                gpus)
     weights = os.path.getsize(os.path.join(model_dir, "1", "model.safetensors"))
     log = open(args.server_log, "w")
     server = subprocess.Popen([args.vramd, "serve", "--model-repository", repo,
@@ -148,7 +158,7 @@ def main():
                                "--http-thread-count", str(args.clients + 4)],
                               stdout=log, stderr=subprocess.STDOUT)
     result = {"weights_bytes": weights, "cycles": args.cycles, "clients": args.clients,
-              "pinned_gbps": args.pinned_gbps}
+              "pinned_gbps": args.pinned_gbps, "gpus": gpus}
     try:
         for _ in range(600):
             try:
@@ -159,11 +169,12 @@ def main():
             time.sleep(0.5)
         else:
             raise SystemExit("the server did not start")
-        # Before the first load: the process's figure with its CUDA context only.
-        result["nvml_before_load"] = nvml_process_bytes(args.port)
         status, answer = call(args.port, "POST", f"/v2/repository/models/{MODEL}/load", b"{}")
         if status != 200:
             raise SystemExit(f"the first load failed: {status} {answer[:500]!r}")
+        # The process's figure with its CUDA context only: vramd makes the context at the first
+        # load (not at start-up) and reads NVML right then, before anything allocates there.
+        result["nvml_before_load"] = gpu_figures(args.port, gpus, "context_baseline_bytes")
         status, config_body = call(args.port, "GET", f"/v2/models/{MODEL}/config")
         config = json.loads(config_body)
         cycles = []
@@ -185,15 +196,16 @@ def main():
                 phases = {p["name"]: p for p in last["phases"]}
                 cycles.append({"wall_seconds": wall, "total_seconds": last["total_seconds"],
                                "policy": last["policy"], "phases": phases})
-                nvml.append(nvml_process_bytes(args.port))
+                nvml.append(gpu_figures(args.port, gpus))
             time.sleep(0.5)
         status, answer = call(args.port, "POST", f"/v2/repository/models/{MODEL}/unload", b"{}")
         result["unload_status"] = status
         time.sleep(0.5)
-        result["nvml_after_unload"] = nvml_process_bytes(args.port)
-        if result["nvml_before_load"] is not None and result["nvml_after_unload"] is not None:
-            result["nvml_after_unload_minus_before_load"] = (
-                result["nvml_after_unload"] - result["nvml_before_load"])
+        result["nvml_after_unload"] = gpu_figures(args.port, gpus)
+        before, after = result["nvml_before_load"], result["nvml_after_unload"]
+        if all(before[g] is not None and after[g] is not None for g in gpus):
+            # The largest over the GPUs: each must come back.
+            result["nvml_after_unload_minus_before_load"] = max(after[g] - before[g] for g in gpus)
         _, memory = call(args.port, "GET", "/v2/memory")
         memory = json.loads(memory)
         result["ledger_leak_reports_total"] = memory.get("leak_reports_total")
@@ -208,8 +220,10 @@ def main():
         result["versions_differ"] = len(outs) == 2 and outs[0] != outs[1]
         result["nvml_after_first_cycle"] = nvml[0]
         result["nvml_after_last_cycle"] = nvml[-1]
-        if nvml[0] and nvml[-1]:
-            result["nvml_drift_ratio"] = (nvml[-1] - nvml[0]) / nvml[0]
+        if all(nvml[0][g] and nvml[-1][g] for g in gpus):
+            # The largest drift over the GPUs, signed.
+            drifts = [(nvml[-1][g] - nvml[0][g]) / nvml[0][g] for g in gpus]
+            result["nvml_drift_ratio"] = max(drifts, key=abs)
         result["policies"] = sorted({c["policy"] for c in cycles})
         # Phases: medians over the cycles after the first two (page cache warm).
         steady = cycles[2:] or cycles
@@ -225,6 +239,10 @@ def main():
             rates = [p["bytes"] / p["seconds"] / 1e9 for p in h2d if p["seconds"] > 0]
             result["h2d_median_gbps"] = statistics.median(rates)
             result["h2d_vs_pinned_ratio"] = result["h2d_median_gbps"] / args.pinned_gbps
+        d2d = [c["phases"]["d2d"] for c in steady if "d2d" in c["phases"]]
+        if d2d:  # several GPUs: the weights' copies from the first GPU to the others
+            result["d2d_median_gbps"] = statistics.median(
+                p["bytes"] / p["seconds"] / 1e9 for p in d2d if p["seconds"] > 0)
     finally:
         server.terminate()
         try:
@@ -265,6 +283,9 @@ def main():
     if "h2d_vs_pinned_ratio" in result:
         print("FIGURE reload_h2d_vs_pinned_ratio %.3f ratio" % result["h2d_vs_pinned_ratio"])
     print("FIGURE reload_median_seconds %.3f s" % result.get("reload_median_seconds", -1))
+    if "d2d_median_gbps" in result:
+        print("FIGURE reload_d2d_median_gbps %.1f GB/s (GPUs %s)" % (result["d2d_median_gbps"],
+                                                                   args.gpus))
     if "nvml_after_unload_minus_before_load" in result:
         print("FIGURE unload_nvml_minus_before_load_mib %.1f MiB"
               % (result["nvml_after_unload_minus_before_load"] / 1048576))

@@ -132,11 +132,14 @@ fi
 
 # 4. Hot reload on the GPU (issue 5): RELOAD_CYCLES (default 100) reloads of a >= 1 GiB mlp under
 #    client load, NVML drift, the reload's phases and its h2d rate against the pinned rate above.
+#    RELOAD_GPUS (default 0; "0,1" on a two-GPU machine, issue 19) places an instance on each
+#    listed GPU: every GPU's figures must hold, and the d2d phase's rate is printed.
 if ! has_step reload; then
   :
 elif [ -n "$pinned_gbps" ]; then
   python3 bench/reload_bench.py --vramd "$BIN"/vramd --pinned-gbps "$pinned_gbps" \
     --cycles "${RELOAD_CYCLES:-100}" --target-bytes "${RELOAD_BYTES:-1GiB}" \
+    --gpus "${RELOAD_GPUS:-0}" \
     --out "$OUT/reload_bench.json" --server-log "$OUT/reload_server.tmp" > "$OUT/reload.tmp" 2>&1 \
     || status=1
   grep -E '^(PASS|FAIL|FIGURE) ' "$OUT/reload.tmp" | tee -a "$summary"
