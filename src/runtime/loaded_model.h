@@ -125,6 +125,12 @@ class LoadedModel : public std::enable_shared_from_this<LoadedModel> {
   const std::string& name() const { return config_->name(); }
   int64_t version() const { return version_; }
   const config::ModelConfig& config() const { return *config_; }
+  // The config as placed (KIND_AUTO resolved, gpus filled; instance_placement.h), as the backend
+  // was given it and as Triton's config endpoints show a loaded model's.
+  const config::ModelConfig& placed_config() const { return *shared_placed_config(); }
+  std::shared_ptr<const config::ModelConfig> shared_placed_config() const {
+    return backend_config_ != nullptr ? backend_config_ : config_;
+  }
   // The config, for a caller that must read it without holding the version (InferRouter).
   std::shared_ptr<const config::ModelConfig> shared_config() const { return config_; }
   size_t instance_count() const { return instances_.size(); }

@@ -1835,6 +1835,10 @@ Result<std::shared_ptr<const config::ModelConfig>> ModelManager::FindConfig(
   if (it == models_.end()) {
     return Status::NotFound(fmt::format("Request for unknown model: '{}' is not found", name));
   }
+  // A loaded model's config as placed (KIND_AUTO resolved, gpus filled), as Triton shows it.
+  if (!it->second.serving.ready.empty()) {
+    return it->second.serving.ready.rbegin()->second->shared_placed_config();
+  }
   if (!it->second.serving.config) {
     return Status::Unavailable(fmt::format("model '{}' has no usable config: {}", name,
                                            it->second.lifecycle.reason()));

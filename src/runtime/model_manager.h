@@ -299,8 +299,9 @@ class ModelManager {
       EXCLUDES(mu_, parked_mu_);
 
  public:
-  // The model's config (the one its serving versions were loaded with); NotFound if unknown,
-  // Unavailable if the model has no usable config.
+  // The model's config: as its latest serving version was placed (KIND_AUTO resolved, gpus
+  // filled; LoadedModel::placed_config), else as written; NotFound if unknown, Unavailable if
+  // the model has no usable config.
   Result<std::shared_ptr<const config::ModelConfig>> FindConfig(std::string_view name) const
       EXCLUDES(mu_);
 

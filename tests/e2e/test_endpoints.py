@@ -211,6 +211,9 @@ def test_config_fills_defaults(client):
     assert cfg["version_policy"].get("latest", {}).get("num_versions") == 1, cfg["version_policy"]
     assert isinstance(cfg.get("instance_group"), list) and cfg["instance_group"], cfg
     assert cfg["instance_group"][0]["count"] >= 1
+    # A loaded model's groups as placed, as Triton shows them: identity runs on the CPU only, so
+    # the KIND_AUTO group the config leaves unwritten is KIND_CPU.
+    assert cfg["instance_group"][0]["kind"] == "KIND_CPU", cfg["instance_group"]
     assert cfg["input"][0]["dims"] == [-1]
     assert cfg["input"][0]["data_type"] == "TYPE_FP32"
     assert cfg["output"][0]["name"] == "OUTPUT0"

@@ -120,6 +120,8 @@ def test_model_ready_metadata_and_config(stub):
     assert cfg.name == "identity_fp32" and cfg.backend == "identity"
     assert cfg.input[0].name == "INPUT0" and cfg.input[0].data_type == 11  # TYPE_FP32
     assert list(cfg.input[0].dims) == [-1]
+    # As placed: the unwritten KIND_AUTO group of a CPU-only backend is KIND_CPU (2).
+    assert [g.kind for g in cfg.instance_group] == [2], cfg.instance_group
     e = rpc_error(stub.ModelConfig, pb.ModelConfigRequest(name="no_such_model"))
     assert e.code() == grpc.StatusCode.NOT_FOUND
 

@@ -174,7 +174,7 @@ void GrpcRoutes::ModelConfig(std::shared_ptr<const inference::ModelConfigRequest
   if (*version != 0) {
     auto found = manager_->Find(request->name(), *version);
     if (!found.ok()) return Fail(reply, found.status());
-    *r.mutable_config() = (*found)->config();
+    *r.mutable_config() = (*found)->placed_config();
   } else {
     auto config = manager_->FindConfig(request->name());
     if (!config.ok()) return Fail(reply, config.status());

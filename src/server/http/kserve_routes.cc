@@ -443,7 +443,7 @@ HttpResponse KServeRoutes::ModelConfig(const std::string& model, int64_t version
   if (version != 0) {
     auto found = manager_->Find(model, version);
     if (!found.ok()) return Error(found.status());
-    return Json(200, config::ModelConfigToJson((*found)->config()));
+    return Json(200, config::ModelConfigToJson((*found)->placed_config()));
   }
   auto config = manager_->FindConfig(model);
   if (!config.ok()) return Error(config.status());
