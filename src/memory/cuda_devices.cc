@@ -1,7 +1,6 @@
 #include "memory/cuda_devices.h"
 
 #include <fmt/format.h>
-
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -143,8 +142,8 @@ namespace {
 // other's address space, which is done once per pair and cannot be asked again cheaply.
 Mutex routes_mu;
 std::map<std::pair<int, int>, GpuRoute>& Routes() REQUIRES(routes_mu) {
-  static auto* routes = new std::map<std::pair<int, int>, GpuRoute>();  // lives for the process
-  return *routes;
+  static std::map<std::pair<int, int>, GpuRoute> routes;
+  return routes;
 }
 
 }  // namespace

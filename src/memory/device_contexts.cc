@@ -24,11 +24,14 @@ DeviceContexts::Hooks DeviceContexts::ForThisProcess(const Nvml* nvml,
   return hooks;
 }
 
+bool DeviceContexts::OpenedLocked(int ordinal) const {
+  return std::any_of(opened_.begin(), opened_.end(),
+                     [ordinal](const ContextBaseline& b) { return b.ordinal == ordinal; });
+}
+
 Status DeviceContexts::Open(int ordinal) {
   MutexLock lock(mu_);
-  for (const ContextBaseline& b : opened_) {
-    if (b.ordinal == ordinal) return Status::Ok();
-  }
+  if (OpenedLocked(ordinal)) return Status::Ok();
   // Under the lock, so no other Open's allocations land between the context and its figure.
   VRAMD_RETURN_IF_ERROR(hooks_.make_context(ordinal));
   ContextBaseline b;
@@ -50,8 +53,7 @@ Status DeviceContexts::Open(int ordinal) {
 
 bool DeviceContexts::IsOpen(int ordinal) const {
   MutexLock lock(mu_);
-  return std::any_of(opened_.begin(), opened_.end(),
-                     [ordinal](const ContextBaseline& b) { return b.ordinal == ordinal; });
+  return OpenedLocked(ordinal);
 }
 
 std::vector<ContextBaseline> DeviceContexts::Baselines() const {
@@ -59,15 +61,13 @@ std::vector<ContextBaseline> DeviceContexts::Baselines() const {
   MutexLock lock(mu_);
   std::vector<ContextBaseline> all = opened_;
   for (int ordinal = 0; ordinal < count; ++ordinal) {
-    const bool open = std::any_of(opened_.begin(), opened_.end(),
-                                  [ordinal](const ContextBaseline& b) { return b.ordinal == ordinal; });
-    if (!open) {
-      all.push_back({ordinal, std::nullopt,
-                     fmt::format("no CUDA context yet: nothing has used cuda:{}", ordinal)});
-    }
+    if (OpenedLocked(ordinal)) continue;
+    all.push_back({ordinal, std::nullopt,
+                   fmt::format("no CUDA context yet: nothing has used cuda:{}", ordinal)});
   }
-  std::sort(all.begin(), all.end(),
-            [](const ContextBaseline& a, const ContextBaseline& b) { return a.ordinal < b.ordinal; });
+  std::sort(all.begin(), all.end(), [](const ContextBaseline& a, const ContextBaseline& b) {
+    return a.ordinal < b.ordinal;
+  });
   return all;
 }
 

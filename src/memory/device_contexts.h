@@ -64,6 +64,8 @@ class DeviceContexts {
   std::vector<ContextBaseline> Baselines() const EXCLUDES(mu_);
 
  private:
+  bool OpenedLocked(int ordinal) const REQUIRES(mu_);
+
   const Hooks hooks_;
   mutable Mutex mu_;
   std::vector<ContextBaseline> opened_ GUARDED_BY(mu_);
