@@ -12,6 +12,10 @@ namespace {
 
 using config::ModelInstanceGroup;
 
+std::string DescribeGpus(const PlacementTarget& target) {
+  return target.describe_gpus ? target.describe_gpus() : std::string();
+}
+
 std::string VisibleGpus(const PlacementTarget& target) {
   if (target.visible_gpus == 0) return "none";
   if (target.visible_gpus == 1) return "1 (GPU 0)";
@@ -51,7 +55,7 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
     if (gpus == 0) {
       return Status::InvalidArgument(fmt::format(
           "{}: kind is KIND_GPU but this server sees no GPU ({})", where,
-          target.gpu_description));
+          DescribeGpus(target)));
     }
     std::vector<int> devices(group.gpus().begin(), group.gpus().end());
     if (devices.empty()) {
@@ -61,7 +65,7 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
       if (d < 0 || d >= gpus) {
         return Status::InvalidArgument(fmt::format(
             "{}: gpus lists GPU {}, which this server does not see; it sees {} ({})", where, d,
-            VisibleGpus(target), target.gpu_description));
+            VisibleGpus(target), DescribeGpus(target)));
       }
     }
     for (int i = 0; i < group.count(); ++i) {
@@ -108,10 +112,13 @@ PlacementTarget PlacementTargetFor(const backends::Backend& backend) {
   target.backend = std::string(backend.name());
   target.backend_supports_gpu = backend.SupportsGpu();
   target.visible_gpus = target.backend_supports_gpu ? memory::CudaDeviceCount() : 0;
-  target.gpu_description = memory::CudaDescription();
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
-    target.gpu_description += fmt::format("; CUDA_VISIBLE_DEVICES={}", visible);
-  }
+  target.describe_gpus = [] {
+    std::string description = memory::CudaDescription();
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+      description += fmt::format("; CUDA_VISIBLE_DEVICES={}", visible);
+    }
+    return description;
+  };
   return target;
 }
 

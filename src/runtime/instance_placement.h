@@ -12,6 +12,7 @@
 // is physical GPU 3, as in Triton.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,10 @@ struct PlacementTarget {
   std::string backend;        // for messages
   bool backend_supports_gpu = false;
   int visible_gpus = 0;       // CUDA devices this process sees
-  // Why there are none, or which they are, for messages ("CUDA 13.0, 1 device(s)...");
-  // CUDA_VISIBLE_DEVICES is named when set.
-  std::string gpu_description;
+  // Why there are none, or which they are, for refusals only ("CUDA 13.0, 1 device(s)...";
+  // CUDA_VISIBLE_DEVICES is named when set): asking CUDA each device's properties is left
+  // out of loads that place.
+  std::function<std::string()> describe_gpus;
 };
 
 // REQUIRES: config normalized (group names and counts set). InvalidArgument names the group and

@@ -33,7 +33,7 @@ PlacementTarget PlacementTest_Gpus(int gpus, bool supports_gpu = true) {
   target.backend = "b";
   target.backend_supports_gpu = supports_gpu;
   target.visible_gpus = gpus;
-  target.gpu_description = gpus == 0 ? "no CUDA device" : "CUDA test devices";
+  target.describe_gpus = [gpus] { return gpus == 0 ? "no CUDA device" : "CUDA test devices"; };
   return target;
 }
 
