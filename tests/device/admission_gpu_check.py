@@ -32,18 +32,12 @@ import time
 import urllib.error
 import urllib.request
 
-failures = []
+from device_checks import check, failures
+
 MODELS = ["wide_a", "wide_b", "wide_c"]
 INSTANCES = 4
 BATCH = 8
 WIDTH, FAN = 1024, 4096  # the intermediate: [batch, WIDTH, FAN] floats
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
 
 
 DEVICE = "cuda:0"  # --device: "cpu" tries the script on a machine without a GPU

@@ -18,7 +18,6 @@ import ctypes
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -28,14 +27,7 @@ import urllib.request
 
 import numpy as np
 
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
+from device_checks import check, failures, http, copied
 
 
 def load_cudart():
@@ -92,27 +84,6 @@ class Cuda:
         self._ok(self.lib.cudaMemcpy(out.ctypes.data_as(ctypes.c_void_p), p,
                                      ctypes.c_size_t(nbytes), self.D2H), "cudaMemcpy D2H")
         return out
-
-
-def http(method, url, doc=None, raw=None):
-    data = raw if raw is not None else (json.dumps(doc).encode() if doc is not None else None)
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def copied(metrics_url):
-    with urllib.request.urlopen(metrics_url, timeout=10) as r:
-        text = r.read().decode()
-    got = {}
-    for d in ("h2d", "d2h", "d2d"):
-        m = re.search(r'^vramd_copy_bytes_total\{direction="%s"\} (\d+)' % d, text, re.M)
-        got[d] = int(m.group(1)) if m else None
-    return got
 
 
 def walk(node):

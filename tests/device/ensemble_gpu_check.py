@@ -14,7 +14,6 @@ Prints PASS/FAIL and FIGURE lines; exits 1 on any failure. Runs on a machine wit
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -24,36 +23,9 @@ import urllib.request
 
 import numpy as np
 
-failures = []
+from device_checks import check, failures, http, copied
+
 WIDTH_IN, WIDTH_MID, WIDTH_OUT, BATCH = 512, 256, 64, 16
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def http(method, url, doc=None):
-    data = json.dumps(doc).encode() if doc is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def copied(metrics_url):
-    with urllib.request.urlopen(metrics_url, timeout=10) as r:
-        text = r.read().decode()
-    got = {}
-    for d in ("h2d", "d2h", "d2d"):
-        m = re.search(r'^vramd_copy_bytes_total\{direction="%s"\} (\d+)' % d, text, re.M)
-        got[d] = int(m.group(1)) if m else 0
-    return got
 
 
 def infer(base, model, name, x):

@@ -30,26 +30,9 @@ import urllib.request
 
 import numpy as np
 
-failures = []
+from device_checks import check, copied, failures, http
+
 WIDTH_IN, WIDTH_OUT, BATCH = 256, 64, 8
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def http(method, url, doc=None):
-    data = json.dumps(doc).encode() if doc is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def gpu_pids():
@@ -137,26 +120,18 @@ def write_model(make_model, repo, name, kind, instances, target, config_tail=Non
         open(path, "w").write(text)
 
 
-def copied_d2d(base_metrics):
-    with urllib.request.urlopen(base_metrics + "/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith('vramd_copy_bytes_total{direction="d2d"}'):
-                return int(float(line.split()[-1]))
-    return 0
-
-
 def two_gpus(s, weights, x, reference):
     """4 instances on each of GPUs 0 and 1: one context per GPU, the weights once per GPU (read
     from the file once, copied GPU to GPU), the instances alternating GPUs."""
-    metrics = s.base.rsplit(":", 1)[0] + ":%d" % (int(s.base.rsplit(":", 1)[1]) + 2)
-    before = copied_d2d(metrics)
+    metrics = "%s:%d/metrics" % (s.base.rsplit(":", 1)[0], int(s.base.rsplit(":", 1)[1]) + 2)
+    before = copied(metrics)["d2d"]
     start = time.perf_counter()
     st, body = http("POST", s.base + "/v2/repository/models/both_mlp/load")
     seconds = time.perf_counter() - start
     if not check(st == 200, "both_mlp (4 instances on each of GPUs 0 and 1) loads: %d %s"
                  % (st, body[:300])):
         return
-    moved = copied_d2d(metrics) - before
+    moved = copied(metrics)["d2d"] - before
     print("FIGURE placement_two_gpu_load_seconds %.2f s" % seconds)
     print("FIGURE placement_d2d_copied_mib %.1f MiB (%.1f GB/s over the whole load)"
           % (moved / 2**20, moved / seconds / 1e9))

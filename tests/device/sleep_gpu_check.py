@@ -33,26 +33,9 @@ import urllib.request
 
 import numpy as np
 
-failures = []
+from device_checks import check, failures, http
+
 WIDTH_IN, WIDTH_OUT, BATCH = 1024, 64, 4
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def http(method, url, doc=None, timeout=600):
-    data = json.dumps(doc).encode() if doc is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def timed(method, url, doc=None):
