@@ -32,6 +32,17 @@ BIN=device-dist/bin
 summary="$OUT/summary.txt"
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
+# One check script of a step: at most LIMIT seconds, its output in $OUT/LOG, its PASS, FAIL and
+# FIGURE lines in the summary, and a line saying how it ended.
+#   run_check LOG "what it checks" LIMIT command...
+run_check() {
+  local log="$1" what="$2" limit="$3" rc
+  shift 3
+  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/$log" >> "$summary"
+  [ "$rc" -eq 0 ] && say "PASS $what" || { say "FAIL $what (exit $rc)"; status=1; }
+}
 
 say "# vramd device run $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
@@ -395,11 +406,8 @@ fi
 #    CUDA buffers registered by IPC handle carry an mlp's input and output with no host copy
 #    (vramd_copy_bytes_total), shown in /v2/memory as client owners until unregistered.
 if has_step cudashm; then
-  timeout 300 python3 tests/device/cuda_shm_check.py --vramd "$BIN"/vramd \
-    --make-model scripts/make_mlp_model.py ${CUDASHM_ARGS:-} > "$OUT/cudashm.log" 2>&1
-  rc=$?
-  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/cudashm.log" >> "$summary"
-  [ "$rc" -eq 0 ] && say "PASS cuda shared memory check" || { say "FAIL cuda shared memory check (exit $rc)"; status=1; }
+  run_check cudashm.log "cuda shared memory check" 300 python3 tests/device/cuda_shm_check.py \
+    --vramd "$BIN"/vramd --make-model scripts/make_mlp_model.py ${CUDASHM_ARGS:-}
 fi
 
 # 11. ensemble (not in the default STEPS; issue 16): tests/device/ensemble_gpu_check.py: two
@@ -407,11 +415,8 @@ fi
 #    (vramd_copy_bytes_total: only the input up and the output down), against the client calling
 #    them one after the other.
 if has_step ensemble; then
-  timeout 300 python3 tests/device/ensemble_gpu_check.py --vramd "$BIN"/vramd \
-    --make-model scripts/make_mlp_model.py ${ENSEMBLE_ARGS:-} > "$OUT/ensemble.log" 2>&1
-  rc=$?
-  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/ensemble.log" >> "$summary"
-  [ "$rc" -eq 0 ] && say "PASS ensemble GPU check" || { say "FAIL ensemble GPU check (exit $rc)"; status=1; }
+  run_check ensemble.log "ensemble GPU check" 300 python3 tests/device/ensemble_gpu_check.py \
+    --vramd "$BIN"/vramd --make-model scripts/make_mlp_model.py ${ENSEMBLE_ARGS:-}
 fi
 
 # 15. vmm (not in the default STEPS; issue 17, item 5): bench/fragmentation_replay: one
@@ -431,22 +436,16 @@ fi
 #    ledger), wake time and copy rate against pinned H2D measured in the same run, a request
 #    that wakes, level 2.
 if has_step sleep; then
-  timeout 580 python3 tests/device/sleep_gpu_check.py --vramd "$BIN"/vramd \
-    --make-model scripts/make_mlp_model.py --sizes "${SLEEP_SIZES:-1GiB,8GiB}" > "$OUT/sleep.log" 2>&1
-  rc=$?
-  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/sleep.log" >> "$summary"
-  [ "$rc" -eq 0 ] && say "PASS sleep GPU check" || { say "FAIL sleep GPU check (exit $rc)"; status=1; }
+  run_check sleep.log "sleep GPU check" 580 python3 tests/device/sleep_gpu_check.py \
+    --vramd "$BIN"/vramd --make-model scripts/make_mlp_model.py --sizes "${SLEEP_SIZES:-1GiB,8GiB}"
 fi
 # 12b. sleep_torch: the same for a KIND_GPU TorchScript model (the pytorch backend built here).
 if has_step sleep_torch; then
   if [ -x build-torch-device/backends/pytorch/libvramd_pytorch.so ] \
      || timeout "${PYTORCH_BUILD_TIMEOUT:-300}" bash scripts/device/build_torch.sh >> "$OUT/benchmarks.log" 2>&1; then
-    timeout 280 python3 tests/device/sleep_gpu_check.py --vramd "$BIN"/vramd \
-      --make-model scripts/make_mlp_model.py --sizes "" \
-      --torch-backend-dir build-torch-device/backends > "$OUT/sleep_torch.log" 2>&1
-    rc=$?
-    grep -E '^(PASS|FAIL|FIGURE)' "$OUT/sleep_torch.log" >> "$summary"
-    [ "$rc" -eq 0 ] && say "PASS sleep torch GPU check" || { say "FAIL sleep torch GPU check (exit $rc)"; status=1; }
+    run_check sleep_torch.log "sleep torch GPU check" 280 python3 tests/device/sleep_gpu_check.py \
+      --vramd "$BIN"/vramd --make-model scripts/make_mlp_model.py --sizes "" \
+      --torch-backend-dir build-torch-device/backends
   else
     say "FAIL sleep_torch: build_torch.sh failed (log in benchmarks.log)"; status=1
   fi
@@ -516,11 +515,8 @@ fi
 #    two: the peer route and its rate against cudaMemcpyPeer) and the unattributed figure over
 #    contexts made through DeviceContexts.
 if has_step placement; then
-  timeout 300 python3 tests/device/placement_gpu_check.py --vramd "$BIN"/vramd \
-    --make-model scripts/make_mlp_model.py ${PLACEMENT_ARGS:-} > "$OUT/placement.log" 2>&1
-  rc=$?
-  grep -E '^(PASS|FAIL|FIGURE)' "$OUT/placement.log" >> "$summary"
-  [ "$rc" -eq 0 ] && say "PASS placement check" || { say "FAIL placement check (exit $rc)"; status=1; }
+  run_check placement.log "placement check" 300 python3 tests/device/placement_gpu_check.py \
+    --vramd "$BIN"/vramd --make-model scripts/make_mlp_model.py ${PLACEMENT_ARGS:-}
   for t in "$BIN"/gpu_memory_test "$BIN"/vramd_unit_tests; do
     [ -x "$t" ] || continue
     filter='*'; [ "$(basename "$t")" = vramd_unit_tests ] && filter='NvmlTest.*:DeviceContextsTest.*:InstancePlacementTest.*'
