@@ -15,7 +15,6 @@
 #include "backends/backend.h"
 #include "config/model_config_parser.h"
 #include "core/mutex.h"
-#include "memory/cuda_devices.h"
 #include "repository/model_repository.h"
 #include "repository/repository_watcher.h"
 #include "runtime/model_services.h"
@@ -41,6 +40,14 @@ void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& work)
   const size_t count = std::min<size_t>(n, static_cast<size_t>(std::max(1, threads)));
   for (size_t t = 1; t < count; ++t) pool.emplace_back(loop);
   loop();
+}
+
+// Where a load of `config` would place its instances, for the footprint prediction: the backend's
+// target, as the load asks it (loaded_model.cc). A backend that cannot be found leaves no GPU:
+// that load is refused, naming the backend.
+PlacementTarget PlacementTargetOf(const config::ModelConfig& config) {
+  auto backend = backends::FindBackend(config);
+  return backend.ok() ? PlacementTargetFor(**backend) : PlacementTarget{};
 }
 
 struct ModelFiles {
@@ -812,7 +819,7 @@ class ModelManager::LoadRun {
   void ChoosePolicy() {
     report_.versions = files_.versions;
     report_.predicted = PredictFootprint(*files_.config, files_.dir, files_.versions, measured_,
-                                         memory::CudaDeviceCount());
+                                         PlacementTargetOf(*files_.config));
     decision_ =
         ChooseReloadPolicy(settings_, report_.predicted, serving_, manager_.free_bytes_);
     report_.policy = decision_.policy;
@@ -1350,7 +1357,7 @@ Status ModelManager::PutBackFromFiles(const std::string& model, const ReloadSour
     settings = *parsed;
   }
   const Footprint predicted = PredictFootprint(*source.config, source.dir, source.versions,
-                                               source.measured, memory::CudaDeviceCount());
+                                               source.measured, PlacementTargetOf(*source.config));
   const ReloadDecision decision =
       ChooseReloadPolicy(settings, predicted, /*serving=*/true, free_bytes_);
   spdlog::info("model '{}': rolling back: loading version(s) {} again from {} ({}: {})", model,

@@ -78,21 +78,18 @@ Result<ReloadSettings> ReloadSettingsFromConfig(const config::ModelConfig& confi
 
 Footprint PredictFootprint(const config::ModelConfig& config, const fs::path& model_dir,
                            const std::vector<int64_t>& versions,
-                           const std::optional<DeviceBytes>& measured, int gpu_count) {
+                           const std::optional<DeviceBytes>& measured,
+                           const PlacementTarget& target) {
   if (measured.has_value()) return {*measured, "what the ledger measured at the model's last load"};
   int64_t files = 0;
   for (int64_t v : versions) files += DirectoryBytes(model_dir / std::to_string(v));
   const auto predicted = static_cast<int64_t>(static_cast<double>(files) * kFileSizeFactor);
   std::set<std::string> devices;
-  for (const auto& group : config.instance_group()) {
-    const bool gpu = group.kind() == config::ModelInstanceGroup::KIND_GPU ||
-                     (group.kind() == config::ModelInstanceGroup::KIND_AUTO && gpu_count > 0);
-    if (!gpu) {
-      devices.insert("cpu");
-    } else if (group.gpus_size() > 0) {
-      for (int g : group.gpus()) devices.insert(memory::Device::Cuda(g).ToString());
-    } else {
-      for (int g = 0; g < gpu_count; ++g) devices.insert(memory::Device::Cuda(g).ToString());
+  if (auto plan = PlanInstances(config, target); plan.ok()) {
+    for (const backends::InstanceContext& instance : *plan) {
+      devices.insert(instance.kind == backends::DeviceKind::kGpu
+                         ? memory::Device::Cuda(instance.device_id).ToString()
+                         : memory::Device::Cpu().ToString());
     }
   }
   if (devices.empty()) devices.insert("cpu");

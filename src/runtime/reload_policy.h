@@ -18,8 +18,9 @@
 // The footprint prediction: what the ledger measured for this model at its last successful
 // load (live bytes of the new versions' owners by device, once loaded and warmed up), else the
 // size of the selected version directories' files times kFileSizeFactor on every device the
-// instance groups place instances on (weights are loaded once per device and shared by its
-// instances; the factor covers instance workspaces and framework scratch).
+// version's instances are placed on, by the placement the load itself makes
+// (instance_placement.h; weights are loaded once per device and shared by its instances; the
+// factor covers instance workspaces and framework scratch).
 //
 // Thread safety: these are values and pure functions, except DeviceFreeBytes (any thread).
 #pragma once
@@ -38,6 +39,7 @@
 #include "memory/allocator.h"
 #include "memory/device.h"
 #include "memory/ledger.h"
+#include "runtime/instance_placement.h"
 
 namespace vramd::runtime {
 
@@ -70,12 +72,15 @@ struct Footprint {
 };
 
 // The prediction for loading `versions` of the model in `model_dir` with `config` (see the
-// file comment). `measured` is the last load's measurement, if any; `gpu_count` the GPUs a
-// KIND_AUTO / KIND_GPU group may use (0: instances go to the CPU).
+// file comment). `measured` is the last load's measurement, if any; `target` the backend and
+// GPUs the load will place on, so a CPU-only backend's KIND_AUTO model is predicted on the CPU.
+// A config that cannot be placed (its load will be refused, naming why) is predicted on the CPU.
+// REQUIRES: config normalized.
 Footprint PredictFootprint(const config::ModelConfig& config,
                            const std::filesystem::path& model_dir,
                            const std::vector<int64_t>& versions,
-                           const std::optional<DeviceBytes>& measured, int gpu_count);
+                           const std::optional<DeviceBytes>& measured,
+                           const PlacementTarget& target);
 
 // Live bytes of `owners` and their descendants, by device.
 DeviceBytes MeasureFootprint(const memory::Ledger& ledger,

@@ -130,35 +130,79 @@ TEST(ReloadPolicyTest, SettingsComeFromTheConfigParameters) {
   EXPECT_FALSE(words.ok());
 }
 
+// A config as the manager reads it: parsed, then normalized (group names and counts set).
+config::ModelConfig NormalizedConfig(const std::string& text) {
+  config::ModelConfig config = ParseConfig("name: \"m\" backend: \"identity\" " + text);
+  Status normalized = config::ValidateAndNormalize(&config, "m");
+  EXPECT_TRUE(normalized.ok()) << normalized.ToString();
+  return config;
+}
+
+runtime::PlacementTarget Target(bool supports_gpu, int visible_gpus) {
+  runtime::PlacementTarget target;
+  target.backend = supports_gpu ? "mlp" : "identity";
+  target.backend_supports_gpu = supports_gpu;
+  target.visible_gpus = visible_gpus;
+  return target;
+}
+
 TEST(ReloadPolicyTest, PredictionUsesTheMeasurementElseFileSizesTimesTheFactor) {
   testing::ScratchRepository repo;
   repo.AddModel("m", "", {"1", "2"});
   std::ofstream(repo.root() / "m" / "1" / "w.bin") << std::string(1000, 'x');
   std::ofstream(repo.root() / "m" / "2" / "w.bin") << std::string(3000, 'x');
-  const auto cpu = ParseConfig("instance_group [ { kind: KIND_CPU } ]");
-  auto from_files = runtime::PredictFootprint(cpu, repo.root() / "m", {2}, std::nullopt, 0);
+  const auto cpu = NormalizedConfig("instance_group [ { kind: KIND_CPU } ]");
+  const auto no_gpu = Target(false, 0);
+  auto from_files = runtime::PredictFootprint(cpu, repo.root() / "m", {2}, std::nullopt, no_gpu);
   ASSERT_EQ(from_files.bytes.size(), 1u);
   EXPECT_EQ(from_files.bytes.at("cpu"), static_cast<int64_t>(3000 * runtime::kFileSizeFactor));
-  auto both = runtime::PredictFootprint(cpu, repo.root() / "m", {1, 2}, std::nullopt, 0);
+  auto both = runtime::PredictFootprint(cpu, repo.root() / "m", {1, 2}, std::nullopt, no_gpu);
   EXPECT_EQ(both.bytes.at("cpu"), static_cast<int64_t>(4000 * runtime::kFileSizeFactor));
 
-  // GPU groups: once per named device (weights are shared by a device's instances).
-  const auto gpus = ParseConfig("instance_group [ { kind: KIND_GPU count: 4 gpus: [ 0, 2 ] } ]");
-  auto on_gpus = runtime::PredictFootprint(gpus, repo.root() / "m", {1}, std::nullopt, 4);
-  EXPECT_EQ(on_gpus.bytes.size(), 2u);
-  EXPECT_EQ(on_gpus.bytes.at("cuda:2"), static_cast<int64_t>(1000 * runtime::kFileSizeFactor));
-  const auto automatic = ParseConfig("instance_group [ { kind: KIND_AUTO } ]");
-  EXPECT_EQ(runtime::PredictFootprint(automatic, repo.root() / "m", {1}, std::nullopt, 2)
-                .bytes.count("cuda:1"),
-            1u);
-  EXPECT_EQ(runtime::PredictFootprint(automatic, repo.root() / "m", {1}, std::nullopt, 0)
-                .bytes.count("cpu"),
-            1u);
-
   runtime::DeviceBytes measured{{"cuda:0", 12345}};
-  auto remembered = runtime::PredictFootprint(gpus, repo.root() / "m", {1}, measured, 4);
+  const auto gpus = NormalizedConfig("instance_group [ { kind: KIND_GPU count: 4 gpus: [ 0, 2 ] } ]");
+  auto remembered =
+      runtime::PredictFootprint(gpus, repo.root() / "m", {1}, measured, Target(true, 4));
   EXPECT_EQ(remembered.bytes, measured);
   EXPECT_NE(remembered.source.find("measured"), std::string::npos);
+}
+
+// The prediction goes where the load will place instances (instance_placement.h), so the two
+// cannot disagree.
+TEST(ReloadPolicyTest, PredictionIsOnTheDevicesTheLoadPlacesOn) {
+  testing::ScratchRepository repo;
+  repo.AddModel("m", "", {"1"});
+  std::ofstream(repo.root() / "m" / "1" / "w.bin") << std::string(1000, 'x');
+  const int64_t once = static_cast<int64_t>(1000 * runtime::kFileSizeFactor);
+  auto predict = [&](const std::string& groups, const runtime::PlacementTarget& target) {
+    return runtime::PredictFootprint(NormalizedConfig(groups), repo.root() / "m", {1},
+                                     std::nullopt, target)
+        .bytes;
+  };
+  // GPU groups: once per listed GPU (weights are shared by a GPU's instances).
+  EXPECT_EQ(predict("instance_group [ { kind: KIND_GPU count: 4 gpus: [ 0, 2 ] } ]",
+                    Target(true, 4)),
+            (runtime::DeviceBytes{{"cuda:0", once}, {"cuda:2", once}}));
+  // No gpus: every visible GPU.
+  EXPECT_EQ(predict("instance_group [ { kind: KIND_GPU } ]", Target(true, 2)),
+            (runtime::DeviceBytes{{"cuda:0", once}, {"cuda:1", once}}));
+  // KIND_AUTO (and no group at all): every visible GPU for a backend that runs on GPUs ...
+  EXPECT_EQ(predict("instance_group [ { kind: KIND_AUTO } ]", Target(true, 2)),
+            (runtime::DeviceBytes{{"cuda:0", once}, {"cuda:1", once}}));
+  EXPECT_EQ(predict("", Target(true, 1)), (runtime::DeviceBytes{{"cuda:0", once}}));
+  // ... the CPU for one that does not, however many GPUs there are (it used to be predicted
+  // on every GPU), and the CPU when no GPU is visible.
+  EXPECT_EQ(predict("instance_group [ { kind: KIND_AUTO } ]", Target(false, 2)),
+            (runtime::DeviceBytes{{"cpu", once}}));
+  EXPECT_EQ(predict("instance_group [ { kind: KIND_AUTO } ]", Target(true, 0)),
+            (runtime::DeviceBytes{{"cpu", once}}));
+  // Mixed groups: the CPU and the GPU.
+  EXPECT_EQ(predict("instance_group [ { kind: KIND_CPU }, { kind: KIND_GPU gpus: [ 1 ] } ]",
+                    Target(true, 2)),
+            (runtime::DeviceBytes{{"cpu", once}, {"cuda:1", once}}));
+  // A plan the load will refuse (GPU 3 of 2) is predicted on the CPU; the load names the field.
+  EXPECT_EQ(predict("instance_group [ { kind: KIND_GPU gpus: [ 3 ] } ]", Target(true, 2)),
+            (runtime::DeviceBytes{{"cpu", once}}));
 }
 
 TEST(ReloadPolicyTest, AutoPreservesAvailabilityOnlyWhenThePredictionFits) {
