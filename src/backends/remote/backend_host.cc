@@ -33,15 +33,15 @@ namespace {
 // The host's VramdResponder: the id vramd knows the request by, and the two references of the
 // server's own (abi_responses.h): the execute_requests call's and the backend's until its
 // final respond (or the hand-back of a failed call).
+// A request handed to execute_requests. Two references: the host's, dropped once the call
+// returns, and the backend's, dropped at its final response. The host owns it (Host::responders_)
+// so that one a backend never completes is freed when the model is destroyed.
 struct HostResponder {
   HostResponder(uint64_t i, uint64_t request_owner) : id(i), owner(request_owner) {}
   const uint64_t id;
   const uint64_t owner;  // the request's ledger owner: its GPU outputs are charged to it
   std::atomic<int> references{2};
   std::atomic<bool> finished{false};
-  void Unref() {
-    if (references.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
 };
 
 struct HostOutput {
@@ -365,8 +365,21 @@ class Host {
     }
     if (model_ != nullptr) api_->model_destroy(model_);
     model_ = nullptr;
-    MutexLock lock(mu_);
-    model_destroyed_ = true;
+    std::map<HostResponder*, std::unique_ptr<HostResponder>> never_completed;
+    {
+      MutexLock lock(mu_);
+      model_destroyed_ = true;
+      never_completed.swap(responders_);
+    }
+    // With the model gone nothing can complete these any more. Said, so that a backend that
+    // drops requests is seen.
+    if (!never_completed.empty()) {
+      Log(this, VRAMD_LOG_WARNING,
+          fmt::format("the backend never sent a final response for {} request(s) before its "
+                      "model was destroyed",
+                      never_completed.size())
+              .c_str());
+    }
     return Status::Ok();
   }
 
@@ -448,6 +461,21 @@ class Host {
     static_cast<void>(peer_.Reply(f.id, w.buffer()));
   }
 
+  HostResponder* NewResponder(uint64_t id, uint64_t owner) EXCLUDES(mu_) {
+    auto made = std::make_unique<HostResponder>(id, owner);
+    HostResponder* responder = made.get();
+    MutexLock lock(mu_);
+    responders_.emplace(responder, std::move(made));
+    return responder;
+  }
+
+  // Drops one of the responder's references; the last frees it.
+  void Unref(HostResponder* responder) EXCLUDES(mu_) {
+    if (responder->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    MutexLock lock(mu_);
+    responders_.erase(responder);
+  }
+
   void ExecuteList(const Frame& f) {
     WireReader r(f.data(), f.size(), "ExecuteRequests");
     const uint32_t slot = r.U32("slot");
@@ -465,7 +493,7 @@ class Host {
       std::vector<HostResponder*> responders;
       std::vector<VramdRequest*> list;
       for (auto& q : requests) {
-        responders.push_back(new HostResponder(q->responder, q->owner));
+        responders.push_back(NewResponder(q->responder, q->owner));
         q->request.responder = reinterpret_cast<VramdResponder*>(responders.back());
         list.push_back(&q->request);
       }
@@ -479,8 +507,8 @@ class Host {
       status = FromCode(code, error);
       for (HostResponder* h : responders) {
         // A failed call hands back what the backend did not complete (vramd answers those).
-        if (!status.ok() && !h->finished.exchange(true)) h->Unref();
-        h->Unref();
+        if (!status.ok() && !h->finished.exchange(true)) Unref(h);
+        Unref(h);
       }
     }
     for (auto& q : requests) q->CloseMappings();
@@ -899,7 +927,7 @@ class Host {
       owned.reset();
       auto reply = Of(s)->CallChecked(MessageType::kRespond, w);
       if (!reply.ok()) return Fail(error, reply.status());
-      if (final && !h->finished.exchange(true)) h->Unref();  // the backend's reference
+      if (final && !h->finished.exchange(true)) Of(s)->Unref(h);  // the backend's reference
       return VRAMD_OK;
     });
   }
@@ -1207,6 +1235,8 @@ class Host {
   std::map<uint32_t, Slot> slots_ GUARDED_BY(mu_);
   uint64_t next_infer_ GUARDED_BY(mu_) = 1;
   std::map<uint64_t, InferContext> infers_ GUARDED_BY(mu_);
+  // Requests given to execute_requests and not yet released by both sides (HostResponder).
+  std::map<HostResponder*, std::unique_ptr<HostResponder>> responders_ GUARDED_BY(mu_);
   struct DeviceMemory {
     uint64_t id = 0;  // vramd's DeviceAllocate id
     size_t size = 0;

@@ -82,7 +82,10 @@ Result<HostProcess> HostProcess::Spawn(const SpawnOptions& options, const Unique
 }
 
 HostProcess::HostProcess(HostProcess&& o) noexcept
-    : pid_(std::exchange(o.pid_, -1)), pidfd_(std::move(o.pidfd_)), ended_(std::move(o.ended_)) {}
+    : pid_(std::exchange(o.pid_, -1)),
+      pidfd_(std::move(o.pidfd_)),
+      ended_(std::move(o.ended_)),
+      exited_cleanly_(o.exited_cleanly_) {}
 
 HostProcess& HostProcess::operator=(HostProcess&& o) noexcept {
   if (this != &o) {
@@ -93,6 +96,7 @@ HostProcess& HostProcess::operator=(HostProcess&& o) noexcept {
     pid_ = std::exchange(o.pid_, -1);
     pidfd_ = std::move(o.pidfd_);
     ended_ = std::move(o.ended_);
+    exited_cleanly_ = o.exited_cleanly_;
   }
   return *this;
 }
@@ -133,6 +137,7 @@ std::string HostProcess::Reap(std::chrono::milliseconds grace) {
     r = ::waitpid(pid_, &status, 0);
   } while (r < 0 && errno == EINTR);
   ended_ = r == pid_ ? DescribeStatus(status) : Errno("waitpid");
+  exited_cleanly_ = r == pid_ && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   return *ended_;
 }
 

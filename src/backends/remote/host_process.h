@@ -47,11 +47,14 @@ class HostProcess {
   std::string Reap(std::chrono::milliseconds grace);
   void Kill();
   bool reaped() const { return ended_.has_value(); }
+  // Reaped, having exited with status 0.
+  bool exited_cleanly() const { return exited_cleanly_; }
 
  private:
   pid_t pid_ = -1;
   UniqueFd pidfd_;
   std::optional<std::string> ended_;
+  bool exited_cleanly_ = false;
 };
 
 }  // namespace vramd::backends::remote

@@ -184,8 +184,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return frame;
   }
 
-  // Ends the conversation (the host exits at end of stream) and reaps the process.
-  void Close() { peer_->Stop(); }
+  // Ends the conversation (the host exits at end of stream) and reaps the process. Returns how
+  // it ended when that was not with status 0 ("exited with status 23"): a host that leaks
+  // under a sanitizer, or whose library's destructors fail, says so there.
+  std::optional<std::string> Close() {
+    peer_->Stop();  // joins the reader, which reaped the process (OnClosed)
+    if (process_.exited_cleanly()) return std::nullopt;
+    return process_.Reap(std::chrono::milliseconds(0));
+  }
 
   // `request` names the request in the error of a request the host goes silent on.
   uint64_t AddResponder(std::shared_ptr<Responder> responder, std::string request) EXCLUDES(mu_) {
@@ -1108,13 +1114,18 @@ void Stub::Supervise() {
     last = std::move(connection_);
   }
   if (last != nullptr) {
-    if (!last->dead()) {
+    // A process that died while serving was reported when it did (Restart).
+    const bool serving = !last->dead();
+    if (serving) {
       auto destroyed = last->CallStatus(MessageType::kModelDestroy, "");
       if (!destroyed.ok()) {
         spdlog::warn("stub for {}: model_destroy: {}", options_.label, destroyed.status().message());
       }
     }
-    last->Close();
+    if (auto unclean = last->Close(); serving && unclean.has_value()) {
+      spdlog::warn("stub for {} (pid {}) {} after its model was destroyed", options_.label,
+                   last->pid(), *unclean);
+    }
   }
 }
 

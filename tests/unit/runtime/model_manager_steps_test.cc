@@ -8,25 +8,22 @@
 //     the VersionReaper, on neither that thread nor the caller's, and the reaper's thread is
 //     joined: the process has no more threads afterwards than before.
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backends/backend.h"
 #include "config/model_config_parser.h"
-#include "core/log_format.h"
 #include "runtime/loaded_model.h"
 #include "runtime/model_lifecycle.h"
 #include "runtime/model_manager.h"
+#include "support/captured_log.h"
 #include "support/reload_harness.h"
 #include "support/scratch_repository.h"
 
@@ -36,25 +33,7 @@ namespace {
 using namespace std::chrono_literals;
 using runtime::LifecycleState;
 
-// Makes the default logger write into a string, with the server's escaping formatter, for the
-// scope.
-class CapturedLog {
- public:
-  CapturedLog() : saved_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    sink->set_formatter(MakeEscapingFormatter("%l %v"));
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-  }
-  ~CapturedLog() { spdlog::set_default_logger(saved_); }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-
-  std::string text() const { return out_.str(); }
-
- private:
-  std::shared_ptr<spdlog::logger> saved_;
-  std::ostringstream out_;
-};
+using testing::CapturedLog;
 
 TEST(TransitionOrLogTest, LogsARefusalWithModelVersionsAndBothStates) {
   CapturedLog log;

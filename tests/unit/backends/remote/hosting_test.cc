@@ -4,8 +4,10 @@
 // request errors naming the model and the signal, the restart is counted, the next request is
 // served by a new process); a host that hangs past VRAMD_STUB_CALL_TIMEOUT_MS is killed the same
 // way, the model reading not ready (CheckReady, the index) until it serves again; a request the
-// host drops is ended after that timeout; instance_ready asked across the wire; nothing left
-// behind (descriptors, /dev/shm, child processes).
+// host drops is ended after that timeout, and the host says at unload that its backend never
+// completed it; instance_ready asked across the wire; nothing left behind (descriptors,
+// /dev/shm, child processes), and every host exits with status 0 at unload (under the
+// sanitizers a host that leaks exits with another).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -28,6 +30,7 @@
 #include "backends/remote/stub.h"
 #include "memory/cuda_devices.h"
 #include "memory/hosted_processes.h"
+#include "support/captured_log.h"
 #include "support/scratch_repository.h"
 
 namespace vramd {
@@ -98,12 +101,23 @@ class HostingTest : public ::testing::Test {
     shm_before_ = DevShmEntries();
   }
   void TearDown() override {
-    manager_.reset();
+    Unload();
     EXPECT_TRUE(Children().empty()) << "a host process outlived its model";
     EXPECT_TRUE(HostedPids().empty()) << "a host is still listed for the memory report";
     EXPECT_EQ(OpenFds(), fds_before_) << "a descriptor leaked";
     EXPECT_EQ(DevShmEntries(), shm_before_);
     EXPECT_TRUE(memory_.ledger.Leaks().empty());
+  }
+  // Unloads every model; what that logged is kept in unload_log_.
+  void Unload() {
+    if (manager_ == nullptr) return;
+    {
+      testing::CapturedLog log;
+      manager_.reset();
+      unload_log_ = log.text();
+    }
+    EXPECT_THAT(unload_log_, ::testing::Not(HasSubstr("after its model was destroyed")))
+        << "a host did not exit with status 0 at unload";
   }
   void Start() {
     auto manager = runtime::ModelManager::Create(memory_.Options({repo_.root()}));
@@ -163,6 +177,7 @@ class HostingTest : public ::testing::Test {
   testing::ScratchRepository repo_;
   testing::TestMemory memory_;
   std::unique_ptr<runtime::ModelManager> manager_;
+  std::string unload_log_;  // what the unload in TearDown logged
   size_t fds_before_ = 0, shm_before_ = 0;
 };
 
@@ -324,18 +339,25 @@ TEST_F(HostingTest, AHungHostIsKilledAtTheCallTimeoutAndTheModelIsUnreadyUntilIt
 TEST_F(HostingTest, ARequestTheHostDropsIsEndedAfterTheTimeoutAndTheHostKept) {
   repo_.AddModel("probe", Config("remote_probe", "stub", 1, kShortTimeout), {"1"});
   Start();
-  auto model = manager_->Find("probe", 0);
-  ASSERT_TRUE(model.ok()) << Reason("probe");
-  const uint64_t restarts_before = backends::remote::Stub::TotalRestarts();
-  const auto start = std::chrono::steady_clock::now();
-  auto dropped = (*model)->Infer(Request({5555}));  // execute_requests returns, never responds
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
-  ASSERT_FALSE(dropped.ok());
-  EXPECT_THAT(dropped.status().message(), HasSubstr("sent no response to request 'r' for 1500 ms"));
-  // The process answered its call: it is not hung, and goes on serving.
-  auto after = (*model)->Infer(Request({3}));
-  ASSERT_TRUE(after.ok()) << after.status().ToString();
-  EXPECT_EQ(backends::remote::Stub::TotalRestarts(), restarts_before);
+  {  // outcomes hold their version: they go before the unload below
+    auto model = manager_->Find("probe", 0);
+    ASSERT_TRUE(model.ok()) << Reason("probe");
+    const uint64_t restarts_before = backends::remote::Stub::TotalRestarts();
+    const auto start = std::chrono::steady_clock::now();
+    auto dropped = (*model)->Infer(Request({5555}));  // execute_requests returns, never responds
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+    ASSERT_FALSE(dropped.ok());
+    EXPECT_THAT(dropped.status().message(),
+                HasSubstr("sent no response to request 'r' for 1500 ms"));
+    // The process answered its call: it is not hung, and goes on serving.
+    auto after = (*model)->Infer(Request({3}));
+    ASSERT_TRUE(after.ok()) << after.status().ToString();
+    EXPECT_EQ(backends::remote::Stub::TotalRestarts(), restarts_before);
+  }
+  // At unload the host frees the request its backend kept (it leaked before) and says so.
+  Unload();
+  EXPECT_THAT(unload_log_, HasSubstr("the backend never sent a final response for 1 request(s) "
+                                     "before its model was destroyed"));
 }
 
 TEST_F(HostingTest, InstanceReadyIsAskedInTheHost) {
