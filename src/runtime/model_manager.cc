@@ -10,6 +10,7 @@
 #include <future>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "backends/backend.h"
@@ -336,7 +337,7 @@ ModelManager::ModelManager(const Options& options)
       releaser_([this](std::stop_token stop) { ReleaseParked(stop); }) {
   // One manager per allocator relieves its pressure (tests may make several).
   if (memory_.allocator->pressure_relief() == nullptr) {
-    memory_.allocator->SetPressureRelief(keeper_.get());
+    memory_.allocator->SetPressureRelief(&relief_);
     installed_relief_ = true;
   }
 }
@@ -1880,6 +1881,69 @@ std::vector<std::shared_ptr<LoadedModel>> ModelManager::SleepCandidates() const 
     for (const auto& [v, model] : entry.previous.ready) versions.push_back(model);
   }
   return versions;
+}
+
+bool ModelManager::ReleaseKept(memory::Device device, size_t size, memory::OwnerId asking) {
+  const std::string asker = memory_.ledger->OwnerPath(asking);
+  // Models other than the asker's whose watch keeps a version awake on the device.
+  std::vector<std::string> holders;
+  {
+    ReaderLock lock(mu_);
+    for (const auto& [name, entry] : models_) {
+      for (const auto& [v, version] : entry.previous.ready) {
+        if (version->sleep_gate().state() != SleepGate::State::kAwake ||
+            !version->UsesDevice(device)) {
+          continue;
+        }
+        const std::string model = memory_.ledger->OwnerPath(version->model_owner()) + "/";
+        if (asker.compare(0, model.size(), model) != 0) holders.push_back(name);
+        break;
+      }
+    }
+  }
+  for (const std::string& name : holders) {
+    Versions kept;
+    std::vector<int64_t> numbers;
+    const bool acted = TryAction(name, [&]() REQUIRES(action_) {
+      Update(name, [&](ModelEntry& entry) REQUIRES(mu_) {
+        std::vector<memory::OwnerId> owners;
+        for (const auto& [v, version] : entry.previous.ready) owners.push_back(version->owner());
+        auto source = SourceOf(entry.previous, MeasureFootprint(*memory_.ledger, owners));
+        if (!source) return;  // no way to load them again: kept
+        numbers = VersionNumbers(entry.previous.ready);
+        kept = std::exchange(entry.previous, Versions());
+        entry.previous_files = std::move(source);
+      });
+      if (numbers.empty()) return;
+      spdlog::info("model '{}': version(s) {} kept for rollback are unloaded to make room for {} "
+                   "bytes on {} for {}, as no idle version could sleep for it; a rollback loads "
+                   "them again from their files",
+                   name, fmt::join(numbers, ","), size, device.ToString(), asker);
+      Retire(name, std::move(kept));
+      Status gone = WaitRetired(name);
+      if (!gone.ok()) spdlog::warn("{}", gone.message());
+    });
+    if (acted && !numbers.empty()) return true;
+  }
+  return false;
+}
+
+bool ModelManager::TryAction(const std::string& name, const std::function<void()>& action) {
+  std::map<std::string, ActionSlot, std::less<>>::iterator slot;
+  {
+    MutexLock lock(actions_mu_);
+    bool made = false;
+    std::tie(slot, made) = actions_.try_emplace(name);
+    if (!made) return false;  // held, or waited for
+    slot->second.users = 1;
+    // Cannot wait: no one else can have found the slot yet.
+    slot->second.mu.Lock();
+  }
+  action();
+  slot->second.mu.Unlock();
+  MutexLock lock(actions_mu_);
+  if (--slot->second.users == 0) actions_.erase(slot);
+  return true;
 }
 
 std::vector<ModelIndexEntry> ModelManager::Index() const {

@@ -29,7 +29,9 @@
 // is taken with at most poll_mu_ held (ActionGuard), retired_mu_ with at most poll_mu_ and an
 // action lock. Never held together: two action locks (a thread acts on one model at a time);
 // actions_mu_ and an action lock (ActionGuard lets go of one before it takes the other);
-// retired_mu_ and mu_ or parked_mu_. A load slot (load_thread_count) is waited for holding an
+// retired_mu_ and mu_ or parked_mu_. The one exception is TryAction (the memory pressure
+// relief, which may run inside a load's action): it takes a second model's action lock, under
+// actions_mu_, only when no one holds or waits for it, so it never waits for one. A load slot (load_thread_count) is waited for holding an
 // action lock (and poll_mu_, polling), nothing else. Beyond an action lock and poll_mu_, no
 // lock of the manager is held while a backend loads, a version shuts down or is destroyed, a
 // FindAsync callback runs, or a thread waits for retired versions to be destroyed.
@@ -487,6 +489,19 @@ class ModelManager {
   // What the sleep keeper may put to sleep: the ready versions (LoadedVersions) and those a
   // rollback watch keeps, which it finds idle first (they serve nothing).
   std::vector<std::shared_ptr<LoadedModel>> SleepCandidates() const EXCLUDES(mu_);
+  // Relief's second way (the allocator's thread, inside its relief call): unloads the versions
+  // that one model's rollback watch keeps awake on `device`, of a model other than `asking`'s
+  // and whose action lock is free, and returns once they are destroyed. The watch goes on:
+  // a rollback loads them again from their files. Versions that could not be loaded again
+  // (no file stamps) are not released. Whether any were.
+  bool ReleaseKept(memory::Device device, size_t size, memory::OwnerId asking)
+      EXCLUDES(mu_, parked_mu_, retired_mu_, actions_mu_);
+  // Runs `action` (which may be annotated REQUIRES(action_)) under `name`'s action lock if no
+  // one holds or waits for it; whether it ran.
+  // For ReleaseKept, which may run inside another model's action and so never waits for a
+  // second action lock (the lock order at the top of this file).
+  bool TryAction(const std::string& name, const std::function<void()>& action)
+      EXCLUDES(actions_mu_);
   // The rollback monitor: every rollback_check_interval, feeds each watch its versions'
   // statistics and the GPU utilization, ends watches whose time is up (retiring the versions
   // they kept), and rolls back where a rule fired.
@@ -573,9 +588,25 @@ class ModelManager {
   // Poll mode only; set by Create before the polling thread starts, used under poll_mu_.
   std::unique_ptr<repository::RepositoryWatcher> watcher_ PT_GUARDED_BY(poll_mu_);
 
-  // Idle sleeps, and sleeps under memory pressure (the allocator's PressureRelief while
-  // installed_relief_): its thread stops before the versions unload.
+  // Idle sleeps, and sleeps under memory pressure (relief_): its thread stops before the
+  // versions unload.
   std::unique_ptr<SleepKeeper> keeper_;
+  // The allocator's pressure relief while installed_relief_ (memory/allocator.h): the sleep
+  // keeper puts an idle version of another model to sleep; when none can sleep, the versions
+  // another model's rollback watch keeps awake are released (ReleaseKept). Sleeping comes first:
+  // a wake undoes it, where a released version must be loaded again for a rollback.
+  class Relief final : public memory::Allocator::PressureRelief {
+   public:
+    explicit Relief(ModelManager* manager) : manager_(manager) {}
+    bool Relieve(memory::Device device, size_t size, memory::OwnerId asking) override {
+      return manager_->keeper_->Relieve(device, size, asking) ||
+             manager_->ReleaseKept(device, size, asking);
+    }
+
+   private:
+    ModelManager* const manager_;
+  };
+  Relief relief_{this};
   bool installed_relief_ = false;  // constant after construction
 
   // Threads, last: stopped (and joined) first.

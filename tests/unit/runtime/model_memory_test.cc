@@ -1,5 +1,6 @@
 // The runtime's owners in the ledger: model > version > instance > request, leaks named by
 // request id, growth flagged, and nothing left after unload or a failed load.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -212,6 +213,112 @@ TEST_F(ModelMemoryTest, FailedLoadLeavesNothing) {
     for (const auto& block : segment.blocks) used = used || block.allocated;
     EXPECT_TRUE(used) << "a fully free segment of " << segment.size << " bytes is still cached";
   }
+}
+
+// A manager in explicit mode under a cpu budget that holds two idle leaky_test versions and a
+// little more, starting with "w", which a rollback watch keeps on reload (its reloads beside the
+// serving versions, whatever the budget leaves). Other models are added before Start.
+class KeptVersionReleaseTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kVersion = kWeights + kWorkspace;  // one instance, idle
+
+  KeptVersionReleaseTest() : ledger_(Budget()), allocator_(&ledger_) {
+    TheBackend();
+    repo_.AddModel(
+        "w",
+        testing::Int32ModelConfig(
+            "leaky_test", 1,
+            "parameters { key: \"vramd.rollback.watch_s\" value { string_value: \"600\" } }\n"
+            "parameters { key: \"vramd.reload_policy\" value { string_value: "
+            "\"availability_preserving\" } }\n"),
+        {"1"});
+  }
+
+  static memory::Ledger::Options Budget() {
+    memory::Ledger::Options options;
+    options.budget = {memory::QuotaLimit{Device::Cpu(), 2 * kVersion + (256 << 10)}};
+    return options;
+  }
+
+  runtime::ModelManager& Start() {
+    runtime::ModelManager::Options options;
+    options.repositories = {repo_.root()};
+    options.model_control_mode = runtime::ModelControlMode::kExplicit;
+    options.startup_models = {"w"};
+    options.memory = {&ledger_, &allocator_, nullptr};
+    auto made = runtime::ModelManager::Create(options);
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    manager_ = std::move(made).value();
+    return *manager_;
+  }
+
+  // Version `v` of w, loaded: the one before stays loaded, kept by the watch.
+  void ReloadW(int v) {
+    fs::create_directory(repo_.root() / "w" / std::to_string(v));
+    Status reloaded = manager_->Load("w", nullptr);
+    ASSERT_TRUE(reloaded.ok()) << reloaded.ToString();
+  }
+
+  int64_t Live(const std::string& path) const {
+    for (const auto& owner : ledger_.Snapshot()) {
+      if (ledger_.OwnerPath(owner.id) == path) return owner.subtree_live_bytes;
+    }
+    return 0;
+  }
+
+  memory::Ledger ledger_;
+  memory::Allocator allocator_;
+  testing::ScratchRepository repo_;
+  std::unique_ptr<runtime::ModelManager> manager_;
+};
+
+// A load that does not fit unloads the versions another model's rollback watch keeps awake,
+// when nothing can sleep for it (leaky_test cannot sleep). The watch goes on: a rollback loads
+// them again from their files.
+TEST_F(KeptVersionReleaseTest, ALoadThatDoesNotFitReleasesAnotherModelsKeptVersions) {
+  repo_.AddModel("x", testing::Int32ModelConfig("leaky_test", 1), {"1"});
+  runtime::ModelManager& manager = Start();
+  ReloadW(2);
+  auto view = manager.Lifecycle("w");
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->rollback_kept, std::vector<int64_t>{1});
+  EXPECT_EQ(Live("server/model:w/version:1"), kVersion);
+
+  // x does not fit beside both: w's kept version 1 is unloaded for it, and x loads.
+  Status x = manager.Load("x", nullptr);
+  ASSERT_TRUE(x.ok()) << x.ToString();
+  view = manager.Lifecycle("w");
+  EXPECT_TRUE(view->rollback_kept.empty());
+  EXPECT_EQ(view->rollback_reload, std::vector<int64_t>{1}) << "the watch goes on";
+  EXPECT_EQ(view->serving, std::vector<int64_t>{2});
+  EXPECT_EQ(Live("server/model:w/version:1"), 0);
+  EXPECT_EQ(Live("server/model:x/version:1"), kVersion);
+  EXPECT_TRUE(manager.Find("w", 0).ok());
+
+  // A rollback loads version 1 again from its files once there is room for it.
+  ASSERT_TRUE(manager.Unload("x").ok());
+  Status back = manager.Rollback("w", "manual", "");
+  ASSERT_TRUE(back.ok()) << back.ToString();
+  EXPECT_EQ(manager.Lifecycle("w")->serving, std::vector<int64_t>{1});
+  auto w = manager.Find("w", 0);
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE((*w)->Infer(testing::Int32Request("after")).ok());
+  EXPECT_TRUE(ledger_.Leaks().empty());
+}
+
+// A model's own kept versions never make room for it: they are its way back.
+TEST_F(KeptVersionReleaseTest, AModelsOwnKeptVersionsAreNotReleasedForIt) {
+  runtime::ModelManager& manager = Start();
+  ReloadW(2);
+  // Version 3 does not fit beside 2 and the kept 1, which is w's own: the load fails.
+  fs::create_directory(repo_.root() / "w" / "3");
+  Status third = manager.Load("w", nullptr);
+  EXPECT_FALSE(third.ok());
+  EXPECT_THAT(third.message(), ::testing::HasSubstr("memory budget"));
+  auto view = manager.Lifecycle("w");
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->serving, std::vector<int64_t>{2});
+  EXPECT_EQ(view->rollback_kept, std::vector<int64_t>{1});
 }
 
 }  // namespace
