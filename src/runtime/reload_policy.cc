@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -157,7 +158,10 @@ Result<int64_t> DeviceFreeBytes(const std::string& device_name, memory::Allocato
   return DeviceFreeBytes(device, allocator);
 }
 
-Result<int64_t> DeviceFreeBytes(memory::Device device, const memory::Allocator* allocator) {
+namespace {
+
+// What the device itself has free, and `allocator`'s pool holds free for it.
+Result<int64_t> PhysicalFreeBytes(memory::Device device, const memory::Allocator* allocator) {
   int64_t pooled_free = 0;
   if (allocator != nullptr) {
     for (const auto& pool : allocator->PoolStatistics()) {
@@ -190,6 +194,18 @@ Result<int64_t> DeviceFreeBytes(memory::Device device, const memory::Allocator* 
     if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024 + pooled_free;
   }
   return Status::Unavailable("MemAvailable is not in /proc/meminfo");
+}
+
+}  // namespace
+
+Result<int64_t> DeviceFreeBytes(memory::Device device, const memory::Allocator* allocator) {
+  VRAMD_ASSIGN_OR_RETURN(int64_t free, PhysicalFreeBytes(device, allocator));
+  if (allocator == nullptr) return free;
+  // Under --memory-budget the server may use no more than the budget leaves, however much
+  // the device has.
+  const auto [held, limit] = allocator->ledger()->BudgetOf(device);
+  if (limit > 0) free = std::min(free, std::max<int64_t>(0, limit - held));
+  return free;
 }
 
 }  // namespace vramd::runtime

@@ -99,7 +99,8 @@ ReloadDecision ChooseReloadPolicy(const ReloadSettings& settings, const Footprin
 
 // Free memory of a device ("cpu" or "cuda:N"), counting what `allocator`'s pool for it holds
 // free (reusable without the system): for a GPU, cudaMemGetInfo's free; for the CPU,
-// /proc/meminfo's MemAvailable.
+// /proc/meminfo's MemAvailable. No more than the server's budget there leaves (--memory-budget,
+// the ledger of `allocator`), where there is one.
 Result<int64_t> DeviceFreeBytes(const std::string& device, memory::Allocator* allocator);
 Result<int64_t> DeviceFreeBytes(memory::Device device, const memory::Allocator* allocator);
 

@@ -418,7 +418,9 @@ def mlp_server(start_server, tmp_path_factory, rules, budget=None):
     add_model(repo, "x", seed=3)
     args = ["--model-control-mode", "explicit", "--load-model", "w"]
     if budget:
-        args += ["--memory-budget", budget]
+        # The reload policy counts what the budget leaves: without the default 256 MiB of
+        # headroom, a second version fits beside the first, as these tests need.
+        args += ["--memory-budget", budget, "--reload-headroom-mib", "0"]
     s = start_server([repo], args, name="rollback-mlp", ready_models=["w"])
     s.repo = repo
     return s

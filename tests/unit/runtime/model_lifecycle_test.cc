@@ -260,5 +260,24 @@ TEST(ReloadPolicyTest, HostFreeMemoryIsKnown) {
   EXPECT_FALSE(runtime::DeviceFreeBytes("tpu:0", nullptr).ok());
 }
 
+TEST(ReloadPolicyTest, FreeMemoryIsNoMoreThanTheBudgetLeaves) {
+  memory::Ledger::Options options;
+  options.budget = {memory::QuotaLimit{memory::Device::Cpu(), 10 << 20}};
+  memory::Ledger ledger(options);
+  memory::Allocator allocator(&ledger);
+  memory::ScopedOwner owner(&ledger, ledger.root(), memory::OwnerKind::kModel, "m");
+  auto held = allocator.Allocate(memory::Device::Cpu(), 4 << 20, 0, owner.id());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  auto free = runtime::DeviceFreeBytes("cpu", &allocator);
+  ASSERT_TRUE(free.ok()) << free.status().ToString();
+  EXPECT_EQ(*free, 6 << 20) << "the host has more, but the budget leaves 6 MiB";
+  // Without a budget the host's figure stands.
+  memory::Ledger unbounded;
+  memory::Allocator plain(&unbounded);
+  auto host = runtime::DeviceFreeBytes("cpu", &plain);
+  ASSERT_TRUE(host.ok());
+  EXPECT_GT(*host, 10 << 20);
+}
+
 }  // namespace
 }  // namespace vramd

@@ -218,11 +218,11 @@ TEST_F(ModelMemoryTest, FailedLoadLeavesNothing) {
 // A manager in explicit mode under a cpu budget that holds two idle leaky_test versions and a
 // little more, starting with "w", which a rollback watch keeps on reload (its reloads beside the
 // serving versions, whatever the budget leaves). Other models are added before Start.
-class KeptVersionReleaseTest : public ::testing::Test {
+class BudgetedManagerTest : public ::testing::Test {
  protected:
   static constexpr int64_t kVersion = kWeights + kWorkspace;  // one instance, idle
 
-  KeptVersionReleaseTest() : ledger_(Budget()), allocator_(&ledger_) {
+  BudgetedManagerTest() : ledger_(Budget()), allocator_(&ledger_) {
     TheBackend();
     repo_.AddModel(
         "w",
@@ -275,7 +275,7 @@ class KeptVersionReleaseTest : public ::testing::Test {
 // A load that does not fit unloads the versions another model's rollback watch keeps awake,
 // when nothing can sleep for it (leaky_test cannot sleep). The watch goes on: a rollback loads
 // them again from their files.
-TEST_F(KeptVersionReleaseTest, ALoadThatDoesNotFitReleasesAnotherModelsKeptVersions) {
+TEST_F(BudgetedManagerTest, ALoadThatDoesNotFitReleasesAnotherModelsKeptVersions) {
   repo_.AddModel("x", testing::Int32ModelConfig("leaky_test", 1), {"1"});
   runtime::ModelManager& manager = Start();
   ReloadW(2);
@@ -307,7 +307,7 @@ TEST_F(KeptVersionReleaseTest, ALoadThatDoesNotFitReleasesAnotherModelsKeptVersi
 }
 
 // A model's own kept versions never make room for it: they are its way back.
-TEST_F(KeptVersionReleaseTest, AModelsOwnKeptVersionsAreNotReleasedForIt) {
+TEST_F(BudgetedManagerTest, AModelsOwnKeptVersionsAreNotReleasedForIt) {
   runtime::ModelManager& manager = Start();
   ReloadW(2);
   // Version 3 does not fit beside 2 and the kept 1, which is w's own: the load fails.
@@ -319,6 +319,23 @@ TEST_F(KeptVersionReleaseTest, AModelsOwnKeptVersionsAreNotReleasedForIt) {
   ASSERT_TRUE(view.has_value());
   EXPECT_EQ(view->serving, std::vector<int64_t>{2});
   EXPECT_EQ(view->rollback_kept, std::vector<int64_t>{1});
+}
+
+// "auto" counts what the budget leaves, not what the host has: with w and a filling it, a's
+// reload unloads version 1 first (resource-preserving) and succeeds, where loading version 2
+// beside it could not fit.
+TEST_F(BudgetedManagerTest, AutoReloadPolicyCountsWhatTheBudgetLeaves) {
+  repo_.AddModel("a", testing::Int32ModelConfig("leaky_test", 1), {"1"});
+  runtime::ModelManager& manager = Start();
+  ASSERT_TRUE(manager.Load("a", nullptr).ok());
+  fs::create_directory(repo_.root() / "a" / "2");
+  Status reloaded = manager.Load("a", nullptr);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.ToString();
+  auto view = manager.Lifecycle("a");
+  ASSERT_TRUE(view.has_value() && view->last_load.has_value());
+  EXPECT_EQ(view->last_load->policy, runtime::ReloadPolicy::kResourcePreserving)
+      << view->last_load->policy_reason;
+  EXPECT_EQ(view->serving, std::vector<int64_t>{2});
 }
 
 }  // namespace
