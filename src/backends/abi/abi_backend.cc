@@ -14,7 +14,6 @@
 #include "backends/abi/abi_responses.h"
 #include "config/model_config_json.h"
 #include "core/data_type.h"
-#include "core/request_trace.h"
 
 namespace vramd::backends {
 namespace {
@@ -183,50 +182,6 @@ VramdCode AddOutputOnDevice(void* sink_ptr, const char* name, VramdDataType data
   });
 }
 
-// What one request of a request list shows the backend: its VramdRequest and everything the
-// request's pointers point into, alive for the execute_requests call.
-struct ListedRequestView {
-  std::vector<VramdTensor> inputs;
-  std::vector<VramdMemory> input_memory;
-  std::vector<const char*> requested_outputs;
-  std::string parameters_json;
-  std::string traceparent;
-  VramdRequest request{};
-};
-
-void ViewRequest(const InferRequest& request, ListedRequestView* view) {
-  view->inputs.reserve(request.inputs.size());
-  for (const Tensor& t : request.inputs) {
-    view->inputs.push_back(VramdTensor{t.name.c_str(),
-                                       static_cast<VramdDataType>(static_cast<int>(t.datatype)),
-                                       t.shape.data(), t.shape.size(), t.data.data(),
-                                       t.data.size()});
-    view->input_memory.push_back(abi::MemoryOf(t));
-  }
-  for (const RequestedOutput& o : request.outputs) view->requested_outputs.push_back(o.name.c_str());
-  view->parameters_json = ParametersToJson(request.parameters);
-  VramdRequest& v = view->request;
-  v.struct_size = sizeof(VramdRequest);
-  v.id = request.id.c_str();
-  v.inputs = view->inputs.data();
-  v.input_count = view->inputs.size();
-  v.parameters_json = view->parameters_json.c_str();
-  v.parameters_json_size = view->parameters_json.size();
-  v.requested_outputs = view->requested_outputs.data();
-  v.requested_output_count = view->requested_outputs.size();
-  v.flags = request.flags;
-  v.correlation_id = request.correlation_id;
-  v.correlation_id_string =
-      request.correlation_id_string.empty() ? nullptr : request.correlation_id_string.c_str();
-  v.timeout_us = request.timeout_us;
-  v.input_memory = view->input_memory.data();
-  v.preferred_output_memory = abi::PreferredOutputMemory(request.output_gpu);
-  if (request.trace != nullptr) {
-    view->traceparent = request.trace->Traceparent();
-    v.traceparent = view->traceparent.c_str();
-  }
-}
-
 class AbiInstance final : public BackendInstance {
  public:
   AbiInstance(std::shared_ptr<ModelHandle> model, std::string name, void* instance)
@@ -236,42 +191,16 @@ class AbiInstance final : public BackendInstance {
   Status Execute(const InferRequest& request, std::vector<Tensor>* outputs) override {
     const size_t first = outputs->size();
     try {
-      // Tensor names, shapes and data are the request's own: alive for the whole call.
-      std::vector<VramdTensor> inputs;
-      inputs.reserve(request.inputs.size());
-      for (const Tensor& t : request.inputs) {
-        inputs.push_back(VramdTensor{t.name.c_str(),
-                                     static_cast<VramdDataType>(static_cast<int>(t.datatype)),
-                                     t.shape.data(), t.shape.size(), t.data.data(),
-                                     t.data.size()});
-      }
-      VramdRequest vreq{};
-      vreq.struct_size = sizeof(VramdRequest);
-      vreq.id = request.id.c_str();
-      vreq.inputs = inputs.data();
-      vreq.input_count = inputs.size();
+      abi::RequestView view;
+      abi::ViewRequest(request, &view);
+      VramdRequest& vreq = view.request;
       // The runtime runs Execute under the request's owner, a lazy one: asking opens it, a
       // ledger entry per request. The built-ins take no memory per request, so they get 0,
       // which allocate reads as that same current owner should one ever ask.
       vreq.owner = model_->linked ? memory::kNoOwner : memory::OwnerScope::Current();
-
-      // Where the inputs are and where the consumer takes outputs: for a backend that takes
-      // GPU inputs (the others see host inputs, and their GPU outputs are moved to host).
-      std::vector<VramdMemory> input_memory;
-      if (model_->gpu_inputs) {
-        for (const Tensor& t : request.inputs) {
-          if (!t.on_gpu()) continue;
-          input_memory.reserve(request.inputs.size());
-          for (const Tensor& u : request.inputs) input_memory.push_back(abi::MemoryOf(u));
-          vreq.input_memory = input_memory.data();
-          break;
-        }
-        vreq.preferred_output_memory = abi::PreferredOutputMemory(request.output_gpu);
-      } else {
-        vreq.preferred_output_memory = abi::PreferredOutputMemory(kOnHost);
-      }
-      const std::string traceparent = request.trace ? request.trace->Traceparent() : "";
-      if (!traceparent.empty()) vreq.traceparent = traceparent.c_str();
+      // A backend that does not take GPU inputs is given host inputs, and its GPU outputs would
+      // be moved to host: it is asked for host outputs.
+      if (!model_->gpu_inputs) vreq.preferred_output_memory = abi::PreferredOutputMemory(kOnHost);
 
       OutputSink sink{outputs, first, model_->server->allocator(), &request.output_buffer};
       VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput, &AddOutputOnDevice};
@@ -295,11 +224,11 @@ class AbiInstance final : public BackendInstance {
     responders.reserve(requests.size());
     Status status;
     try {
-      std::vector<ListedRequestView> views(requests.size());  // no reallocation: pointers kept
+      std::vector<abi::RequestView> views(requests.size());  // no reallocation: pointers kept
       std::vector<VramdRequest*> list;
       list.reserve(requests.size());
       for (size_t i = 0; i < requests.size(); ++i) {
-        ViewRequest(*requests[i].request, &views[i]);
+        abi::ViewRequest(*requests[i].request, &views[i]);
         views[i].request.owner = requests[i].OpenOwner();
         responders.push_back(abi::NewResponder(requests[i]));
         views[i].request.responder = responders.back();

@@ -9,6 +9,7 @@
 
 #include "backends/abi/abi_responses.h"
 #include "core/infer_request.h"
+#include "core/request_trace.h"
 
 namespace vramd::backends::abi {
 
@@ -48,6 +49,40 @@ int OutputGpuOf(const VramdMemory& preferred) {
   std::memcpy(&kind, &preferred.kind, sizeof kind);
   if (kind != VRAMD_DEVICE_GPU) return kOnHost;
   return preferred.device_id < 0 ? kAnyGpu : preferred.device_id;
+}
+
+void ViewRequest(const InferRequest& request, RequestView* view) {
+  view->inputs.reserve(request.inputs.size());
+  view->input_memory.reserve(request.inputs.size());
+  for (const Tensor& t : request.inputs) {
+    view->inputs.push_back(VramdTensor{t.name.c_str(),
+                                       static_cast<VramdDataType>(static_cast<int>(t.datatype)),
+                                       t.shape.data(), t.shape.size(), t.data.data(),
+                                       t.data.size()});
+    view->input_memory.push_back(MemoryOf(t));
+  }
+  for (const RequestedOutput& o : request.outputs) view->requested_outputs.push_back(o.name.c_str());
+  view->parameters_json = ParametersToJson(request.parameters);
+  VramdRequest& v = view->request;
+  v.struct_size = sizeof(VramdRequest);
+  v.id = request.id.c_str();
+  v.inputs = view->inputs.data();
+  v.input_count = view->inputs.size();
+  v.parameters_json = view->parameters_json.c_str();
+  v.parameters_json_size = view->parameters_json.size();
+  v.requested_outputs = view->requested_outputs.data();
+  v.requested_output_count = view->requested_outputs.size();
+  v.flags = request.flags;
+  v.correlation_id = request.correlation_id;
+  v.correlation_id_string =
+      request.correlation_id_string.empty() ? nullptr : request.correlation_id_string.c_str();
+  v.timeout_us = request.timeout_us;
+  v.input_memory = view->input_memory.data();
+  v.preferred_output_memory = PreferredOutputMemory(request.output_gpu);
+  if (request.trace != nullptr) {
+    view->traceparent = request.trace->Traceparent();
+    v.traceparent = view->traceparent.c_str();
+  }
 }
 
 ServerApi::ServerApi(std::string backend_name, memory::Allocator* allocator,

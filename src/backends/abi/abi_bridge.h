@@ -9,7 +9,9 @@
 #include <atomic>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/infer_request.h"
 #include "core/load_timing.h"
 #include "backends/abi/vramd_codes.h"
 #include "core/shared_buffer.h"
@@ -37,6 +39,22 @@ VramdMemory MemoryOf(const Tensor& tensor);
 // (a GPU with a negative device: kAnyGpu; any other kind: kOnHost).
 VramdMemory PreferredOutputMemory(int output_gpu);
 int OutputGpuOf(const VramdMemory& preferred);
+
+// What a request shows a backend through the ABI: its VramdRequest and everything the request's
+// pointers point into beyond the InferRequest itself (which must outlive it). The request points
+// into the view's members: a view is not moved once filled.
+struct RequestView {
+  std::vector<VramdTensor> inputs;
+  std::vector<VramdMemory> input_memory;
+  std::vector<const char*> requested_outputs;
+  std::string parameters_json;
+  std::string traceparent;
+  VramdRequest request{};
+};
+// Fills `view` with `request` as include/vramd/backend.h defines VramdRequest: every field but
+// `owner` and `responder`, which belong to how the caller runs it. The one way a request
+// reaches a backend, in process or hosted.
+void ViewRequest(const InferRequest& request, RequestView* view);
 
 // One VramdServerApi: allocate/free go to `allocator` (charged to the owner the backend names;
 // 0 means the calling thread's current owner), log goes to spdlog as "[backend <name>] ...",

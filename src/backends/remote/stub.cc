@@ -17,7 +17,6 @@
 #include "backends/remote/peer.h"
 #include "backends/remote/worker.h"
 #include "core/infer_request.h"
-#include "core/request_trace.h"
 #include "memory/cuda_devices.h"
 #include "memory/cuda_ipc.h"
 #include "memory/hosted_processes.h"
@@ -29,45 +28,6 @@ std::atomic<uint64_t> g_total_restarts{0};
 
 constexpr std::chrono::milliseconds kFirstBackoff{100};
 constexpr std::chrono::milliseconds kLastBackoff{5000};
-
-// What a request shows the host: its VramdRequest and what the pointers point into.
-struct RequestView {
-  std::vector<VramdTensor> inputs;
-  std::vector<VramdMemory> memory;
-  std::vector<const char*> requested_outputs;
-  std::string parameters_json;
-  std::string traceparent;
-  VramdRequest request{};
-};
-
-void ViewRequest(const InferRequest& r, RequestView* v) {
-  for (const Tensor& t : r.inputs) {
-    v->inputs.push_back(VramdTensor{t.name.c_str(), static_cast<VramdDataType>(static_cast<int>(t.datatype)),
-                                    t.shape.data(), t.shape.size(), t.data.data(), t.data.size()});
-    v->memory.push_back(abi::MemoryOf(t));
-  }
-  for (const RequestedOutput& o : r.outputs) v->requested_outputs.push_back(o.name.c_str());
-  v->parameters_json = ParametersToJson(r.parameters);
-  VramdRequest& q = v->request;
-  q.struct_size = sizeof q;
-  q.id = r.id.c_str();
-  q.inputs = v->inputs.data();
-  q.input_count = v->inputs.size();
-  q.parameters_json = v->parameters_json.c_str();
-  q.parameters_json_size = v->parameters_json.size();
-  q.requested_outputs = v->requested_outputs.data();
-  q.requested_output_count = v->requested_outputs.size();
-  q.flags = r.flags;
-  q.correlation_id = r.correlation_id;
-  q.correlation_id_string = r.correlation_id_string.empty() ? nullptr : r.correlation_id_string.c_str();
-  q.timeout_us = r.timeout_us;
-  q.input_memory = v->memory.data();
-  q.preferred_output_memory = abi::PreferredOutputMemory(r.output_gpu);
-  if (r.trace != nullptr) {
-    v->traceparent = r.trace->Traceparent();
-    q.traceparent = v->traceparent.c_str();
-  }
-}
 
 // GPU inputs copied into vramd's pool for a call, where CUDA IPC cannot export them where they
 // are (memory a framework mapped itself, as torch's expandable segments, is no cudaMalloc
@@ -1167,8 +1127,8 @@ void Stub::RemoveInstance(uint32_t slot) {
 
 Status Stub::Execute(uint32_t slot, const InferRequest& request, std::vector<Tensor>* outputs) {
   VRAMD_ASSIGN_OR_RETURN(auto connection, Serving());
-  RequestView view;
-  ViewRequest(request, &view);
+  abi::RequestView view;
+  abi::ViewRequest(request, &view);
   WireWriter w;
   w.U32(slot);
   VRAMD_RETURN_IF_ERROR(EncodeRequest(w, view.request, 0));
@@ -1209,8 +1169,8 @@ Status Stub::ExecuteRequests(uint32_t slot, std::span<const ListedRequest> reque
   StagedInputs staged(options_.server);  // after the call: declared before its reply
   for (const ListedRequest& listed : requests) {
     ids.push_back(connection->AddResponder(listed.responder, listed.request->id));
-    RequestView view;
-    ViewRequest(*listed.request, &view);
+    abi::RequestView view;
+    abi::ViewRequest(*listed.request, &view);
     // A consumer that takes GPU outputs may get the host's: charged to the request, as an
     // in-process backend's (the owner opens only then).
     if (listed.request->output_gpu != kOnHost) view.request.owner = listed.OpenOwner();

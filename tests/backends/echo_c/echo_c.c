@@ -13,6 +13,9 @@
  *                               its requests made: each is that request's leak);
  *   execute_delay_us = "<n>"    each execute holds its scratch copies that long (a model
  *                               whose executions overlap, for tests of memory admission);
+ *   echo_request = "true"       each execute also returns REQUEST (UINT8 [n]): a line of text
+ *                               with the request's fields as the backend sees them (id, flags,
+ *                               correlation ids, timeout, requested outputs, parameters);
  * and an input whose first byte is ECHO_FAIL_BYTE (0xEE) fails that execute.
  * Built with -DECHO_WRONG_ABI it claims another ABI version, with -DECHO_NULL_TABLE its entry
  * point returns NULL, with -DECHO_SMALL_TABLE its table ends before execute, and with
@@ -49,6 +52,7 @@ typedef struct EchoModel {
   int fail_execute;
   size_t keep_bytes; /* 0: keeps nothing */
   long execute_delay_us;
+  int echo_request;
 } EchoModel;
 
 typedef struct EchoInstance {
@@ -103,6 +107,8 @@ static VramdCode model_create(const VramdModelInfo* info, void** model, VramdErr
   m->server = info->server;
   m->fail_execute = find_parameter(info->config_json, "fail_execute", value, sizeof value) &&
                     strcmp(value, "true") == 0;
+  m->echo_request = find_parameter(info->config_json, "echo_request", value, sizeof value) &&
+                    strcmp(value, "true") == 0;
   if (find_parameter(info->config_json, "keep_bytes", value, sizeof value)) {
     m->keep_bytes = (size_t)strtoull(value, NULL, 10);
   }
@@ -145,6 +151,30 @@ static void instance_destroy(void* instance) {
   free(inst->kept);
   server->free(server->server, VRAMD_DEVICE_CPU, -1, inst->workspace);
   free(inst);
+}
+
+/* REQUEST: the request's fields as this backend sees them, one line of text. */
+static VramdCode add_request_echo(const VramdRequest* request, const VramdOutputs* outputs,
+                                  VramdError* error) {
+  char text[1024];
+  int n = snprintf(text, sizeof text, "id=%s", request->id != NULL ? request->id : "(null)");
+  if (request->struct_size > offsetof(VramdRequest, parameters_json)) {
+    n += snprintf(text + n, sizeof text - (size_t)n,
+                  " flags=%u correlation_id=%llu correlation_id_string=%s timeout_us=%llu "
+                  "requested=%zu parameters=%.*s",
+                  (unsigned)request->flags, (unsigned long long)request->correlation_id,
+                  request->correlation_id_string != NULL ? request->correlation_id_string : "(null)",
+                  (unsigned long long)request->timeout_us, request->requested_output_count,
+                  request->parameters_json != NULL ? (int)request->parameters_json_size : 6,
+                  request->parameters_json != NULL ? request->parameters_json : "(null)");
+  }
+  if (n < 0 || (size_t)n >= sizeof text) n = (int)strlen(text);
+  const int64_t shape[1] = {n};
+  void* data = NULL;
+  VramdCode code = outputs->add(outputs->outputs, "REQUEST", VRAMD_TYPE_UINT8, shape, 1,
+                                (size_t)n, &data, error);
+  if (code == VRAMD_OK) memcpy(data, text, (size_t)n);
+  return code;
 }
 
 static VramdCode execute(void* instance, const VramdRequest* request, const VramdOutputs* outputs,
@@ -209,6 +239,7 @@ static VramdCode execute(void* instance, const VramdRequest* request, const Vram
     if (scratch != NULL) server->free(server->server, VRAMD_DEVICE_CPU, -1, scratch);
     if (code != VRAMD_OK) return code;
   }
+  if (inst->model->echo_request) return add_request_echo(request, outputs, error);
   return VRAMD_OK;
 }
 

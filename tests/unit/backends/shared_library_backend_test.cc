@@ -119,6 +119,46 @@ TEST_F(SharedLibraryBackendTest, EchoesInputsAndAccountsItsMemory) {
   StopAndExpectNothingLeft(manager);
 }
 
+// A library's execute sees every field of the request, as its execute_requests would: the
+// parameters as a JSON object, the requested outputs, the sequence ids and the timeout. It used
+// to see only the id and the inputs (parameters_json NULL against the header's promise).
+TEST_F(SharedLibraryBackendTest, ExecuteSeesTheWholeRequest) {
+  repo_.AddModel("echo",
+                 "backend: \"echo_c\"\n"
+                 "input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ -1 ] } ]\n"
+                 "output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ -1 ] },\n"
+                 "         { name: \"REQUEST\" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n"
+                 "instance_group [ { kind: KIND_CPU count: 1 } ]\n" +
+                     Parameter("echo_request", "true"),
+                 {"1"});
+  auto manager = Start();
+  ASSERT_NE(manager, nullptr);
+  auto model = manager->Find("echo", 0);
+  ASSERT_TRUE(model.ok()) << model.status().ToString() << "\n" << Reasons(*manager)["echo"];
+  InferRequest r;
+  r.id = "seen";
+  int32_t v[2] = {7, 8};
+  r.inputs.push_back(Tensor{"INPUT0", DataType::kInt32, {2}, SharedBuffer::CopyOf(v, sizeof v)});
+  r.outputs = {RequestedOutput{"OUTPUT0"}, RequestedOutput{"REQUEST"}};
+  r.parameters.push_back(InferParameter{"colour", std::string("blue")});
+  r.correlation_id_string = "session-9";
+  r.timeout_us = 2500;
+  auto outcome = (*model)->Infer(std::move(r));
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  std::string seen;
+  for (const Tensor& t : outcome->response.outputs) {
+    if (t.name == "REQUEST") seen.assign(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  }
+  EXPECT_THAT(seen, HasSubstr("id=seen "));
+  EXPECT_THAT(seen, HasSubstr("correlation_id_string=session-9 "));
+  EXPECT_THAT(seen, HasSubstr("timeout_us=2500 "));
+  EXPECT_THAT(seen, HasSubstr("requested=2 "));
+  EXPECT_THAT(seen, HasSubstr("parameters={\"colour\":\"blue\"}"));
+  outcome = Status::NotFound("dropped");  // outcomes hold their version
+  model = Status::NotFound("dropped");
+  StopAndExpectNothingLeft(manager);
+}
+
 TEST_F(SharedLibraryBackendTest, ExecuteFailureNamesTheBackendAndServingGoesOn) {
   repo_.AddModel("echo", EchoConfig("echo_c"), {"1"});
   repo_.AddModel("always_fails", EchoConfig("echo_c", Parameter("fail_execute", "true")), {"1"});
