@@ -140,7 +140,7 @@ class Host {
     peer_.Start();
     MutexLock lock(mu_);
     lock.Wait(closed_cv_, [this]() REQUIRES(mu_) { return closed_; });
-    if (!model_destroyed_) {
+    if (model_made_ && !model_destroyed_) {
       // vramd went away with the model still up: no one is left to serve, and a library's
       // threads may be anywhere. Leave without running destructors.
       std::_Exit(1);
@@ -285,6 +285,8 @@ class Host {
     const VramdCode code = api_->model_create(&info, &model, &error);
     if (code != VRAMD_OK) return FromCode(code, error);
     model_ = model;
+    MutexLock lock(mu_);
+    model_made_ = true;
     return Status::Ok();
   }
 
@@ -1231,6 +1233,8 @@ class Host {
   Mutex mu_;
   std::condition_variable closed_cv_;
   bool closed_ GUARDED_BY(mu_) = false;
+  // A model_create succeeded (a process may only complete a config, and make no model).
+  bool model_made_ GUARDED_BY(mu_) = false;
   bool model_destroyed_ GUARDED_BY(mu_) = false;
   std::map<uint32_t, Slot> slots_ GUARDED_BY(mu_);
   uint64_t next_infer_ GUARDED_BY(mu_) = 1;

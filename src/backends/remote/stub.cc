@@ -969,7 +969,10 @@ Result<std::optional<std::string>> Stub::AutoComplete(const StubOptions& options
   WireWriter model;
   EncodeModelInfo(model, options.model);
   auto reply = connection->CallStatus(MessageType::kAutoCompleteConfig, model.buffer());
-  connection->Close();
+  if (auto unclean = connection->Close(); unclean.has_value() && reply.ok()) {
+    spdlog::warn("stub for {} (pid {}) {} after completing the config", options.label,
+                 connection->pid(), *unclean);
+  }
   if (!reply.ok()) {
     if (connection->dead() && reply.status().code() == StatusCode::kUnavailable) return reply.status();
     return reply.status().WithContext(fmt::format("backend '{}'", options.backend_name));

@@ -9,7 +9,9 @@
  * without responding (a request the backend lost).
  * instance_ready answers not ready when the config's parameters name "probe_not_ready".
  * GPU allocate (1 KiB, freed at once) is tried at model_create when the config's parameters name
- * "try_gpu_allocate", and its error becomes model_create's. */
+ * "try_gpu_allocate", and its error becomes model_create's.
+ * auto_complete_config keeps the config as it is: hosted, it runs in a process of its own that
+ * makes no model, which must still exit cleanly. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,11 +141,21 @@ static VramdCode instance_ready(void* instance, VramdError* error) {
   return VRAMD_UNAVAILABLE;
 }
 
+static VramdCode auto_complete_config(const VramdModelInfo* info,
+                                      void (*complete)(void*, const char*, size_t), void* context,
+                                      VramdError* error) {
+  (void)info;
+  (void)complete;
+  (void)context;
+  (void)error;
+  return VRAMD_OK;
+}
+
 static const VramdBackendApi kApi = {
     sizeof(VramdBackendApi), VRAMD_BACKEND_ABI_VERSION, "remote_probe", 0,
     model_create, model_destroy, instance_create, instance_destroy, execute,
     1, /* execute_on_instance_threads */
-    execute_requests, instance_ready, NULL, /* auto_complete_config */
+    execute_requests, instance_ready, auto_complete_config,
 };
 
 __attribute__((visibility("default"))) const VramdBackendApi* vramd_backend_get_api(

@@ -360,6 +360,22 @@ TEST_F(HostingTest, ARequestTheHostDropsIsEndedAfterTheTimeoutAndTheHostKept) {
                                      "before its model was destroyed"));
 }
 
+// The process that completes a config (auto_complete_config) makes no model and exits with
+// status 0, as a serving host does at unload (it used to exit with 1, as if vramd had gone
+// away with a model up).
+TEST_F(HostingTest, TheProcessThatCompletesTheConfigExitsCleanly) {
+  repo_.AddModel("probe", Config("remote_probe", "stub", 1), {"1"});
+  std::string started;
+  {
+    testing::CapturedLog log;
+    Start();
+    started = log.text();
+  }
+  auto model = manager_->Find("probe", 0);
+  ASSERT_TRUE(model.ok()) << Reason("probe");
+  EXPECT_THAT(started, ::testing::Not(HasSubstr("after completing the config"))) << started;
+}
+
 TEST_F(HostingTest, InstanceReadyIsAskedInTheHost) {
   repo_.AddModel("ready", Config("remote_probe", "process_per_instance", 2), {"1"});
   repo_.AddModel("unready", Config("remote_probe", "stub", 1,
