@@ -1922,6 +1922,9 @@ bool ModelManager::ReleaseKept(memory::Device device, size_t size, memory::Owner
       Retire(name, std::move(kept));
       Status gone = WaitRetired(name);
       if (!gone.ok()) spdlog::warn("{}", gone.message());
+      // Their segments go back to the device, as after a sleep, for an allocation the pool's
+      // cached blocks do not fit.
+      memory_.allocator->TrimAll();
     });
     if (acted && !numbers.empty()) return true;
   }
