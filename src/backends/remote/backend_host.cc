@@ -32,10 +32,8 @@ namespace {
 
 // The host's VramdResponder: the id vramd knows the request by, and the two references of the
 // server's own (abi_responses.h): the execute_requests call's and the backend's until its
-// final respond (or the hand-back of a failed call).
-// A request handed to execute_requests. Two references: the host's, dropped once the call
-// returns, and the backend's, dropped at its final response. The host owns it (Host::responders_)
-// so that one a backend never completes is freed when the model is destroyed.
+// final respond (or the hand-back of a failed call). The host owns it (Host::responders_), so
+// that one a backend never completes is freed when the model is destroyed.
 struct HostResponder {
   HostResponder(uint64_t i, uint64_t request_owner) : id(i), owner(request_owner) {}
   const uint64_t id;
