@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <unordered_map>
 
 namespace vramd::bench {
 namespace {
@@ -279,10 +281,7 @@ bool H2UnaryClient::Control(const FrameHeader& h) {
   }
 }
 
-bool H2UnaryClient::Call(std::string_view path, std::string_view message,
-                         std::string_view* answer) {
-  if (fd_ < 0) return Fail("not connected");
-  if (next_stream_ > 0x7fffffff - 2) return Fail("stream identifiers used up: connect again");
+bool H2UnaryClient::HeaderBlock(std::string_view path) {
   if (header_path_.empty()) {
     // The first call's headers enter the server's dynamic table, as a gRPC client's do, and
     // later calls name them by index: entries 62 (the last added) to 65 (the first).
@@ -294,13 +293,22 @@ bool H2UnaryClient::Call(std::string_view path, std::string_view message,
     HpackIndexedLiteral(31, {}, "application/grpc", &header_block_);  // content-type
     HpackIndexedLiteral(0, "te", "trailers", &header_block_);
     header_path_ = std::string(path);
-  } else if (header_path_ == path) {
+    return true;
+  }
+  if (header_path_ == path) {
     header_block_ = {static_cast<char>(0x83), static_cast<char>(0x86),
                      static_cast<char>(0x80 | 65), static_cast<char>(0x80 | 64),
                      static_cast<char>(0x80 | 63), static_cast<char>(0x80 | 62)};
-  } else {
-    return Fail("one connection calls one method: connect again for another");
+    return true;
   }
+  return Fail("one connection calls one method: connect again for another");
+}
+
+bool H2UnaryClient::Call(std::string_view path, std::string_view message,
+                         std::string_view* answer) {
+  if (fd_ < 0) return Fail("not connected");
+  if (next_stream_ > 0x7fffffff - 2) return Fail("stream identifiers used up: connect again");
+  if (!HeaderBlock(path)) return false;
   stream_ = next_stream_;
   next_stream_ += 2;
   stream_window_ = peer_initial_window_;
@@ -374,6 +382,96 @@ bool H2UnaryClient::Call(std::string_view path, std::string_view message,
     *answer = std::string_view(body_.get() + 5, body_size_ - 5);
     return true;
   }
+}
+
+bool H2UnaryClient::Multiplex(std::string_view path, std::string_view message, int depth,
+                              const std::function<bool()>& more,
+                              const std::function<void(std::string_view, double)>& answered) {
+  using Clock = std::chrono::steady_clock;
+  if (fd_ < 0) return Fail("not connected");
+  const size_t total = 5 + message.size();
+  struct Pending {
+    std::string body;
+    Clock::time_point sent;
+  };
+  std::unordered_map<uint32_t, Pending> pending;
+  std::string out;  // one call's HEADERS and DATA frames, sent with one write
+  auto start = [&]() -> bool {
+    if (next_stream_ > 0x7fffffff - 2) return Fail("stream identifiers used up: connect again");
+    if (total > peer_max_frame_ || static_cast<int64_t>(total) > peer_initial_window_) {
+      return Fail("a multiplexed call's request must fit one frame and the initial window");
+    }
+    if (!HeaderBlock(path)) return false;
+    const uint32_t stream = next_stream_;
+    next_stream_ += 2;
+    char h[9];
+    out.clear();
+    FrameHeaderBytes(static_cast<uint32_t>(header_block_.size()), kHeaders, kEndHeaders, stream, h);
+    out.append(h, 9);
+    out.append(header_block_);
+    FrameHeaderBytes(static_cast<uint32_t>(total), kData, kEndStream, stream, h);
+    out.append(h, 9);
+    char prefix[5] = {0};  // not compressed, then the message's length
+    Put32(static_cast<uint32_t>(message.size()), prefix + 1);
+    out.append(prefix, 5);
+    out.append(message);
+    connection_window_ -= static_cast<int64_t>(total);
+    pending[stream].sent = Clock::now();
+    return SendAll(out.data(), out.size());
+  };
+  // Calls to start as soon as the connection's window lets them.
+  int owed = 0;
+  auto start_owed = [&]() -> bool {
+    for (; owed > 0 && connection_window_ >= static_cast<int64_t>(total); --owed) {
+      if (!start()) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < depth && more(); ++i) ++owed;
+  if (!start_owed()) return false;
+  while (!pending.empty() || owed > 0) {
+    FrameHeader h;
+    if (!ReadFrameHeader(&h)) return false;
+    auto it = pending.find(h.stream);
+    if (it == pending.end() || (h.type != kData && h.type != kHeaders && h.type != kRstStream)) {
+      if (!Control(h) || !start_owed()) return false;  // a WINDOW_UPDATE may let calls start
+      continue;
+    }
+    if (h.type == kRstStream) return Fail("the server reset a call's stream");
+    if (h.type == kData) {
+      if (h.flags & kPadded) return Fail("a padded DATA frame (not expected from gRPC)");
+      consumed_ += h.length;
+      const size_t at = it->second.body.size();
+      it->second.body.resize(at + h.length);
+      if (!ReadExactly(it->second.body.data() + at, h.length)) return false;
+      if (consumed_ >= (uint64_t{1} << 30)) {  // top the connection's window up again
+        char increment[4];
+        Put32(static_cast<uint32_t>(consumed_), increment);
+        if (!SendFrame(kWindowUpdate, 0, 0, std::string_view(increment, 4))) return false;
+        consumed_ = 0;
+      }
+      if (h.flags & kEndStream) return Fail("an answer ended without trailers");
+      continue;
+    }
+    // HEADERS: skipped (see Call); with END_STREAM, the trailers end the call.
+    const bool end = (h.flags & kEndStream) != 0;
+    FrameHeader block = h;
+    block.type = 0xff;
+    if (!Control(block)) return false;
+    if (!end) continue;
+    Pending done = std::move(it->second);
+    pending.erase(it);
+    const auto* b = reinterpret_cast<const unsigned char*>(done.body.data());
+    if (done.body.empty()) return Fail("a call failed: a trailers-only answer (an error status)");
+    if (done.body.size() < 5 || b[0] != 0 || Get32(b + 1) != done.body.size() - 5) {
+      return Fail("an answer is not one whole uncompressed gRPC message");
+    }
+    answered(std::string_view(done.body.data() + 5, done.body.size() - 5),
+             std::chrono::duration<double>(Clock::now() - done.sent).count());
+    if (more()) ++owed;
+    if (!start_owed()) return false;
+  }
+  return true;
 }
 
 }  // namespace vramd::bench

@@ -16,10 +16,12 @@
 //     one whole, uncompressed message came before the trailers, which gRPC servers send only
 //     with status OK (an error is a trailers-only answer). RST_STREAM or GOAWAY fail it.
 //
-// Blocking sockets, one call in flight: a thread per connection, as infer_load has.
+// Blocking sockets: a thread per connection, as infer_load has; one call in flight (Call), or
+// several on streams of their own (Multiplex).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,6 +45,15 @@ class H2UnaryClient {
   // Connect again.
   bool Call(std::string_view path, std::string_view message, std::string_view* answer);
 
+  // Calls of `path` with `message` kept `depth` at a time in flight on this connection, a
+  // stream each, as gRPC's clients multiplex a channel's concurrent calls: a new one starts as
+  // each answer comes, while `more()` says so. `answered(answer, seconds)` for each answer (the
+  // view lives until the next). The request must fit one DATA frame and the server's initial
+  // windows (small tensors). False with error() set on a failure; the connection is closed.
+  bool Multiplex(std::string_view path, std::string_view message, int depth,
+                 const std::function<bool()>& more,
+                 const std::function<void(std::string_view, double)>& answered);
+
   const std::string& error() const { return error_; }
 
  private:
@@ -54,6 +65,9 @@ class H2UnaryClient {
   };
 
   bool Fail(std::string why);
+  // This connection's header block for `path` (the first call's enters the server's dynamic
+  // table; later ones name it by index). False: one connection calls one method.
+  bool HeaderBlock(std::string_view path);
   bool SendAll(const void* data, size_t size);
   bool SendFrame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload);
   // Sends `size` bytes of the call's DATA (the 5-byte gRPC prefix, then the message) from

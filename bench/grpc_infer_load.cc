@@ -3,7 +3,7 @@
 //
 //   grpc_infer_load --model M [--host 127.0.0.1] [--port 8001] [--input INPUT0]
 //                   [--elements N] [--concurrency C] [--duration S] [--warmup S]
-//                   [--library-client [--threads T]]
+//                   [--library-client [--threads T] | --streams K]
 //   grpc_infer_load --tcp-echo [--echo-copy] --elements N [--concurrency C] [--duration S]
 //
 // gRPC: C threads, each with a connection of its own (as infer_load has), each sending
@@ -12,6 +12,8 @@
 // is serialized once and sent as it is, as infer_load sends one prebuilt body, and the client
 // speaks HTTP/2 itself (grpc_h2_client.h), so that it costs about what infer_load costs and
 // the servers are what differ.
+// --streams K: C / K connections (threads), each keeping K calls in flight on streams of its
+// own, as gRPC's clients multiplex a channel's concurrent calls (H2UnaryClient::Multiplex).
 // --library-client: through gRPC's own C++ client instead (asynchronous, a GenericStub per
 // channel, the answer's slices looked at in place), C channels over T threads (default C),
 // each thread's channels completing on one queue: what a client built on gRPC's library pays.
@@ -62,6 +64,7 @@ struct Options {
   double warmup_s = 1.0;
   bool library_client = false;
   int threads = 0;  // --library-client's threads; 0: one per request in flight
+  int streams = 1;  // calls in flight per connection of the default client
   bool tcp_echo = false;
   bool echo_copy = false;
 };
@@ -70,6 +73,7 @@ struct Options {
   std::cerr << "grpc_infer_load: " << why << "\n"
             << "usage: grpc_infer_load --model M [--host H] [--port P] [--input NAME]\n"
             << "                       [--elements N] [--concurrency C] [--duration S] [--warmup S]\n"
+            << "                       [--library-client [--threads T] | --streams K]\n"
             << "       grpc_infer_load --tcp-echo [--elements N] [--concurrency C] [--duration S]\n";
   std::exit(2);
 }
@@ -91,6 +95,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--duration") o.duration_s = std::atof(value().c_str());
     else if (a == "--warmup") o.warmup_s = std::atof(value().c_str());
     else if (a == "--threads") o.threads = std::atoi(value().c_str());
+    else if (a == "--streams") o.streams = std::atoi(value().c_str());
     else if (a == "--library-client") o.library_client = true;
     else if (a == "--tcp-echo") o.tcp_echo = true;
     else if (a == "--echo-copy") o.echo_copy = true;
@@ -99,6 +104,9 @@ Options Parse(int argc, char** argv) {
   }
   if (!o.tcp_echo && o.model.empty()) Usage("--model is required");
   if (o.elements <= 0 || o.concurrency <= 0 || o.duration_s <= 0) Usage("bad numbers");
+  if (o.streams <= 0 || o.concurrency % o.streams != 0) {
+    Usage("--streams must divide --concurrency");
+  }
   return o;
 }
 
@@ -313,6 +321,31 @@ void H2Client(const Options& o, Run& run, std::vector<double>* out) {
   });
 }
 
+// One connection with `o.streams` calls in flight (H2UnaryClient::Multiplex), closed loop per
+// stream; a failure reconnects.
+void H2MultiplexClient(const Options& o, Run& run, std::vector<double>* out) {
+  const std::string request = MakeRequest(o).SerializeAsString();
+  const uint64_t want = static_cast<uint64_t>(o.elements) * sizeof(float);
+  const int port = std::atoi(o.port.c_str());
+  vramd::bench::H2UnaryClient client;
+  std::vector<uint64_t> sizes;
+  while (!run.stop.load()) {
+    const bool ok =
+        client.Connect(o.host, port) &&
+        client.Multiplex(
+            "/inference.GRPCInferenceService/ModelInfer", request, o.streams,
+            [&] { return !run.stop.load(); },
+            [&](std::string_view answer, double seconds) {
+              if (!RawOutputSizes({answer}, &sizes) || sizes.size() != 1 || sizes[0] != want) {
+                run.Error("the answer's raw output has the wrong size");
+              } else if (run.measuring.load()) {
+                out->push_back(seconds * 1000.0);
+              }
+            });
+    if (!ok) run.Error(client.error());
+  }
+}
+
 bool SendAll(int fd, const char* p, size_t n) {
   while (n > 0) {
     const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
@@ -417,6 +450,11 @@ int main(int argc, char** argv) {
   if (o.tcp_echo) {
     for (int c = 0; c < o.concurrency; ++c) {
       clients.emplace_back([&, c] { TcpClient(o, echo->port(), run, &latencies[static_cast<size_t>(c)]); });
+    }
+  } else if (!o.library_client && o.streams > 1) {
+    for (int c = 0; c < o.concurrency / o.streams; ++c) {
+      clients.emplace_back(
+          [&, c] { H2MultiplexClient(o, run, &latencies[static_cast<size_t>(c)]); });
     }
   } else if (!o.library_client) {
     for (int c = 0; c < o.concurrency; ++c) {

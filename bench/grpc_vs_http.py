@@ -12,7 +12,10 @@ no batching). Then, each series at each concurrency, closed loop, measured after
      raw_input_contents), each client a thread and a connection per request in flight, each
      sending one prebuilt request (grpc_infer_load speaks HTTP/2 itself, as infer_load speaks
      HTTP/1.1). Target: gRPC req/s >= HTTP's. Printed beside, not judged: gRPC through gRPC's
-     own C++ client library (--library-client), what a client built on it gets.
+     own C++ client library (--library-client), what a client built on it gets; and, with
+     --streams K, gRPC with K calls in flight on each connection (c / K connections), as
+     gRPC's clients multiplex a channel's concurrent calls where HTTP/1.1 needs a connection
+     per request in flight.
   2. 4 MiB tensors (1,048,576 FP32): gRPC, and a raw loopback TCP echo of the same 4 MiB each
      way (grpc_infer_load --tcp-echo: the floor any protocol pays to move those bytes in and
      out). Target: gRPC >= 90% of the TCP echo's req/s. Printed beside: HTTP, and an echo that
@@ -102,6 +105,9 @@ def main():
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--concurrency", default="1,16")
     ap.add_argument("--large-concurrency", default="1,4")
+    ap.add_argument("--streams", default="",
+                    help="also measure gRPC with these many calls in flight per connection, "
+                         "e.g. 4,16 (at each small-tensor concurrency they divide)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--server-arg", action="append", default=[],
                     help="one more argument for vramd (repeat), e.g. --grpc-infer-thread-count=8")
@@ -141,6 +147,20 @@ def main():
             small.setdefault("http_server_cores", []).append(h["server_cores"])
             small.setdefault("grpc_server_cores", []).append(g["server_cores"])
             small["grpc_library_rps"].append(lib["rps"])
+            for k in [int(x) for x in a.streams.split(",") if x]:
+                if k < 2 or c % k != 0:
+                    continue
+                m = with_cpu(server.pid, lambda: grpc_load(
+                    a, ["--model", "identity_grpc", "--port", str(grpc_port), "--elements", "16",
+                        "--concurrency", str(c), "--streams", str(k)], timeout))
+                mux = m["rps"] / h["rps"] if h["rps"] else 0.0
+                log(f"16 elements c={c}: gRPC with {k} calls per connection "
+                    f"({c // k} connections) {m['rps']:.0f} req/s, {mux:.3f} of HTTP "
+                    f"(errors {m['errors']}); busy: {cores(m)}")
+                small.setdefault("grpc_multiplexed", []).append(
+                    {"concurrency": c, "streams": k, "rps": m["rps"], "ratio": mux,
+                     "errors": m["errors"], "server_cores": m["server_cores"]})
+                figure(f"grpc_multiplexed_{k}_vs_http_16_elements_c{c}", mux, "ratio")
             small["concurrency"].append(c)
             small["http_rps"].append(h["rps"])
             small["grpc_rps"].append(g["rps"])
