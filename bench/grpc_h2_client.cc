@@ -281,6 +281,14 @@ bool H2UnaryClient::Control(const FrameHeader& h) {
   }
 }
 
+bool H2UnaryClient::TopUpWindow() {
+  if (consumed_ < (uint64_t{1} << 30)) return true;
+  char increment[4];
+  Put32(static_cast<uint32_t>(consumed_), increment);
+  consumed_ = 0;
+  return SendFrame(kWindowUpdate, 0, 0, std::string_view(increment, 4));
+}
+
 bool H2UnaryClient::HeaderBlock(std::string_view path) {
   if (header_path_.empty()) {
     // The first call's headers enter the server's dynamic table, as a gRPC client's do, and
@@ -357,12 +365,7 @@ bool H2UnaryClient::Call(std::string_view path, std::string_view message,
       } else if (!ReadIntoBody(h.length)) {
         return false;
       }
-      if (consumed_ >= (uint64_t{1} << 30)) {  // top the connection's window up again
-        char increment[4];
-        Put32(static_cast<uint32_t>(consumed_), increment);
-        if (!SendFrame(kWindowUpdate, 0, 0, std::string_view(increment, 4))) return false;
-        consumed_ = 0;
-      }
+      if (!TopUpWindow()) return false;
       if (h.flags & kEndStream) return Fail("the answer ended without trailers");
       continue;
     }
@@ -444,12 +447,7 @@ bool H2UnaryClient::Multiplex(std::string_view path, std::string_view message, i
       const size_t at = it->second.body.size();
       it->second.body.resize(at + h.length);
       if (!ReadExactly(it->second.body.data() + at, h.length)) return false;
-      if (consumed_ >= (uint64_t{1} << 30)) {  // top the connection's window up again
-        char increment[4];
-        Put32(static_cast<uint32_t>(consumed_), increment);
-        if (!SendFrame(kWindowUpdate, 0, 0, std::string_view(increment, 4))) return false;
-        consumed_ = 0;
-      }
+      if (!TopUpWindow()) return false;
       if (h.flags & kEndStream) return Fail("an answer ended without trailers");
       continue;
     }

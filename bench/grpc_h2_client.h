@@ -68,6 +68,8 @@ class H2UnaryClient {
   // This connection's header block for `path` (the first call's enters the server's dynamic
   // table; later ones name it by index). False: one connection calls one method.
   bool HeaderBlock(std::string_view path);
+  // Gives the connection's window back what answers used, once that reaches 1 GiB.
+  bool TopUpWindow();
   bool SendAll(const void* data, size_t size);
   bool SendFrame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload);
   // Sends `size` bytes of the call's DATA (the 5-byte gRPC prefix, then the message) from
