@@ -149,15 +149,16 @@ std::map<std::pair<int, int>, GpuRoute>& Routes() REQUIRES(routes_mu) {
 }  // namespace
 
 Result<GpuRoute> GpuToGpuRoute(int dst, int src) {
+  MutexLock lock(routes_mu);
+  auto& routes = Routes();
+  // A pair asked before was checked then: every copy between two GPUs asks.
+  if (auto it = routes.find({dst, src}); it != routes.end()) return it->second;
   const int count = CudaDeviceCount();
   if (dst < 0 || dst >= count || src < 0 || src >= count) {
     return Status::Unavailable(fmt::format("no route from cuda:{} to cuda:{}: this process sees {} "
                                            "GPU(s)", src, dst, count));
   }
   if (dst == src) return GpuRoute::kSame;
-  MutexLock lock(routes_mu);
-  auto& routes = Routes();
-  if (auto it = routes.find({dst, src}); it != routes.end()) return it->second;
   int can = 0;
   cudaError_t err = cudaDeviceCanAccessPeer(&can, dst, src);
   std::string why;

@@ -16,6 +16,17 @@ std::string DescribeGpus(const PlacementTarget& target) {
   return target.describe_gpus ? target.describe_gpus() : std::string();
 }
 
+// The GPUs `target` places on: none for a backend that runs on the CPU only.
+int UsableGpus(const PlacementTarget& target) {
+  return target.backend_supports_gpu ? target.visible_gpus : 0;
+}
+
+// KIND_AUTO resolved: KIND_GPU when there is a GPU to place on, else KIND_CPU.
+ModelInstanceGroup::Kind PlacedKind(const ModelInstanceGroup& group, int gpus) {
+  if (group.kind() != ModelInstanceGroup::KIND_AUTO) return group.kind();
+  return gpus > 0 ? ModelInstanceGroup::KIND_GPU : ModelInstanceGroup::KIND_CPU;
+}
+
 std::string VisibleGpus(const PlacementTarget& target) {
   if (target.visible_gpus == 0) return "none";
   if (target.visible_gpus == 1) return "1 (GPU 0)";
@@ -27,14 +38,11 @@ std::string VisibleGpus(const PlacementTarget& target) {
 Result<std::vector<backends::InstanceContext>> PlanInstances(const config::ModelConfig& config,
                                                              const PlacementTarget& target) {
   std::vector<backends::InstanceContext> plan;
-  const int gpus = target.backend_supports_gpu ? target.visible_gpus : 0;
+  const int gpus = UsableGpus(target);
   int index = 0;
   for (const ModelInstanceGroup& group : config.instance_group()) {
     const std::string where = fmt::format("instance_group '{}'", group.name());
-    auto kind = group.kind();
-    if (kind == ModelInstanceGroup::KIND_AUTO) {
-      kind = gpus > 0 ? ModelInstanceGroup::KIND_GPU : ModelInstanceGroup::KIND_CPU;
-    }
+    const auto kind = PlacedKind(group, gpus);
     if (kind == ModelInstanceGroup::KIND_CPU) {
       for (int i = 0; i < group.count(); ++i) {
         plan.push_back({fmt::format("{}_{}", group.name(), i), index++,
@@ -84,11 +92,9 @@ Result<std::vector<backends::InstanceContext>> PlanInstances(const config::Model
 config::ModelConfig ConfigAsPlaced(const config::ModelConfig& config,
                                    const PlacementTarget& target) {
   config::ModelConfig placed = config;
-  const int gpus = target.backend_supports_gpu ? target.visible_gpus : 0;
+  const int gpus = UsableGpus(target);
   for (ModelInstanceGroup& group : *placed.mutable_instance_group()) {
-    if (group.kind() == ModelInstanceGroup::KIND_AUTO) {
-      group.set_kind(gpus > 0 ? ModelInstanceGroup::KIND_GPU : ModelInstanceGroup::KIND_CPU);
-    }
+    group.set_kind(PlacedKind(group, gpus));
     if (group.kind() == ModelInstanceGroup::KIND_GPU && group.gpus().empty()) {
       for (int d = 0; d < gpus; ++d) group.add_gpus(d);
     }

@@ -31,10 +31,11 @@
 // actions_mu_ and an action lock (ActionGuard lets go of one before it takes the other);
 // retired_mu_ and mu_ or parked_mu_. The one exception is TryAction (the memory pressure
 // relief, which may run inside a load's action): it takes a second model's action lock, under
-// actions_mu_, only when no one holds or waits for it, so it never waits for one. A load slot (load_thread_count) is waited for holding an
-// action lock (and poll_mu_, polling), nothing else. Beyond an action lock and poll_mu_, no
-// lock of the manager is held while a backend loads, a version shuts down or is destroyed, a
-// FindAsync callback runs, or a thread waits for retired versions to be destroyed.
+// actions_mu_, only when no one holds or waits for it, so it never waits for one. A load slot
+// (load_thread_count) is waited for holding an action lock (and poll_mu_, polling), nothing
+// else. Beyond an action lock and poll_mu_, no lock of the manager is held while a backend
+// loads, a version shuts down or is destroyed, a FindAsync callback runs, or a thread waits
+// for retired versions to be destroyed.
 // The members below say this order with ACQUIRED_BEFORE (core/thread_annotations.h), but clang
 // checks it only under -Wthread-safety-beta, which the build does not turn on (there, parked_mu_
 // taken before mu_ fails: "mutex 'mu_' must be acquired before 'parked_mu_'"); the ordinary
