@@ -392,7 +392,8 @@ class InferCall final : public Call {
   // instance thread pays one wake-up, as the HTTP server's hand-off to its I/O thread does.
   void HandOver() {
     state_ = State::kHandedOver;
-    alarm_.Set(cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), this);
+    alarm_.emplace();
+    alarm_->Set(cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), this);
   }
 
   void Answer() {
@@ -417,7 +418,9 @@ class InferCall final : public Call {
   State state_ = State::kListening;
   grpc::Status status_;
   EncodedInferResponse response_parts_;
-  grpc::Alarm alarm_;
+  // Made only for a hand-over: a grpc::Alarm takes gRPC's global initialization lock when it is
+  // made and again when it goes, which every call would otherwise pay.
+  std::optional<grpc::Alarm> alarm_;
 };
 
 // An RPC vramd does not serve: UNIMPLEMENTED, with a message that names it.
