@@ -391,12 +391,20 @@ fi
 #    and the client kept busy. GRPC_DIAG_LARGE (e.g. "1,4") adds the 4 MiB series against the
 #    TCP echo, for transport settings given as VRAMD_GRPC_CHANNEL_ARGS (docs/grpc.md), e.g.
 #    GRPC_DIAG_VARIANTS="default: frame:VRAMD_GRPC_CHANNEL_ARGS=grpc.http2.max_frame_size=16777215"
+#    A setting bin=FILE runs another vramd binary instead (one built from an earlier commit and
+#    put into device-dist/bin by hand), to compare two builds in one run: "base:bin=vramd_base".
 if has_step grpc_diag; then
   for v in ${GRPC_DIAG_VARIANTS:-default: epoll1:GRPC_POLL_STRATEGY=epoll1 t32:--grpc-infer-thread-count=32}; do
-    name=${v%%:*}; setting=${v#*:}; env_set=(); flag=()
-    case "$setting" in "") ;; --*) flag=(--server-arg="$setting");; *) env_set=("$setting");; esac
+    name=${v%%:*}; setting=${v#*:}; env_set=(); flag=(); server_bin="$BIN"/vramd
+    case "$setting" in
+      "") ;;
+      --*) flag=(--server-arg="$setting");;
+      bin=*) server_bin="$BIN/${setting#bin=}"
+             [ -x "$server_bin" ] || { say "FAIL grpc_diag $name: no $server_bin"; status=1; continue; };;
+      *) env_set=("$setting");;
+    esac
     echo "# grpc_diag $name: ${setting:-as shipped}" | tee -a "$summary"
-    env "${env_set[@]}" timeout 200 python3 bench/grpc_vs_http.py --vramd "$BIN"/vramd --infer-load "$BIN"/infer_load \
+    env "${env_set[@]}" timeout 200 python3 bench/grpc_vs_http.py --vramd "$server_bin" --infer-load "$BIN"/infer_load \
       --grpc-load "$BIN"/grpc_infer_load --large-concurrency "${GRPC_DIAG_LARGE:-}" "${flag[@]}" ${GRPC_DIAG_ARGS:---duration 3 --concurrency 1,16} \
       2>&1 | grep -E '^(16 elements|4 MiB|FIGURE)' | tee -a "$summary"
   done
