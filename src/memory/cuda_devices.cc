@@ -191,7 +191,7 @@ Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* sr
                  void* stream) {
   if (size == 0) return Status::Ok();
   if (!dst_device.is_cuda() && !src_device.is_cuda()) {
-    std::memcpy(dst, src, size);
+    std::memmove(dst, src, size);  // the ranges may overlap (cuda_devices.h)
     return Status::Ok();
   }
   // Between two GPUs the copy below goes peer to peer once access is enabled, else the driver
@@ -285,7 +285,7 @@ Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* sr
                                            dst_device.is_cuda() ? dst_device.ToString()
                                                                 : src_device.ToString()));
   }
-  std::memcpy(dst, src, size);
+  std::memmove(dst, src, size);  // the ranges may overlap (cuda_devices.h)
   return Status::Ok();
 }
 

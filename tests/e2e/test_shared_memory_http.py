@@ -106,6 +106,34 @@ def test_register_infer_through_shared_memory_and_unregister(server, shm_object)
     assert not [p for p in paths if "client-shm" in p], paths
 
 
+def test_an_output_placed_over_its_own_input_is_written_whole(server, shm_object):
+    """A client may place the output in the bytes its input came from, shifted: the identity
+    model's copy then reads and writes overlapping ranges, which must still leave the input's
+    values at the output's place (a plain memcpy there is undefined, and AddressSanitizer builds
+    stopped the server on it)."""
+    c = server.client()
+    key = "/" + shm_object.name
+    x = np.arange(1000, dtype=np.float32)
+    shm_object.buf[0:x.nbytes] = x.tobytes()
+    assert post_json(c, "/v2/systemsharedmemory/region/io/register",
+                     {"key": key, "offset": 0, "byte_size": 8192}).status == 200
+    try:
+        body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1000],
+                            "parameters": {"shared_memory_region": "io",
+                                           "shared_memory_byte_size": x.nbytes}}],
+                "outputs": [{"name": "OUTPUT0",
+                             "parameters": {"shared_memory_region": "io",
+                                            "shared_memory_offset": 12,
+                                            "shared_memory_byte_size": x.nbytes}}]}
+        r = post_json(c, "/v2/models/identity_fp32/infer", body)
+        assert r.status == 200, r
+        got = np.frombuffer(bytes(shm_object.buf[12:12 + x.nbytes]), dtype=np.float32)
+        assert got.tolist() == x.tolist()
+        assert c.get("/v2/health/live").status == 200
+    finally:
+        assert c.post("/v2/systemsharedmemory/region/io/unregister").status == 200
+
+
 def test_shared_memory_over_http_can_be_turned_off(start_server):
     s = start_server([str(FIXTURE_REPO)], ["--no-http-shared-memory", "--model-control-mode",
                                            "explicit", "--load-model", "identity_fp32"],

@@ -84,6 +84,106 @@ def infer_bodies():
     return out
 
 
+# The protobuf wire format, enough to write ModelInferRequest seeds without the generated
+# module (which lives in a build folder): varints, length-delimited fields, packed numbers.
+def pb_varint(v):
+    v &= (1 << 64) - 1  # negative int64s as two's complement, ten bytes
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def pb_bytes(field, data):
+    data = data.encode() if isinstance(data, str) else data
+    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
+
+
+def pb_int(field, v):
+    return pb_varint(field << 3) + pb_varint(v)
+
+
+def pb_packed(field, values, fmt=None):
+    body = b"".join(struct.pack("<" + fmt, v) for v in values) if fmt else b"".join(
+        pb_varint(v) for v in values)
+    return pb_bytes(field, body)
+
+
+def pb_parameter(value):
+    """InferParameter: bool 1, int64 2, string 3, double 4, uint64 5."""
+    if isinstance(value, bool):
+        return pb_int(1, int(value))
+    if isinstance(value, int):
+        return pb_int(2, value)
+    if isinstance(value, float):
+        return pb_varint(4 << 3 | 1) + struct.pack("<d", value)
+    return pb_bytes(3, value)
+
+
+def pb_parameters(field, parameters):
+    return b"".join(pb_bytes(field, pb_bytes(1, k) + pb_bytes(2, pb_parameter(v)))
+                    for k, v in parameters.items())
+
+
+def grpc_infer_seeds():
+    """(name, bytes) of ModelInferRequest messages, each after the target's options byte (bit 0:
+    shared memory on, with regions "in" and "out" of 256 bytes)."""
+    def tensor(name, datatype, shape, contents=b"", parameters=None):
+        return pb_bytes(5, pb_bytes(1, name) + pb_bytes(2, datatype) + pb_packed(3, shape) +
+                        pb_parameters(4, parameters or {}) + (pb_bytes(5, contents) if contents else b""))
+
+    def output(name, parameters=None):
+        return pb_bytes(6, pb_bytes(1, name) + pb_parameters(2, parameters or {}))
+
+    def request(*parts, model="identity", version="", rid="", parameters=None):
+        return (pb_bytes(1, model) + (pb_bytes(2, version) if version else b"") +
+                (pb_bytes(3, rid) if rid else b"") + pb_parameters(4, parameters or {}) + b"".join(parts))
+
+    f32 = struct.pack("<16f", *range(16))
+    seeds = [
+        ("raw_fp32", b"\x00" + request(tensor("INPUT0", "FP32", [1, 16]), pb_bytes(7, f32), rid="42")),
+        ("raw_two", b"\x00" + request(tensor("INPUT0", "FP32", [16]), tensor("INPUT1", "INT8", [2, 2]),
+                                       pb_bytes(7, f32), pb_bytes(7, b"\x01\x02\xff\x80"),
+                                       output("OUTPUT0", {"classification": 3}), version="2")),
+        ("typed_ints", b"\x00" + request(
+            tensor("A", "INT32", [3], pb_packed(2, [1, -2, 2 ** 31 - 1])),
+            tensor("B", "UINT16", [2], pb_packed(4, [0, 65535])),
+            tensor("C", "INT64", [2], pb_packed(3, [-(2 ** 63), 2 ** 63 - 1])),
+            tensor("D", "UINT64", [1], pb_packed(5, [2 ** 64 - 1])),
+            tensor("E", "BOOL", [2], pb_packed(1, [1, 0])))),
+        ("typed_floats", b"\x00" + request(
+            tensor("F", "FP32", [2], pb_packed(6, [0.5, -1e30], "f")),
+            tensor("G", "FP64", [2], pb_packed(7, [1e300, -0.0], "d")),
+            parameters={"timeout": 1000, "priority": 1, "custom": "x", "flag": True, "ratio": 0.5})),
+        ("typed_bytes", b"\x00" + request(
+            tensor("S", "BYTES", [3], pb_bytes(8, b"hello") + pb_bytes(8, b"") + pb_bytes(8, b"\xff")),
+            parameters={"sequence_id": 7, "sequence_start": True, "sequence_end": False})),
+        ("raw_bytes", b"\x00" + request(tensor("S", "BYTES", [2]),
+                                         pb_bytes(7, struct.pack("<I", 2) + b"ab" + struct.pack("<I", 0)),
+                                         parameters={"sequence_id": "user-7"})),
+        ("raw_fp16_bf16", b"\x00" + request(tensor("H", "FP16", [2]), tensor("B", "BF16", [1, 2]),
+                                             pb_bytes(7, b"\x00\x3c\x00\x7c"), pb_bytes(7, b"\x80\x3f\x00\x00"))),
+        ("empty_shape", b"\x00" + request(tensor("Z", "FP32", [0, 4]))),
+        ("shm_in_out", b"\x01" + request(
+            tensor("INPUT0", "FP32", [16], parameters={"shared_memory_region": "in",
+                                                       "shared_memory_byte_size": 64,
+                                                       "shared_memory_offset": 128}),
+            output("INPUT0", {"shared_memory_region": "out", "shared_memory_byte_size": 64,
+                              "shared_memory_offset": 16}))),
+        ("shm_mixed", b"\x01" + request(
+            tensor("A", "UINT8", [4], parameters={"shared_memory_region": "in", "shared_memory_byte_size": 4}),
+            tensor("B", "INT16", [2]), pb_bytes(7, b"\x01\x00\x02\x00"),
+            output("B", {"shared_memory_region": "in", "shared_memory_byte_size": 4,
+                         "shared_memory_offset": 200}), output("A"))),
+        ("shm_off", b"\x00" + request(
+            tensor("INPUT0", "FP32", [16], parameters={"shared_memory_region": "in",
+                                                       "shared_memory_byte_size": 64}))),
+    ]
+    return seeds
+
+
 def http_seeds():
     """(name, bytes) of HTTP requests; each target input starts with its options byte."""
     def req(method, path, body=b"", headers=None, version="HTTP/1.1"):
@@ -243,6 +343,8 @@ def main():
 
     for name, data in http_seeds():
         write("http_request", name, data)
+    for name, data in grpc_infer_seeds():
+        write("grpc_infer_codec", name, data)
 
     for name, body, length in infer_bodies():
         if length is None:
@@ -308,6 +410,11 @@ def main():
                                           "BYTES", "BF16"]]
     infer_tokens += ['"INPUT0"', '"INPUT1"', '"OUTPUT0"', '"OUTPUT1"']
     (DICT / "infer_codec.dict").write_text(dictionary(infer_tokens))
+    (DICT / "grpc_infer_codec.dict").write_text(dictionary(
+        ["shared_memory_region", "shared_memory_offset", "shared_memory_byte_size", "in", "out",
+         "classification", "timeout", "priority", "sequence_id", "sequence_start", "sequence_end",
+         "triton_", "binary_data_output", "INPUT0", "OUTPUT0", "BOOL", "UINT8", "UINT16", "UINT32",
+         "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"]))
     config_tokens = ['"%s"' % t for t in proto_tokens()] + ['"string_value"', '"reload_policy"',
                                                             '"resource_preserving"', '"identity"',
                                                             '"add_sub"', '"mlp"', '"pytorch"']

@@ -124,7 +124,8 @@ class IdentityInstance {
       }
       VRAMD_ASSIGN_OR_RETURN(std::byte * data, abi::AddOutput(outputs, r.output, r.datatype,
                                                                abi::ShapeOf(*in), in->byte_size));
-      if (in->byte_size > 0) std::memcpy(data, in->data, in->byte_size);
+      // A client may place the output in shared memory over the input's own bytes.
+      if (in->byte_size > 0) std::memmove(data, in->data, in->byte_size);
     }
     return Status::Ok();
   }

@@ -41,7 +41,9 @@ bool BuildResponse(const ModelShared& model, VramdResponder* responder,
     if (tensor->byte_size() == 0) continue;
     // On the legacy default stream: from_dlpack made it wait for the producer's stream.
     if (tensor->is_cpu()) {
-      std::memcpy(data, tensor->data(), tensor->byte_size());
+      // A model may answer with an input it was given, read in place from a client's shared
+      // memory, and the client may place the output over those same bytes.
+      std::memmove(data, tensor->data(), tensor->byte_size());
     } else if (api->copy(api->server, to.kind, to.device_id, data, tensor->memory().kind,
                          tensor->memory().device_id, tensor->data(), tensor->byte_size(),
                          nullptr, &e) != VRAMD_OK) {

@@ -319,7 +319,9 @@ Status SharedMemoryRegions::Write(const TensorPlacement& placement, const Tensor
   if (bytes == 0) return Status::Ok();
   if (output.data.data() == slice.data && output.gpu == slice.gpu) return Status::Ok();
   if (slice.gpu == kOnHost && !output.on_gpu()) {
-    std::memcpy(slice.data, output.data.data(), bytes);
+    // The output may be a view of an input in this same region (a model that answers with
+    // the tensor it was given), placed over that input's bytes: the ranges may overlap.
+    std::memmove(slice.data, output.data.data(), bytes);
     return Status::Ok();
   }
   const auto device = [](int gpu) {

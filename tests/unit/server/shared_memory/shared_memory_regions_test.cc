@@ -179,6 +179,26 @@ TEST(SharedMemoryRegionsTest, AnOutputIsWrittenIntoItsPlacement) {
   EXPECT_THAT(too_big.message(), HasSubstr("output 'Y' has 4 bytes, more than the 2"));
 }
 
+// A model may answer with its input itself (an identity that copies nothing, a python model
+// returning the tensor it was given), and a client may place that output over the input's own
+// bytes: the ranges overlap, and the write must still leave the input's bytes at the output's
+// place (memcpy's result there is undefined, and AddressSanitizer stops the server on it).
+TEST(SharedMemoryRegionsTest, AnOutputPlacedOverItsOwnInputIsWrittenWhole) {
+  Object object(4096);
+  SharedMemoryRegions shm;
+  ASSERT_TRUE(shm.RegisterSystem("r", object.key(), 0, 2048).ok());
+  constexpr size_t kBytes = 1000;
+  auto input = shm.Find("r", 0, kBytes, "input 'X'");
+  ASSERT_TRUE(input.ok());
+  Tensor t{"X", DataType::kUint8, {kBytes}, SharedBuffer::View(input->holder, input->data, kBytes)};
+  ASSERT_TRUE(shm.Write({"X", "r", 3, kBytes}, t, "output 'X'").ok());
+  auto slice = shm.Find("r", 3, kBytes, "check");
+  ASSERT_TRUE(slice.ok());
+  for (size_t i = 0; i < kBytes; ++i) {
+    ASSERT_EQ(static_cast<int>(slice->data[i]), static_cast<int>(i % 256)) << "byte " << i;
+  }
+}
+
 // A placed output's memory is handed to the backend as its output buffer; written there, the
 // front end's Write has nothing left to copy. An output larger than its placement, or one not
 // placed, gets none.
