@@ -36,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "core/data_type.h"
 #include "core/tensor.h"
 #include "fuzz_support.h"
@@ -192,7 +194,12 @@ void CheckDecoded(const ModelInferRequest& m, const vramd::InferRequest& request
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  static Regions* regions = new Regions();  // lives for the process, as a server's do
+  // Lives for the process, as a server's do. Protobuf's log of each malformed string field
+  // would drown libFuzzer's.
+  static Regions* regions = [] {
+    google::protobuf::SetLogHandler(nullptr);
+    return new Regions();
+  }();
   regions->Reset();
   const Regions* shm = (data[0] & 1) != 0 ? regions : nullptr;
   auto message = std::make_shared<ModelInferRequest>();

@@ -184,6 +184,55 @@ def grpc_infer_seeds():
     return seeds
 
 
+def grpc_routes_seeds():
+    """(name, bytes) for the gRPC routes target: an options byte (bits 0-2 the RPC: 0 ModelInfer,
+    1 a ModelStreamInfer request, 2 ModelMetadata, 3 ModelConfig, 4 ModelReady, 5
+    ModelStatistics, 6 RepositoryIndex; bit 3 shared memory on), then the request message, for
+    the fixture's models (fuzz_support.cc)."""
+    def tensor(name, datatype, shape, parameters=None):
+        return pb_bytes(5, pb_bytes(1, name) + pb_bytes(2, datatype) + pb_packed(3, shape) +
+                        pb_parameters(4, parameters or {}))
+
+    def infer(model, tensors, raws, version="", outputs=b"", parameters=None):
+        return (pb_bytes(1, model) + (pb_bytes(2, version) if version else b"") + pb_bytes(3, "7") +
+                pb_parameters(4, parameters or {}) + b"".join(tensors) + outputs +
+                b"".join(pb_bytes(7, r) for r in raws))
+
+    f32 = struct.pack("<16f", *range(16))
+    requests = [
+        ("add_sub", infer("add_sub", [tensor("INPUT0", "FP32", [1, 16]), tensor("INPUT1", "FP32", [1, 16])],
+                          [f32, f32])),
+        ("int32", infer("identity_int32", [tensor("INPUT0", "INT32", [3])], [struct.pack("<3i", 1, -2, 3)],
+                        parameters={"timeout": 100000, "custom": "x"})),
+        ("bytes", infer("identity_bytes", [tensor("INPUT0", "BYTES", [2])],
+                        [struct.pack("<I", 2) + b"hi" + struct.pack("<I", 0)])),
+        ("bool", infer("identity_bool", [tensor("INPUT0", "BOOL", [1, 2])], [b"\x01\x00"])),
+        ("fp16_batched", infer("batched_fp16", [tensor("INPUT0", "FP16", [2, 2, 3])], [b"\x00\x3c" * 12])),
+        ("bf16_reshaped", infer("reshaped_bf16", [tensor("INPUT0", "BF16", [1, 4])], [b"\x80\x3f" * 4])),
+        ("fp64_classified", infer("labelled_fp64", [tensor("INPUT0", "FP64", [4])],
+                                  [struct.pack("<4d", 0.1, 3.5, -1.0, 2.0)],
+                                  outputs=pb_bytes(6, pb_bytes(1, "OUTPUT0") +
+                                                   pb_parameters(2, {"classification": 2})))),
+        ("int64_v2", infer("versioned_int64", [tensor("INPUT0", "INT64", [1])], [struct.pack("<q", -5)],
+                           version="2")),
+        ("broken", infer("broken", [tensor("INPUT0", "INT32", [1])], [b"\x00" * 4])),
+    ]
+    seeds = [("infer_" + n, b"\x00" + m) for n, m in requests]
+    seeds += [("stream_" + n, b"\x01" + m) for n, m in requests[:3]]
+    seeds.append(("infer_shm", b"\x08" + infer(
+        "identity_int32", [tensor("INPUT0", "INT32", [4], {"shared_memory_region": "in",
+                                                           "shared_memory_byte_size": 16})], [],
+        outputs=pb_bytes(6, pb_bytes(1, "OUTPUT0") + pb_parameters(2, {
+            "shared_memory_region": "out", "shared_memory_byte_size": 16,
+            "shared_memory_offset": 8})))))
+    for rpc, name in ((2, "metadata"), (3, "config"), (4, "ready"), (5, "statistics")):
+        seeds.append((name, bytes([rpc]) + pb_bytes(1, "labelled_fp64")))
+        seeds.append((name + "_version", bytes([rpc]) + pb_bytes(1, "versioned_int64") + pb_bytes(2, "1")))
+    seeds.append(("statistics_all", b"\x05"))
+    seeds.append(("index", b"\x06" + pb_int(2, 1)))
+    return seeds
+
+
 def http_seeds():
     """(name, bytes) of HTTP requests; each target input starts with its options byte."""
     def req(method, path, body=b"", headers=None, version="HTTP/1.1"):
@@ -345,6 +394,8 @@ def main():
         write("http_request", name, data)
     for name, data in grpc_infer_seeds():
         write("grpc_infer_codec", name, data)
+    for name, data in grpc_routes_seeds():
+        write("grpc_routes", name, data)
 
     for name, body, length in infer_bodies():
         if length is None:
@@ -410,6 +461,13 @@ def main():
                                           "BYTES", "BF16"]]
     infer_tokens += ['"INPUT0"', '"INPUT1"', '"OUTPUT0"', '"OUTPUT1"']
     (DICT / "infer_codec.dict").write_text(dictionary(infer_tokens))
+    grpc_tokens = (["shared_memory_region", "shared_memory_offset", "shared_memory_byte_size",
+                    "in", "out", "classification", "timeout", "priority", "sequence_id",
+                    "sequence_start", "sequence_end", "triton_", "binary_data_output", "INPUT0",
+                    "INPUT1", "OUTPUT0", "OUTPUT1"] +
+                   ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
+                    "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"])
+    (DICT / "grpc_routes.dict").write_text(dictionary(grpc_tokens + MODELS))
     (DICT / "grpc_infer_codec.dict").write_text(dictionary(
         ["shared_memory_region", "shared_memory_offset", "shared_memory_byte_size", "in", "out",
          "classification", "timeout", "priority", "sequence_id", "sequence_start", "sequence_end",
