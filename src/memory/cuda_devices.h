@@ -46,9 +46,9 @@ Status SynchronizeStream(int ordinal, void* stream);
 
 // Copies `size` bytes from `src` (on device `src_device`) to `dst` (on `dst_device`): any pair
 // of host, pinned host and CUDA memory, ordered on `stream` (a cudaStream_t, or null) and
-// complete when it returns. Host to host is a memmove (the ranges may overlap: a client may place
-// an output over the input it came from); anything touching a GPU needs CUDA
-// (Unavailable without it), and a CUDA failure is Internal naming the error.
+// complete when it returns. Host to host is a memmove (the ranges may overlap: a client may
+// place an output over the input it came from); anything touching a GPU needs CUDA (Unavailable
+// without it), and a CUDA failure is Internal naming the error.
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream);
 // CopyBytes without the wait: a copy touching a GPU is queued on `stream` and may still run
