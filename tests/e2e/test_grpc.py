@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import pathlib
+import re
 import struct
 import sys
 import tempfile
@@ -447,6 +448,64 @@ def test_stream_infer_answers_each_request_in_order(stub):
     for i in range(20):
         assert np.frombuffer(answers["s%d" % i].infer_response.raw_output_contents[0],
                              dtype=np.float32).tolist() == [i, -i]
+
+
+def rss_bytes(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
+
+
+def send_unread_stream(stub, n=600, elements=65536):
+    """Opens a stream of n identity requests of `elements` FP32 each and reads no answer until
+    grpcio, which sends from the iterator on a thread of its own, stops taking requests (or has
+    taken them all). Returns (how many it took, whether it took all, the answers' iterator)."""
+    import threading
+    import time
+    sent = []
+    done = threading.Event()
+
+    def requests():
+        for i in range(n):
+            sent.append(i)
+            yield infer_fp32("identity_fp32", np.full(elements, i, dtype=np.float32), id="r%d" % i)
+        done.set()
+
+    answers = stub.ModelStreamInfer(requests(), timeout=120)
+    last, still = -1, 0
+    deadline = time.monotonic() + 30
+    while not done.is_set() and still < 10 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        still = still + 1 if len(sent) == last else 0
+        last = len(sent)
+    return len(sent), done.is_set(), answers
+
+
+def test_a_stream_whose_client_does_not_read_stops_being_read(stub):
+    """A client that sends a stream of requests and reads none of the answers (or reads them
+    slower than it sends): once a few answers wait to be written, the server stops reading the
+    stream's requests, and gRPC's flow control then holds the client's sends. Nothing is lost:
+    read afterwards, every answer arrives, in full."""
+    n = 600
+    sent, all_sent, answers = send_unread_stream(stub, n)
+    assert not all_sent, "the client sent all %d requests with no answer read" % n
+    got = {}
+    for a in answers:
+        assert not a.error_message, a.error_message
+        got[a.infer_response.id] = a.infer_response.raw_output_contents[0]
+    assert sorted(got) == sorted("r%d" % i for i in range(n))
+    for i in (0, sent, n - 1):
+        assert np.frombuffer(got["r%d" % i], dtype=np.float32)[[0, -1]].tolist() == [i, i]
+
+
+def test_a_stream_nobody_reads_does_not_grow_the_server(server, stub):
+    """The memory side of the test above: 600 answers of 256 KiB (150 MiB) made for a client
+    that reads none of them; the server held every one before it paused such streams. (Not run
+    under AddressSanitizer, whose quarantine of freed blocks is what RSS would measure.)"""
+    before = rss_bytes(server.proc.pid)
+    _, _, answers = send_unread_stream(stub)
+    grown = rss_bytes(server.proc.pid) - before
+    answers.cancel()
+    assert grown < 48 << 20, "the server grew %d MiB for a stream nobody read" % (grown >> 20)
 
 
 def count_request(n, **parameters):

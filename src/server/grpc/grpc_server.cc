@@ -468,9 +468,16 @@ class UnimplementedCall final : public Call {
 // are produced, one write at a time; once the client has sent its last request and every
 // request has had its last response, the stream ends with OK. A stream is kept in the server's
 // registry until its Finish completes, and each of its operations has a tag of its own.
+//
+// Reading waits while kPendingToPause responses wait to be written or kInFlightToPause requests
+// are unanswered, and goes on as they drain: a client that sends and does not read (or reads
+// slower) would otherwise have the server hold every answer it made; paused, gRPC's flow
+// control holds the client's sends instead.
 class StreamCall final : public Stream {
  public:
   using Response = inference::ModelStreamInferResponse;
+  static constexpr size_t kPendingToPause = 16;
+  static constexpr int64_t kInFlightToPause = 1024;
 
   StreamCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) : server_(server), cq_(cq) {}
 
@@ -484,7 +491,7 @@ class StreamCall final : public Stream {
  private:
   using Op = MemberOp<StreamCall>;
 
-  void OnAccepted(bool ok) {
+  void OnAccepted(bool ok) EXCLUDES(mu_) {
     if (!ok) return server_->RemoveStream(this);  // the server is shutting down
     Listen(server_, cq_);
     // The stream's W3C trace context, for each of its requests (keys are lowercase in gRPC).
@@ -492,31 +499,41 @@ class StreamCall final : public Stream {
     if (auto it = metadata.find("traceparent"); it != metadata.end()) {
       traceparent_.assign(it->second.data(), it->second.size());
     }
-    Read();
+    MutexLock lock(mu_);
+    ReadIfRoom();
   }
 
-  void Read() {
-    reading_ = std::make_shared<inference::ModelInferRequest>();
-    stream_.Read(reading_.get(), &read_);
+  // Starts the next read unless one is in progress, the client has sent its last request, or
+  // the stream is full (the class comment); a drained write or an answered request calls again.
+  void ReadIfRoom() REQUIRES(mu_) {
+    if (read_started_ || read_done_ || finishing_) return;
+    if (pending_.size() >= kPendingToPause || in_flight_ >= kInFlightToPause) return;
+    read_started_ = true;
+    incoming_ = std::make_shared<inference::ModelInferRequest>();
+    stream_.Read(incoming_.get(), &read_);
   }
 
   void OnRead(bool ok) EXCLUDES(mu_) {
-    if (!ok) {  // the client sent its last request (or went)
-      MutexLock lock(mu_);
-      read_done_ = true;
-      return WriteOrFinish();
-    }
+    std::shared_ptr<inference::ModelInferRequest> request;
     {
       MutexLock lock(mu_);
+      read_started_ = false;
+      if (!ok) {  // the client sent its last request (or went)
+        read_done_ = true;
+        return WriteOrFinish();
+      }
+      request = std::move(incoming_);
       ++in_flight_;
     }
     server_->Owe();
-    server_->routes()->StreamInfer(std::move(reading_), traceparent_,
+    // Not under mu_: the routes may answer at once, on this thread (Send).
+    server_->routes()->StreamInfer(std::move(request), traceparent_,
                                    std::chrono::steady_clock::now(),
                                    [this](std::optional<Response> response, bool last) {
                                      Send(std::move(response), last);
                                    });
-    Read();
+    MutexLock lock(mu_);
+    ReadIfRoom();
   }
 
   // From the routes, on any thread: a response of one request, and whether it is its last.
@@ -530,6 +547,7 @@ class StreamCall final : public Stream {
       if (response.has_value() && !broken_) pending_.push_back(std::move(*response));
       if (last) --in_flight_;
       WriteOrFinish();
+      ReadIfRoom();
     }
     if (last) server->Paid();  // after the write or finish it may start is queued
   }
@@ -542,6 +560,7 @@ class StreamCall final : public Stream {
       pending_.clear();
     }
     WriteOrFinish();
+    ReadIfRoom();
   }
 
   void OnFinished(bool) EXCLUDES(mu_) {
@@ -572,12 +591,13 @@ class StreamCall final : public Stream {
   Op read_{this, &StreamCall::OnRead};
   Op write_{this, &StreamCall::OnWritten};
   Op finish_{this, &StreamCall::OnFinished};
-  std::shared_ptr<inference::ModelInferRequest> reading_;  // the read in progress fills it
   std::string traceparent_;  // set once accepted, before the first read
   Mutex mu_;
+  std::shared_ptr<inference::ModelInferRequest> incoming_ GUARDED_BY(mu_);  // the read fills it
   std::deque<Response> pending_ GUARDED_BY(mu_);
   Response written_ GUARDED_BY(mu_);  // the write in progress sends it
   int64_t in_flight_ GUARDED_BY(mu_) = 0;  // requests not at their last response
+  bool read_started_ GUARDED_BY(mu_) = false;  // a read is in progress
   bool read_done_ GUARDED_BY(mu_) = false;
   bool writing_ GUARDED_BY(mu_) = false;
   bool finishing_ GUARDED_BY(mu_) = false;
