@@ -294,11 +294,14 @@ def test_intermediate_tensors_are_charged_to_the_ensemble_request(start_server, 
                 if n["kind"] == "request"}
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        running = pool.submit(lambda: s.client().infer("ens_mem", [Input("IN", "FP32", x)],
-                                                       request_id="big"))
+        # Binary both ways: 1M floats as JSON took the sanitizer build (-O0, CI's 2 cores shared
+        # with the unit tests) past the loop's deadline before the second step began.
+        running = pool.submit(lambda: s.client().infer(
+            "ens_mem", [Input("IN", "FP32", x, binary=True)], request_id="big",
+            binary_data_output=True))
         c = s.client()
         seen = {}
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         # A move of a charge is not one step for a reader of the report: the new owner is
         # charged before the old one is let go (ledger.cc, Recharge), and a report taken in
         # between shows the tensor under both. So the report is read until the move is seen
