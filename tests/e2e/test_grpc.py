@@ -535,31 +535,52 @@ def test_stream_infer_carries_a_decoupled_models_responses(stub):
     assert finals[0].infer_response.id == "c2" and not finals[0].infer_response.outputs
 
 
-@pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_decoupled)")
-@pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_cancel)")
-@pytest.mark.xfail(strict=True, reason="a gRPC client's cancellation does not reach the request "
-                                       "yet (docs/grpc.md, 'Not yet: cancellation')")
-def test_a_cancelled_call_is_cancelled_for_the_model(stub, tmp_path):
-    """A client that cancels a ModelInfer call (as tritonclient.grpc's cancel, or a deadline
-    passing) makes the request read as cancelled: py_cancel polls is_cancelled() and stops."""
-    import time
-    r = pb.ModelInferRequest(model_name="py_cancel", id="cancel-me")
+def cancel_request(tmp_path, tag):
+    """A py_cancel request: the model marks <tag>.started, then polls is_cancelled() for 10 s and
+    marks <tag>.cancelled (and answers CANCELLED) once it reads true."""
+    r = pb.ModelInferRequest(model_name="py_cancel", id=tag)
     r.inputs.add(name="IN", datatype="INT32", shape=[1])
     r.raw_input_contents.append(np.array([7], dtype=np.int32).tobytes())
     r.parameters["marker_dir"].string_param = str(tmp_path)
-    r.parameters["tag"].string_param = "grpc"
-    call = stub.ModelInfer.future(r, timeout=30)
-    deadline = time.monotonic() + 10
-    while not (tmp_path / "grpc.started").exists() and time.monotonic() < deadline:
+    r.parameters["tag"].string_param = tag
+    return r
+
+
+def wait_for_file(path, seconds):
+    import time
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert (tmp_path / "grpc.started").exists(), "the model never started the request"
+    return path.exists()
+
+
+@pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_cancel)")
+def test_a_cancelled_call_is_cancelled_for_the_model(stub, tmp_path):
+    """A client that cancels a ModelInfer call (tritonclient.grpc's cancel, or a deadline
+    passing) makes the request read as cancelled: py_cancel polls is_cancelled() and stops."""
+    call = stub.ModelInfer.future(cancel_request(tmp_path, "unary"), timeout=30)
+    assert wait_for_file(tmp_path / "unary.started", 10), "the model never started the request"
     call.cancel()
-    deadline = time.monotonic() + 5
-    while not (tmp_path / "grpc.cancelled").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert (tmp_path / "grpc.cancelled").exists(), "the model never saw the cancellation"
+    assert wait_for_file(tmp_path / "unary.cancelled", 5), "the model never saw the cancellation"
+    # A deadline that passes cancels the same way.
+    e = rpc_error(lambda r, timeout: stub.ModelInfer(r, timeout=0.5),
+                  cancel_request(tmp_path, "deadline"))
+    assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert wait_for_file(tmp_path / "deadline.cancelled", 5), "a passed deadline did not cancel"
 
 
+@pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_cancel)")
+def test_a_cancelled_stream_cancels_its_requests(stub, tmp_path):
+    """A client that cancels a ModelStreamInfer stream makes each of its requests still running
+    read as cancelled."""
+    answers = stub.ModelStreamInfer(iter([cancel_request(tmp_path, "s1"),
+                                          cancel_request(tmp_path, "s2")]), timeout=30)
+    assert wait_for_file(tmp_path / "s1.started", 10), "the model never started the request"
+    answers.cancel()
+    assert wait_for_file(tmp_path / "s1.cancelled", 5), "the model never saw the cancellation"
+
+
+@pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_decoupled)")
 def test_model_infer_refuses_a_decoupled_model(stub):
     e = rpc_error(stub.ModelInfer, count_request(1))
     assert e.code() == grpc.StatusCode.UNIMPLEMENTED

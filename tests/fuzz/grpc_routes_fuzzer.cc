@@ -154,7 +154,8 @@ void ModelInfer(const Fixture& fixture, bool shm, const uint8_t* data, size_t si
   auto request = std::make_shared<inference::ModelInferRequest>();
   if (!request->ParseFromArray(data, static_cast<int>(size))) return;
   Answer<vramd::grpc_server::EncodedInferResponse> answer;
-  fixture.routes(shm).ModelInfer(request, "", std::chrono::steady_clock::now(), answer.reply());
+  fixture.routes(shm).ModelInfer(request, "", std::chrono::steady_clock::now(), nullptr,
+                                 answer.reply());
   auto [status, encoded] = answer.Wait("ModelInfer");
   CheckStatus(status, "ModelInfer");
   if (!status.ok()) return;
@@ -182,7 +183,7 @@ void StreamInfer(const Fixture& fixture, bool shm, const uint8_t* data, size_t s
   };
   auto state = std::make_shared<State>();
   fixture.routes(shm).StreamInfer(
-      request, "", std::chrono::steady_clock::now(),
+      request, "", std::chrono::steady_clock::now(), nullptr,
       [state](std::optional<inference::ModelStreamInferResponse> response, bool last) {
         std::lock_guard lock(state->mu);
         if (state->last) Fail("a stream's request was sent to after its last response");

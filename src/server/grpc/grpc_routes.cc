@@ -193,6 +193,7 @@ std::shared_ptr<RequestTrace> GrpcRoutes::StartTrace(
 void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> message,
                             std::string_view traceparent,
                             std::chrono::steady_clock::time_point received,
+                            std::shared_ptr<CancelFlag> cancel,
                             Reply<EncodedInferResponse> reply) const {
   auto version = ParseModelVersion(message->model_version());
   if (!version.ok()) return Fail(reply, version.status());
@@ -233,14 +234,17 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message = std::move(message), shm, trace](
+      [message = std::move(message), shm, trace, cancel = std::move(cancel)](
           const config::ModelConfig& config) -> Result<InferRequest> {
         if (IsDecoupled(config)) {
           return Status::Unsupported(
               "ModelInfer RPC doesn't support models with decoupled transaction policy");
         }
         Result<InferRequest> built = DecodeInferRequest(message, shm);
-        if (built.ok()) built->trace = trace;
+        if (built.ok()) {
+          built->trace = trace;
+          built->cancel = cancel;
+        }
         return built;
       },
       std::move(done));
@@ -366,7 +370,7 @@ bool WantsEmptyFinal(const inference::ModelInferRequest& m) {
 void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest> message,
                              std::string_view traceparent,
                              std::chrono::steady_clock::time_point received,
-                             StreamSend send) const {
+                             std::shared_ptr<CancelFlag> cancel, StreamSend send) const {
   auto version = ParseModelVersion(message->model_version());
   if (!version.ok()) return send(StreamError(version.status()), true);
   auto request = std::make_shared<InferRequest>();
@@ -415,10 +419,11 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message, send, decoupled, weak_request, shm, trace](
+      [message, send, decoupled, weak_request, shm, trace, cancel = std::move(cancel)](
           const config::ModelConfig& config) -> Result<InferRequest> {
         VRAMD_ASSIGN_OR_RETURN(InferRequest built, DecodeInferRequest(message, shm));
         built.trace = trace;
+        built.cancel = cancel;
         *decoupled = IsDecoupled(config);
         if (*decoupled) {
           // Each response as the model sends it, in order, from an instance thread.

@@ -86,10 +86,11 @@ class GrpcRoutes {
                    Reply<inference::ModelConfigResponse> reply) const;
   // The answer's raw outputs are the outcome's own buffers (EncodedInferResponse).
   // `traceparent`: the call's W3C trace context metadata, or empty; `received`: when the call
-  // and its message arrived (a trace's GRPC_WAITREAD_END).
+  // and its message arrived (a trace's GRPC_WAITREAD_END); `cancel` (null: none): set when the
+  // client cancels the call, which the model then reads (InferRequest::cancel).
   void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
                   std::string_view traceparent, std::chrono::steady_clock::time_point received,
-                  Reply<EncodedInferResponse> reply) const;
+                  std::shared_ptr<CancelFlag> cancel, Reply<EncodedInferResponse> reply) const;
   void ModelStatistics(std::shared_ptr<const inference::ModelStatisticsRequest> request,
                        Reply<inference::ModelStatisticsResponse> reply) const;
   // Triton's logging extension (server/logging/log_settings.h): a change of a setting fixed
@@ -106,12 +107,13 @@ class GrpcRoutes {
   // other model answers once, that answer being the last. `traceparent`: the stream's W3C
   // trace context metadata, or empty (every request of the stream joins that trace);
   // `received`: when this request's message was read. A traced request's trace ends as its
-  // last call of `send` returns.
+  // last call of `send` returns. `cancel` (null: none): the stream's, set when the client
+  // cancels it, shared by all of its requests.
   using StreamSend =
       std::function<void(std::optional<inference::ModelStreamInferResponse>, bool last)>;
   void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
                    std::string_view traceparent, std::chrono::steady_clock::time_point received,
-                   StreamSend send) const;
+                   std::shared_ptr<CancelFlag> cancel, StreamSend send) const;
   void SystemSharedMemoryRegister(
       std::shared_ptr<const inference::SystemSharedMemoryRegisterRequest> request,
       Reply<inference::SystemSharedMemoryRegisterResponse> reply) const;

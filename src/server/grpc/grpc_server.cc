@@ -324,7 +324,9 @@ class UnaryCall final : public Call {
 
 // One ModelInfer: as a UnaryCall, but the request is parsed here (a malformed message is
 // INVALID_ARGUMENT, naming the RPC) and the answer written by SerializeInferResponse, so that
-// large outputs go to the socket from the model's buffers.
+// large outputs go to the socket from the model's buffers. gRPC's notice that the call is over
+// says whether the client cancelled it, which the request's CancelFlag then tells the model;
+// the call is freed once both that notice and its Finish have come (both on its queue's thread).
 class InferCall final : public Call {
  public:
   InferCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) : server_(server), cq_(cq) {}
@@ -333,6 +335,7 @@ class InferCall final : public Call {
     server->IfAccepting([&] {
       auto call = std::make_unique<InferCall>(server, cq);
       InferCall* tag = call.release();  // the queue's until it hands the tag back
+      tag->context_.AsyncNotifyWhenDone(&tag->done_);  // before the call starts, as gRPC asks
       server->service()->RequestModelInfer(&tag->context_, &tag->request_, &tag->writer_, cq, cq,
                                            tag);
     });
@@ -341,7 +344,7 @@ class InferCall final : public Call {
   bool Proceed(bool ok) override {
     switch (state_) {
       case State::kListening:
-        if (!ok) return false;
+        if (!ok) return false;  // the server is shutting down; a call never started gets no notice
         Listen(server_, cq_);
         server_->Owe();
         Run();
@@ -352,7 +355,8 @@ class InferCall final : public Call {
         Answer();
         return true;
       case State::kFinishing:
-        return false;
+        finished_ = true;
+        return !noticed_;  // kept for the notice still to come
     }
     return false;
   }
@@ -376,13 +380,19 @@ class InferCall final : public Call {
     if (auto it = metadata.find("traceparent"); it != metadata.end()) {
       traceparent.assign(it->second.data(), it->second.size());
     }
-    server_->routes()->ModelInfer(std::move(message), traceparent, received,
+    server_->routes()->ModelInfer(std::move(message), traceparent, received, cancel_,
                                   [this](grpc::Status status, EncodedInferResponse response) {
                                     status_ = std::move(status);
                                     response_parts_ = std::move(response);
                                     if (tls_on_queue_thread) return Answer();
                                     HandOver();
                                   });
+  }
+
+  void OnDone(bool) {
+    if (context_.IsCancelled()) cancel_->Cancel();
+    noticed_ = true;
+    if (finished_) std::unique_ptr<InferCall> gone(this);  // the Finish came first
   }
 
   // An instance thread produced the answer (the request waited in the queue for an instance).
@@ -421,6 +431,11 @@ class InferCall final : public Call {
   // Made only for a hand-over: a grpc::Alarm takes gRPC's global initialization lock when it is
   // made and again when it goes, which every call would otherwise pay.
   std::optional<grpc::Alarm> alarm_;
+  const std::shared_ptr<CancelFlag> cancel_ = std::make_shared<CancelFlag>();
+  MemberOp<InferCall> done_{this, &InferCall::OnDone};
+  // Both read and written on the queue's thread only.
+  bool finished_ = false;  // the Finish has completed
+  bool noticed_ = false;   // gRPC's done notice has come
 };
 
 // An RPC vramd does not serve: UNIMPLEMENTED, with a message that names it.
@@ -483,6 +498,7 @@ class StreamCall final : public Stream {
 
   static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq) {
     server->ListenStream(std::make_unique<StreamCall>(server, cq), [&](StreamCall* call) {
+      call->context_.AsyncNotifyWhenDone(&call->done_);  // before the call starts, as gRPC asks
       server->service()->RequestModelStreamInfer(&call->context_, &call->stream_, cq, cq,
                                                  &call->accepted_);
     });
@@ -492,7 +508,7 @@ class StreamCall final : public Stream {
   using Op = MemberOp<StreamCall>;
 
   void OnAccepted(bool ok) EXCLUDES(mu_) {
-    if (!ok) return server_->RemoveStream(this);  // the server is shutting down
+    if (!ok) return server_->RemoveStream(this);  // shutting down: never started, so no notice
     Listen(server_, cq_);
     // The stream's W3C trace context, for each of its requests (keys are lowercase in gRPC).
     const auto& metadata = context_.client_metadata();
@@ -528,7 +544,7 @@ class StreamCall final : public Stream {
     server_->Owe();
     // Not under mu_: the routes may answer at once, on this thread (Send).
     server_->routes()->StreamInfer(std::move(request), traceparent_,
-                                   std::chrono::steady_clock::now(),
+                                   std::chrono::steady_clock::now(), cancel_,
                                    [this](std::optional<Response> response, bool last) {
                                      Send(std::move(response), last);
                                    });
@@ -563,8 +579,23 @@ class StreamCall final : public Stream {
     ReadIfRoom();
   }
 
+  // The stream is the registry's until both its Finish and gRPC's done notice have come; the
+  // notice says whether the client cancelled the stream, which every request of it then reads.
   void OnFinished(bool) EXCLUDES(mu_) {
-    { MutexLock lock(mu_); }  // a Send that started the Finish has left its locked section
+    {
+      MutexLock lock(mu_);  // also: a Send that started the Finish has left its locked section
+      finished_ = true;
+      if (!noticed_) return;
+    }
+    server_->RemoveStream(this);
+  }
+  void OnDone(bool) EXCLUDES(mu_) {
+    if (context_.IsCancelled()) cancel_->Cancel();
+    {
+      MutexLock lock(mu_);
+      noticed_ = true;
+      if (!finished_) return;
+    }
     server_->RemoveStream(this);
   }
 
@@ -591,6 +622,8 @@ class StreamCall final : public Stream {
   Op read_{this, &StreamCall::OnRead};
   Op write_{this, &StreamCall::OnWritten};
   Op finish_{this, &StreamCall::OnFinished};
+  Op done_{this, &StreamCall::OnDone};
+  const std::shared_ptr<CancelFlag> cancel_ = std::make_shared<CancelFlag>();
   std::string traceparent_;  // set once accepted, before the first read
   Mutex mu_;
   std::shared_ptr<inference::ModelInferRequest> incoming_ GUARDED_BY(mu_);  // the read fills it
@@ -602,6 +635,8 @@ class StreamCall final : public Stream {
   bool writing_ GUARDED_BY(mu_) = false;
   bool finishing_ GUARDED_BY(mu_) = false;
   bool broken_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;  // the Finish has completed
+  bool noticed_ GUARDED_BY(mu_) = false;   // gRPC's done notice has come
 };
 
 // One grpc.health.v1.Health/Watch: the service's status when the call starts, then NOT_SERVING
