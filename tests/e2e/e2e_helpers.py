@@ -379,6 +379,15 @@ def in_background(fn):
     return t, result
 
 
+def rss_bytes(pid):
+    """The resident set of process `pid`, in bytes (/proc/PID/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
 def wait_for(predicate, timeout=10.0, interval=0.05, what="the condition"):
     """Calls `predicate` until it returns something truthy, and returns that. Raises
     AssertionError naming `what` (a string, or a callable giving the last state) on timeout."""

@@ -9,7 +9,6 @@ import glob
 import json
 import os
 import pathlib
-import re
 import struct
 import sys
 import tempfile
@@ -17,7 +16,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from e2e_helpers import FIXTURE_REPO, PYTHON_LIBRARY, PYTHON_BACKEND_DIR, VRAMD_BIN, copy_model
+from e2e_helpers import (FIXTURE_REPO, PYTHON_LIBRARY, PYTHON_BACKEND_DIR, VRAMD_BIN, copy_model,
+                         rss_bytes, wait_for)
 
 GRPC_PY = pathlib.Path(os.environ.get("VRAMD_GRPC_PYTHON_DIR")
                        or (VRAMD_BIN.resolve().parent.parent.parent / "python"))
@@ -451,11 +451,6 @@ def test_stream_infer_answers_each_request_in_order(stub):
                              dtype=np.float32).tolist() == [i, -i]
 
 
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
-
-
 def send_unread_stream(stub, n=600, elements=65536):
     """Opens a stream of n identity requests of `elements` FP32 each and reads no answer until
     grpcio, which sends from the iterator on a thread of its own, stops taking requests (or has
@@ -546,12 +541,8 @@ def cancel_request(tmp_path, tag):
     return r
 
 
-def wait_for_file(path, seconds):
-    import time
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return path.exists()
+def wait_for_file(path, seconds, what):
+    wait_for(path.exists, timeout=seconds, interval=0.01, what=what)
 
 
 @pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_cancel)")
@@ -559,14 +550,14 @@ def test_a_cancelled_call_is_cancelled_for_the_model(stub, tmp_path):
     """A client that cancels a ModelInfer call (tritonclient.grpc's cancel, or a deadline
     passing) makes the request read as cancelled: py_cancel polls is_cancelled() and stops."""
     call = stub.ModelInfer.future(cancel_request(tmp_path, "unary"), timeout=30)
-    assert wait_for_file(tmp_path / "unary.started", 10), "the model never started the request"
+    wait_for_file(tmp_path / "unary.started", 10, "the model to start the request")
     call.cancel()
-    assert wait_for_file(tmp_path / "unary.cancelled", 5), "the model never saw the cancellation"
+    wait_for_file(tmp_path / "unary.cancelled", 5, "the model to see the cancellation")
     # A deadline that passes cancels the same way.
     e = rpc_error(lambda r, timeout: stub.ModelInfer(r, timeout=0.5),
                   cancel_request(tmp_path, "deadline"))
     assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert wait_for_file(tmp_path / "deadline.cancelled", 5), "a passed deadline did not cancel"
+    wait_for_file(tmp_path / "deadline.cancelled", 5, "a passed deadline to cancel")
 
 
 @pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_cancel)")
@@ -575,9 +566,9 @@ def test_a_cancelled_stream_cancels_its_requests(stub, tmp_path):
     read as cancelled."""
     answers = stub.ModelStreamInfer(iter([cancel_request(tmp_path, "s1"),
                                           cancel_request(tmp_path, "s2")]), timeout=30)
-    assert wait_for_file(tmp_path / "s1.started", 10), "the model never started the request"
+    wait_for_file(tmp_path / "s1.started", 10, "the model to start the request")
     answers.cancel()
-    assert wait_for_file(tmp_path / "s1.cancelled", 5), "the model never saw the cancellation"
+    wait_for_file(tmp_path / "s1.cancelled", 5, "the model to see the cancellation")
 
 
 @pytest.mark.skipif(not HAVE_PYTHON, reason="needs the python backend (py_decoupled)")

@@ -32,7 +32,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from e2e_helpers import (BACKEND_HOST, PYTHON_BACKEND_DIR, index_rows,
+from e2e_helpers import (BACKEND_HOST, PYTHON_BACKEND_DIR, index_rows, rss_bytes,
                          load_model, model_config, skip_module_without_python_backend, wait_for)
 from v2client import Input, InferResult, build_infer_body
 
@@ -194,14 +194,6 @@ def process_alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS for pid %d" % pid)
 
 
 def host_of(py_server, model):

@@ -19,10 +19,6 @@
 //    for an output the request placed in a region: an empty entry, the region named in its
 //    parameters, and the region holding its bytes. Placed where they do not fit, the answer is
 //    refused (InvalidArgument).
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -36,13 +32,11 @@
 #include <utility>
 #include <vector>
 
-#include <google/protobuf/stubs/logging.h>
-
 #include "core/data_type.h"
 #include "core/tensor.h"
 #include "fuzz_support.h"
+#include "grpc_fuzz_support.h"
 #include "server/grpc/infer_proto_codec.h"
-#include "server/shared_memory/shared_memory_regions.h"
 
 namespace {
 using inference::InferTensorContents;
@@ -52,40 +46,7 @@ using vramd::DataType;
 using vramd::Tensor;
 using vramd::fuzz::Fail;
 
-constexpr size_t kRegionBytes = 256;
-
-// The POSIX object behind both regions, unlinked at exit; the regions keep their mappings.
-class Regions {
- public:
-  Regions() {
-    key_ = "/vramd-grpc-fuzz-" + std::to_string(::getpid());
-    const int fd = ::shm_open(key_.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
-    if (fd < 0 || ::ftruncate(fd, 2 * kRegionBytes) != 0) Fail("cannot make " + key_);
-    ::close(fd);
-    for (const auto& [name, offset] : {std::pair{"in", 0}, std::pair{"out", 1}}) {
-      auto s = regions_.RegisterSystem(name, key_, offset * kRegionBytes, kRegionBytes);
-      if (!s.ok()) Fail("cannot register region " + std::string(name) + ": " + s.ToString());
-    }
-  }
-  ~Regions() { ::shm_unlink(key_.c_str()); }
-
-  // Each input starts from the same region contents: "in" holds 0..255, "out" zeros.
-  void Reset() {
-    std::byte* in = Bytes("in");
-    for (size_t i = 0; i < kRegionBytes; ++i) in[i] = static_cast<std::byte>(i);
-    std::memset(Bytes("out"), 0, kRegionBytes);
-  }
-  std::byte* Bytes(const std::string& name) const {
-    auto slice = regions_.Find(name, 0, kRegionBytes, "the fuzzer's region");
-    if (!slice.ok()) Fail("the fuzzer's region is gone: " + slice.status().ToString());
-    return slice->data;
-  }
-  const vramd::shared_memory::SharedMemoryRegions* get() const { return &regions_; }
-
- private:
-  std::string key_;
-  vramd::shared_memory::SharedMemoryRegions regions_;
-};
+using Regions = vramd::fuzz::ClientRegions;
 
 // A string parameter of `p`, if it has one of that name.
 template <typename Map>
@@ -194,11 +155,9 @@ void CheckDecoded(const ModelInferRequest& m, const vramd::InferRequest& request
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  // Lives for the process, as a server's do. Protobuf's log of each malformed string field
-  // would drown libFuzzer's.
-  static Regions* regions = [] {
-    google::protobuf::SetLogHandler(nullptr);
-    return new Regions();
+  static Regions* regions = [] {  // lives for the process, as a server's do
+    vramd::fuzz::SilenceProtobuf();
+    return new Regions("grpc-fuzz");
   }();
   regions->Reset();
   const Regions* shm = (data[0] & 1) != 0 ? regions : nullptr;
@@ -266,13 +225,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (verbose) std::fprintf(stderr, "  answer refused: %s\n", status.ToString().c_str());
     return 0;
   }
-  grpc::ByteBuffer wire = vramd::grpc_server::SerializeInferResponse(std::move(encoded));
-  std::vector<grpc::Slice> slices;
-  if (!wire.Dump(&slices).ok()) Fail("the answer's buffer does not dump");
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  ModelInferResponse back;
-  if (!back.ParseFromString(bytes)) Fail("the answer does not parse as a ModelInferResponse");
+  const ModelInferResponse back =
+      vramd::fuzz::ReadBack(vramd::grpc_server::SerializeInferResponse(std::move(encoded)));
   if (back.id() != request.id) Fail("the answer's id changed");
   if (back.outputs_size() != static_cast<int>(response.outputs.size()) ||
       back.raw_output_contents_size() != back.outputs_size()) {

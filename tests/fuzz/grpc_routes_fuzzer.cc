@@ -18,10 +18,6 @@
 //    error has a message;
 //  - a ModelInfer answer serializes to a ModelInferResponse with one raw entry per output; a
 //    stream's response is an error message or a ModelInferResponse, never both.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -34,18 +30,15 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/stubs/logging.h>
-
 #include "fuzz_support.h"
+#include "grpc_fuzz_support.h"
 #include "server/grpc/grpc_routes.h"
 #include "server/grpc/infer_proto_codec.h"
-#include "server/shared_memory/shared_memory_regions.h"
 
 namespace {
 using vramd::fuzz::Fail;
 
 constexpr auto kAnswerTimeout = std::chrono::seconds(60);
-constexpr size_t kRegionBytes = 256;
 
 bool verbose() {
   static const bool on = std::getenv("VRAMD_FUZZ_VERBOSE") != nullptr;
@@ -79,21 +72,12 @@ void CheckStatus(const grpc::Status& status, const char* rpc) {
 class Fixture {
  public:
   Fixture() : models_(vramd::runtime::ModelControlMode::kExplicit) {
-    key_ = "/vramd-grpc-routes-fuzz-" + std::to_string(::getpid());
-    const int fd = ::shm_open(key_.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
-    if (fd < 0 || ::ftruncate(fd, 2 * kRegionBytes) != 0) Fail("cannot make " + key_);
-    ::close(fd);
-    for (const auto& [name, offset] : {std::pair{"in", 0}, std::pair{"out", 1}}) {
-      auto s = regions_.RegisterSystem(name, key_, offset * kRegionBytes, kRegionBytes);
-      if (!s.ok()) Fail("cannot register region " + std::string(name) + ": " + s.ToString());
-    }
     const vramd::runtime::ModelManager* manager = &models_.manager();
     with_shm_ = std::make_unique<vramd::grpc_server::GrpcRoutes>(
-        manager, vramd::grpc_server::GrpcRoutes::ServerInfo{}, &regions_);
+        manager, vramd::grpc_server::GrpcRoutes::ServerInfo{}, regions_.get());
     without_shm_ = std::make_unique<vramd::grpc_server::GrpcRoutes>(
         manager, vramd::grpc_server::GrpcRoutes::ServerInfo{}, nullptr);
   }
-  ~Fixture() { ::shm_unlink(key_.c_str()); }
 
   const vramd::grpc_server::GrpcRoutes& routes(bool shm) const {
     return shm ? *with_shm_ : *without_shm_;
@@ -101,8 +85,7 @@ class Fixture {
 
  private:
   vramd::fuzz::RoutesFixture models_;
-  std::string key_;
-  vramd::shared_memory::SharedMemoryRegions regions_;
+  vramd::fuzz::ClientRegions regions_{"grpc-routes-fuzz"};
   std::unique_ptr<vramd::grpc_server::GrpcRoutes> with_shm_;
   std::unique_ptr<vramd::grpc_server::GrpcRoutes> without_shm_;
 };
@@ -161,13 +144,9 @@ void ModelInfer(const Fixture& fixture, bool shm, const uint8_t* data, size_t si
   if (!status.ok()) return;
   const size_t outputs = static_cast<size_t>(encoded.message.outputs_size());
   if (encoded.raw.size() != outputs) Fail("a ModelInfer answer's raw entries are not its outputs");
-  grpc::ByteBuffer wire = vramd::grpc_server::SerializeInferResponse(std::move(encoded));
-  std::vector<grpc::Slice> slices;
-  if (!wire.Dump(&slices).ok()) Fail("the answer's buffer does not dump");
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  inference::ModelInferResponse back;
-  if (!back.ParseFromString(bytes) || back.raw_output_contents_size() != back.outputs_size() ||
+  const inference::ModelInferResponse back =
+      vramd::fuzz::ReadBack(vramd::grpc_server::SerializeInferResponse(std::move(encoded)));
+  if (back.raw_output_contents_size() != back.outputs_size() ||
       static_cast<size_t>(back.outputs_size()) != outputs) {
     Fail("a ModelInfer answer does not parse back with one raw entry per output");
   }
@@ -206,10 +185,8 @@ void StreamInfer(const Fixture& fixture, bool shm, const uint8_t* data, size_t s
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  // Loaded once: the models stay for the process. Protobuf's log of each malformed string field
-  // would drown libFuzzer's.
-  static Fixture* fixture = [] {
-    google::protobuf::SetLogHandler(nullptr);
+  static Fixture* fixture = [] {  // loaded once: the models stay for the process
+    vramd::fuzz::SilenceProtobuf();
     return new Fixture();
   }();
   const bool shm = (data[0] & 8) != 0;

@@ -127,15 +127,21 @@ def pb_parameters(field, parameters):
                     for k, v in parameters.items())
 
 
+def pb_input(name, datatype, shape, contents=b"", parameters=None):
+    """A ModelInferRequest's inputs entry (field 5); `contents`: its InferTensorContents."""
+    return pb_bytes(5, pb_bytes(1, name) + pb_bytes(2, datatype) + pb_packed(3, shape) +
+                    pb_parameters(4, parameters or {}) + (pb_bytes(5, contents) if contents else b""))
+
+
+def pb_output(name, parameters=None):
+    """A ModelInferRequest's outputs entry (field 6)."""
+    return pb_bytes(6, pb_bytes(1, name) + pb_parameters(2, parameters or {}))
+
+
 def grpc_infer_seeds():
     """(name, bytes) of ModelInferRequest messages, each after the target's options byte (bit 0:
     shared memory on, with regions "in" and "out" of 256 bytes)."""
-    def tensor(name, datatype, shape, contents=b"", parameters=None):
-        return pb_bytes(5, pb_bytes(1, name) + pb_bytes(2, datatype) + pb_packed(3, shape) +
-                        pb_parameters(4, parameters or {}) + (pb_bytes(5, contents) if contents else b""))
-
-    def output(name, parameters=None):
-        return pb_bytes(6, pb_bytes(1, name) + pb_parameters(2, parameters or {}))
+    tensor, output = pb_input, pb_output
 
     def request(*parts, model="identity", version="", rid="", parameters=None):
         return (pb_bytes(1, model) + (pb_bytes(2, version) if version else b"") +
@@ -189,9 +195,7 @@ def grpc_routes_seeds():
     1 a ModelStreamInfer request, 2 ModelMetadata, 3 ModelConfig, 4 ModelReady, 5
     ModelStatistics, 6 RepositoryIndex; bit 3 shared memory on), then the request message, for
     the fixture's models (fuzz_support.cc)."""
-    def tensor(name, datatype, shape, parameters=None):
-        return pb_bytes(5, pb_bytes(1, name) + pb_bytes(2, datatype) + pb_packed(3, shape) +
-                        pb_parameters(4, parameters or {}))
+    tensor = pb_input
 
     def infer(model, tensors, raws, version="", outputs=b"", parameters=None):
         return (pb_bytes(1, model) + (pb_bytes(2, version) if version else b"") + pb_bytes(3, "7") +
@@ -211,8 +215,7 @@ def grpc_routes_seeds():
         ("bf16_reshaped", infer("reshaped_bf16", [tensor("INPUT0", "BF16", [1, 4])], [b"\x80\x3f" * 4])),
         ("fp64_classified", infer("labelled_fp64", [tensor("INPUT0", "FP64", [4])],
                                   [struct.pack("<4d", 0.1, 3.5, -1.0, 2.0)],
-                                  outputs=pb_bytes(6, pb_bytes(1, "OUTPUT0") +
-                                                   pb_parameters(2, {"classification": 2})))),
+                                  outputs=pb_output("OUTPUT0", {"classification": 2}))),
         ("int64_v2", infer("versioned_int64", [tensor("INPUT0", "INT64", [1])], [struct.pack("<q", -5)],
                            version="2")),
         ("broken", infer("broken", [tensor("INPUT0", "INT32", [1])], [b"\x00" * 4])),
@@ -220,11 +223,10 @@ def grpc_routes_seeds():
     seeds = [("infer_" + n, b"\x00" + m) for n, m in requests]
     seeds += [("stream_" + n, b"\x01" + m) for n, m in requests[:3]]
     seeds.append(("infer_shm", b"\x08" + infer(
-        "identity_int32", [tensor("INPUT0", "INT32", [4], {"shared_memory_region": "in",
-                                                           "shared_memory_byte_size": 16})], [],
-        outputs=pb_bytes(6, pb_bytes(1, "OUTPUT0") + pb_parameters(2, {
-            "shared_memory_region": "out", "shared_memory_byte_size": 16,
-            "shared_memory_offset": 8})))))
+        "identity_int32", [tensor("INPUT0", "INT32", [4], parameters={
+            "shared_memory_region": "in", "shared_memory_byte_size": 16})], [],
+        outputs=pb_output("OUTPUT0", {"shared_memory_region": "out", "shared_memory_byte_size": 16,
+                                      "shared_memory_offset": 8}))))
     for rpc, name in ((2, "metadata"), (3, "config"), (4, "ready"), (5, "statistics")):
         seeds.append((name, bytes([rpc]) + pb_bytes(1, "labelled_fp64")))
         seeds.append((name + "_version", bytes([rpc]) + pb_bytes(1, "versioned_int64") + pb_bytes(2, "1")))
