@@ -14,6 +14,8 @@ build_packages=(
   protobuf-compiler libprotobuf-dev libboost-dev rapidjson-dev
   # the gRPC front end (protobuf-compiler-grpc also makes the Python stubs the tests use)
   libgrpc++-dev protobuf-compiler-grpc
+  # gRPC's TLS (--grpc-use-ssl): vramd checks the certificate files with OpenSSL itself
+  libssl-dev
   # HTTP request and response compression
   zlib1g-dev
   libspdlog-dev libfmt-dev libcli11-dev libopenblas-dev
@@ -30,6 +32,8 @@ test_packages=(
   # the sanitizer build and the fuzz targets (clang's ASan, UBSan and libFuzzer runtimes)
   clang-14 libclang-rt-14-dev
   nginx-light wrk curl
+  # the TLS tests make their certificates at test time
+  openssl
 )
 packages=("${build_packages[@]}")
 [ "${1:-}" = "--build-only" ] || packages+=("${test_packages[@]}")

@@ -42,28 +42,6 @@ constexpr Ignored kIgnored[] = {
     {"--grpc-header-forward-pattern", "vramd forwards no headers to models"},
 };
 
-// Refused when they ask for the feature: serving without it would expose what they protect.
-struct Refused {
-  const char* flag;
-  const char* what;
-  bool is_switch;  // a boolean: only a true value asks for the feature
-};
-constexpr Refused kRefused[] = {
-    {"--grpc-use-ssl", "TLS on gRPC", true},
-    {"--grpc-use-ssl-mutual", "mutual TLS on gRPC", true},
-    {"--grpc-server-cert", "TLS on gRPC", false},
-    {"--grpc-server-key", "TLS on gRPC", false},
-    {"--grpc-root-cert", "TLS on gRPC", false},
-    {"--http-restricted-api", "restricted HTTP APIs", false},
-    {"--grpc-restricted-protocol", "restricted gRPC protocols", false},
-};
-
-bool IsTrue(std::string value) {
-  std::transform(value.begin(), value.end(), value.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return value == "1" || value == "true" || value == "yes" || value == "on";
-}
-
 }  // namespace
 
 void AddTritonFlags(CLI::App* serve, TritonFlags* flags) {
@@ -115,34 +93,53 @@ void AddTritonFlags(CLI::App* serve, TritonFlags* flags) {
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
         ->group("Triton flags vramd ignores");
   }
-  for (const Refused& r : kRefused) {
-    serve->add_option(r.flag, flags->refused[r.flag],
-                      fmt::format("Triton's flag: vramd has no {} and refuses to start when "
-                                  "it is asked for",
-                                  r.what))
-        ->expected(1)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-        ->group("Triton flags vramd refuses");
-  }
+  serve->add_option("--grpc-use-ssl", flags->grpc_use_ssl,
+                    "Serve gRPC over TLS with --grpc-server-cert and --grpc-server-key")
+      ->capture_default_str();
+  serve->add_option_function<bool>(
+      "--grpc-use-ssl-mutual",
+      [flags](bool mutual) {
+        flags->grpc_use_ssl_mutual = mutual;
+        if (mutual) flags->grpc_use_ssl = true;
+      },
+      "Serve gRPC over TLS and require a client certificate signed by --grpc-root-cert "
+      "(implies --grpc-use-ssl)");
+  serve->add_option("--grpc-server-cert", flags->grpc_server_cert,
+                    "PEM file: the gRPC server's certificate chain (with --grpc-use-ssl)");
+  serve->add_option("--grpc-server-key", flags->grpc_server_key,
+                    "PEM file: the private key of --grpc-server-cert");
+  serve->add_option("--grpc-root-cert", flags->grpc_root_cert,
+                    "PEM file: the CA certificates that sign clients' certificates "
+                    "(--grpc-use-ssl-mutual)");
+  serve->add_option("--http-restricted-api", flags->http_restricted_api,
+                    "<category>[,<category>...]:<key>=<value>: HTTP requests to those "
+                    "categories need header <key>: <value>, or are answered 403; may repeat "
+                    "(docs/security.md)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  serve->add_option("--grpc-restricted-protocol", flags->grpc_restricted_protocol,
+                    "<category>[,<category>...]:<key>=<value>: gRPC calls of those categories "
+                    "need metadata triton-grpc-protocol-<key>: <value>, or are answered "
+                    "UNAVAILABLE; may repeat (docs/security.md)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
-Status CheckTritonFlags(const TritonFlags& flags, std::vector<std::string>* warnings) {
-  for (const Refused& r : kRefused) {
-    auto it = flags.refused.find(r.flag);
-    if (it == flags.refused.end()) continue;
-    for (const std::string& value : it->second) {
-      if (r.is_switch && !IsTrue(value)) continue;
-      return Status::InvalidArgument(fmt::format(
-          "{}={}: vramd has no {}; refusing to start rather than serve without it", r.flag,
-          value, r.what));
-    }
-  }
+void CheckTritonFlags(const TritonFlags& flags, std::vector<std::string>* warnings) {
   for (const Ignored& i : kIgnored) {
     auto it = flags.ignored.find(i.flag);
     if (it == flags.ignored.end() || it->second.empty()) continue;
     warnings->push_back(fmt::format("{} ignored: {}", i.flag, i.why));
   }
-  return Status::Ok();
+  if (!flags.grpc_use_ssl) {
+    for (const auto& [flag, value] : {std::pair{"--grpc-server-cert", &flags.grpc_server_cert},
+                                      std::pair{"--grpc-server-key", &flags.grpc_server_key},
+                                      std::pair{"--grpc-root-cert", &flags.grpc_root_cert}}) {
+      if (value->empty()) continue;
+      warnings->push_back(fmt::format(
+          "{} ignored: --grpc-use-ssl is not true, so gRPC is served without TLS (as Triton "
+          "does)",
+          flag));
+    }
+  }
 }
 
 std::vector<std::string> WithServeSubcommand(int argc, char** argv) {

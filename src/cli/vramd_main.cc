@@ -36,6 +36,7 @@
 #include "runtime/custom_metrics.h"
 #include "runtime/model_manager.h"
 #include "runtime/reload_policy.h"
+#include "server/access/restricted_apis.h"
 #include "server/drain/drain.h"
 #include "server/grpc/grpc_routes.h"
 #include "server/trace/tracer.h"
@@ -132,11 +133,36 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     return 1;
   }
   std::vector<std::string> flag_warnings;
-  if (vramd::Status checked = vramd::cli::CheckTritonFlags(triton, &flag_warnings); !checked.ok()) {
-    spdlog::error("{}", checked.message());
-    return 1;
-  }
+  vramd::cli::CheckTritonFlags(triton, &flag_warnings);
   for (const std::string& w : flag_warnings) spdlog::warn("{}", w);
+  // Access settings are checked before anything loads: a mistake in them stops the start.
+  vramd::server::RestrictedApis http_restricted;
+  vramd::server::RestrictedApis grpc_restricted;
+  for (const std::string& value : triton.http_restricted_api) {
+    if (auto added = http_restricted.Add("--http-restricted-api", value, ""); !added.ok()) {
+      spdlog::error("{}", added.message());
+      return 1;
+    }
+  }
+  for (const std::string& value : triton.grpc_restricted_protocol) {
+    if (auto added = grpc_restricted.Add("--grpc-restricted-protocol", value,
+                                         vramd::server::kGrpcRestrictionPrefix);
+        !added.ok()) {
+      spdlog::error("{}", added.message());
+      return 1;
+    }
+  }
+  std::optional<vramd::grpc_server::GrpcServer::Options::Tls> grpc_tls;
+  if (options.allow_grpc && triton.grpc_use_ssl) {
+    auto tls = vramd::grpc_server::GrpcServer::LoadTls(
+        {triton.grpc_server_cert, triton.grpc_server_key, triton.grpc_root_cert,
+         triton.grpc_use_ssl_mutual});
+    if (!tls.ok()) {
+      spdlog::error("{}", tls.status().message());
+      return 1;
+    }
+    grpc_tls = std::move(tls).value();
+  }
   // cuBLAS keeps a default workspace pool per handle (64 MiB on Hopper) outside the ledger.
   // vramd's handles always run in a workspace taken from the ledger, so the pool is disabled
   // unless the user set it.
@@ -339,7 +365,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   vramd::http::KServeRoutes routes(manager->get(), &memory_report,
                                    {server_name, VRAMD_VERSION, options.strict_readiness,
                                     options.http_shared_memory ? &shared_memory_regions : nullptr,
-                                    &log_settings, &drain, &tracer});
+                                    &log_settings, &drain, &tracer,
+                                    http_restricted.empty() ? nullptr : &http_restricted});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -351,6 +378,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   http_options.header_timeout = std::chrono::seconds(options.http_header_timeout_secs);
   http_options.body_timeout = std::chrono::seconds(options.http_body_timeout_secs);
   http_options.max_body_memory_bytes = static_cast<size_t>(options.http_body_memory_mib) << 20;
+  http_options.request_headers = http_restricted.Headers();
 
   std::unique_ptr<vramd::http::HttpServer> metrics_server;
   if (options.allow_metrics) {
@@ -406,6 +434,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     grpc_options.port = static_cast<uint16_t>(options.grpc_port);
     grpc_options.threads = options.grpc_threads;
     grpc_options.drain_timeout = std::chrono::seconds(options.exit_timeout_secs);
+    grpc_options.tls = grpc_tls;
+    if (!grpc_restricted.empty()) grpc_options.restricted = &grpc_restricted;
     // Transport tuning to measure (docs/grpc.md), not a flag: Triton has none for it.
     if (const char* tuning = std::getenv("VRAMD_GRPC_CHANNEL_ARGS")) {
       auto args = vramd::grpc_server::GrpcServer::ParseChannelArgs(tuning);
@@ -424,6 +454,13 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     }
     grpc_server = std::move(started).value();
     spdlog::info("gRPC listening on {}:{}", options.grpc_address, grpc_server->port());
+    if (grpc_tls.has_value()) {
+      spdlog::info("gRPC serves TLS{}", grpc_tls->mutual ? ", and requires client certificates"
+                                                         : "");
+    }
+    if (!grpc_restricted.empty()) {
+      spdlog::info("gRPC restricted protocols: {}", grpc_restricted.Summary());
+    }
   }
 
   std::unique_ptr<vramd::http::HttpServer> http_server;
@@ -440,6 +477,9 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     }
     http_server = std::move(started).value();
     spdlog::info("HTTP listening on {}:{}", options.http_address, http_server->port());
+    if (!http_restricted.empty()) {
+      spdlog::info("HTTP restricted APIs: {}", http_restricted.Summary());
+    }
   } else {
     spdlog::info("HTTP off (--allow-http=false)");
   }

@@ -1,6 +1,6 @@
 """tritonserver's command line on vramd (src/cli/triton_flags.h): no `serve` word needed, the
-flags Triton deployments pass accepted with their meaning, with one warning each, or refused
-when they ask for a security feature vramd lacks; an unknown flag is still an error.
+flags Triton deployments pass accepted with their meaning or with one warning each; an
+unknown flag is still an error. The access flags (TLS, restricted APIs): test_access.py.
 """
 
 import json
@@ -101,20 +101,6 @@ def test_log_file_and_levels(tmp_path):
 def run_until_exit(args, timeout=30):
     return subprocess.run([str(VRAMD_BIN)] + args, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-@pytest.mark.parametrize("flag, text", [
-    ("--grpc-use-ssl=true", "--grpc-use-ssl=true: vramd has no TLS on gRPC"),
-    ("--grpc-server-cert=/etc/cert.pem", "--grpc-server-cert=/etc/cert.pem: vramd has no TLS"),
-    ("--http-restricted-api=model-repository:admin-key=secret",
-     "vramd has no restricted HTTP APIs"),
-])
-def test_security_flags_are_refused_not_ignored(flag, text):
-    p = run_until_exit(["--model-repository", str(FIXTURE_REPO), "--http-port", "0",
-                        "--grpc-port", "0", "--metrics-port", "0", flag])
-    assert p.returncode != 0
-    assert text in p.stderr, p.stderr[-2000:]
-    assert "listening" not in p.stderr
 
 
 def test_an_unknown_flag_is_still_an_error():

@@ -93,7 +93,7 @@ class GrpcServer::Impl {
     grpc::ServerBuilder builder;
     int selected_port = 0;
     const std::string address = fmt::format("{}:{}", options_.address, options_.port);
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+    builder.AddListeningPort(address, Credentials(), &selected_port);
     builder.RegisterService(&service_);
     builder.RegisterService(&health_);
     builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
@@ -122,7 +122,8 @@ class GrpcServer::Impl {
       server_.reset();
       for (auto& cq : cqs_) cq->Shutdown();
       DrainQueues();
-      return Status::Unavailable(fmt::format("gRPC: cannot listen on {}", address));
+      return Status::Unavailable(fmt::format("gRPC: cannot listen on {}{}", address,
+                                             options_.tls ? " with TLS" : ""));
     }
     port_ = selected_port;
     {
@@ -137,6 +138,17 @@ class GrpcServer::Impl {
   }
 
   int port() const { return port_; }
+
+  std::shared_ptr<grpc::ServerCredentials> Credentials() const {
+    if (!options_.tls.has_value()) return grpc::InsecureServerCredentials();
+    const Options::Tls& tls = *options_.tls;
+    grpc::SslServerCredentialsOptions ssl(
+        tls.mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    ssl.pem_root_certs = tls.root_certs;
+    ssl.pem_key_cert_pairs.push_back({tls.server_key, tls.server_cert});
+    return grpc::SslServerCredentials(ssl);
+  }
 
   void Shutdown() EXCLUDES(mu_) {
     if (server_ == nullptr) return;
@@ -165,6 +177,23 @@ class GrpcServer::Impl {
     for (auto& t : threads_) t.join();
     threads_.clear();
     server_.reset();
+  }
+
+  // Triton's answer to a call of a restricted category without the restriction's metadata
+  // (server/access/restricted_apis.h); nullopt lets the call through.
+  std::optional<grpc::Status> Refusal(const grpc::ServerContext& context,
+                                      server::ApiCategory category) const {
+    if (options_.restricted == nullptr) return std::nullopt;
+    const auto* restriction = options_.restricted->Find(category);
+    if (restriction == nullptr) return std::nullopt;
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find(restriction->header);  // the first of the key counts
+    if (it != metadata.end() &&
+        std::string_view(it->second.data(), it->second.size()) == restriction->value) {
+      return std::nullopt;
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        server::RestrictedApis::RefusalMessage(*restriction, /*grpc=*/true));
   }
 
   Service* service() { return &service_; }
@@ -277,13 +306,13 @@ class UnaryCall final : public Call {
   using Handler = void (GrpcRoutes::*)(std::shared_ptr<const Request>, Reply<Response>) const;
 
   UnaryCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
-            Handler handler)
-      : server_(server), cq_(cq), enqueue_(enqueue), handler_(handler) {}
+            Handler handler, server::ApiCategory category)
+      : server_(server), cq_(cq), enqueue_(enqueue), handler_(handler), category_(category) {}
 
   static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
-                     Handler handler) {
+                     Handler handler, server::ApiCategory category) {
     server->IfAccepting([&] {
-      auto call = std::make_unique<UnaryCall>(server, cq, enqueue, handler);
+      auto call = std::make_unique<UnaryCall>(server, cq, enqueue, handler, category);
       UnaryCall* tag = call.release();  // the queue's until it hands the tag back
       (ServiceOf<AsyncService>(server)->*enqueue)(&tag->context_, tag->request_.get(),
                                                   &tag->writer_, cq, cq, tag);
@@ -292,29 +321,38 @@ class UnaryCall final : public Call {
 
   bool Proceed(bool ok) override {
     if (answered_ || !ok) return false;  // sent, or the server is shutting down
-    Listen(server_, cq_, enqueue_, handler_);
+    Listen(server_, cq_, enqueue_, handler_, category_);
     server_->Owe();
+    if (auto refused = server_->Refusal(context_, category_)) {
+      Answer(std::move(*refused), Response());
+      return true;
+    }
     (server_->routes()->*handler_)(request_, [this](grpc::Status status, Response response) {
-      // Once Finish is queued the queue's thread may free this call at any moment: nothing of
-      // it is touched after. The server outlives every answer it is owed.
-      GrpcServer::Impl* server = server_;
-      answered_ = true;
-      response_ = std::move(response);
-      if (status.ok()) {
-        writer_.Finish(response_, status, this);
-      } else {
-        writer_.FinishWithError(status, this);
-      }
-      server->Paid();
+      Answer(std::move(status), std::move(response));
     });
     return true;
   }
 
  private:
+  void Answer(grpc::Status status, Response response) {
+    // Once Finish is queued the queue's thread may free this call at any moment: nothing of
+    // it is touched after. The server outlives every answer it is owed.
+    GrpcServer::Impl* server = server_;
+    answered_ = true;
+    response_ = std::move(response);
+    if (status.ok()) {
+      writer_.Finish(response_, status, this);
+    } else {
+      writer_.FinishWithError(status, this);
+    }
+    server->Paid();
+  }
+
   GrpcServer::Impl* const server_;
   grpc::ServerCompletionQueue* const cq_;
   const Enqueue enqueue_;
   const Handler handler_;
+  const server::ApiCategory category_;
   grpc::ServerContext context_;
   std::shared_ptr<Request> request_ = std::make_shared<Request>();
   Response response_;
@@ -366,6 +404,10 @@ class InferCall final : public Call {
 
   void Run() {
     const auto received = std::chrono::steady_clock::now();  // the call and its message arrived
+    if (auto refused = server_->Refusal(context_, server::ApiCategory::kInference)) {
+      status_ = std::move(*refused);
+      return Answer();
+    }
     auto message = std::make_shared<inference::ModelInferRequest>();
     if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&request_,
                                                                             message.get())
@@ -438,46 +480,6 @@ class InferCall final : public Call {
   bool noticed_ = false;   // gRPC's done notice has come
 };
 
-// An RPC vramd does not serve: UNIMPLEMENTED, with a message that names it.
-template <typename Request, typename Response>
-class UnimplementedCall final : public Call {
- public:
-  using Enqueue = typename UnaryCall<Service, Request, Response>::Enqueue;
-
-  UnimplementedCall(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
-                    const char* message)
-      : server_(server), cq_(cq), enqueue_(enqueue), message_(message) {}
-
-  static void Listen(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq, Enqueue enqueue,
-                     const char* message) {
-    server->IfAccepting([&] {
-      auto call = std::make_unique<UnimplementedCall>(server, cq, enqueue, message);
-      UnimplementedCall* tag = call.release();
-      (server->service()->*enqueue)(&tag->context_, &tag->request_, &tag->writer_, cq, cq, tag);
-    });
-  }
-
-  bool Proceed(bool ok) override {
-    if (answered_ || !ok) return false;
-    Listen(server_, cq_, enqueue_, message_);
-    answered_ = true;
-    writer_.FinishWithError(
-        grpc::Status(grpc::StatusCode::UNIMPLEMENTED, message_),
-        this);
-    return true;
-  }
-
- private:
-  GrpcServer::Impl* const server_;
-  grpc::ServerCompletionQueue* const cq_;
-  const Enqueue enqueue_;
-  const char* const message_;
-  grpc::ServerContext context_;
-  Request request_;
-  grpc::ServerAsyncResponseWriter<Response> writer_{&context_};
-  bool answered_ = false;
-};
-
 // One ModelStreamInfer stream: requests are read one after another and each is handed to the
 // routes as it comes (several may run at once); their responses are written in the order they
 // are produced, one write at a time; once the client has sent its last request and every
@@ -510,6 +512,12 @@ class StreamCall final : public Stream {
   void OnAccepted(bool ok) EXCLUDES(mu_) {
     if (!ok) return server_->RemoveStream(this);  // shutting down: never started, so no notice
     Listen(server_, cq_);
+    if (auto refused = server_->Refusal(context_, server::ApiCategory::kInference)) {
+      MutexLock lock(mu_);  // refused before any request is read, as Triton does
+      finishing_ = true;
+      stream_.Finish(*refused, &finish_);
+      return;
+    }
     // The stream's W3C trace context, for each of its requests (keys are lowercase in gRPC).
     const auto& metadata = context_.client_metadata();
     if (auto it = metadata.find("traceparent"); it != metadata.end()) {
@@ -671,6 +679,11 @@ class WatchCall final : public Stream {
     Listen(server_, cq_);
     MutexLock lock(mu_);
     started_ = true;
+    if (auto refused = server_->Refusal(context_, server::ApiCategory::kHealth)) {
+      finishing_ = true;
+      writer_.Finish(*refused, &finish_);
+      return;
+    }
     if (server_->stopping()) stop_ = true;
     response_.set_status(server_->routes()->HealthOf(request_.service()));
     if (!stop_) {
@@ -740,66 +753,73 @@ class WatchCall final : public Stream {
 template <typename Request, typename Response, typename AsyncService = Service>
 void Serve(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
            typename UnaryCall<AsyncService, Request, Response>::Enqueue enqueue,
-           typename UnaryCall<AsyncService, Request, Response>::Handler handler) {
-  UnaryCall<AsyncService, Request, Response>::Listen(server, cq, enqueue, handler);
-}
-
-template <typename Request, typename Response>
-void Refuse(GrpcServer::Impl* server, grpc::ServerCompletionQueue* cq,
-            typename UnimplementedCall<Request, Response>::Enqueue enqueue, const char* message) {
-  UnimplementedCall<Request, Response>::Listen(server, cq, enqueue, message);
+           typename UnaryCall<AsyncService, Request, Response>::Handler handler,
+           server::ApiCategory category) {
+  UnaryCall<AsyncService, Request, Response>::Listen(server, cq, enqueue, handler, category);
 }
 
 }  // namespace
 
 void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
   using namespace inference;  // NOLINT: the message names, as the service spells them
+  using server::ApiCategory;  // each RPC's category of Triton's restricted protocols
   Serve<ServerLiveRequest, ServerLiveResponse>(this, cq, &Service::RequestServerLive,
-                                               &GrpcRoutes::ServerLive);
+                                               &GrpcRoutes::ServerLive, ApiCategory::kHealth);
   Serve<ServerReadyRequest, ServerReadyResponse>(this, cq, &Service::RequestServerReady,
-                                                 &GrpcRoutes::ServerReady);
+                                                 &GrpcRoutes::ServerReady, ApiCategory::kHealth);
   Serve<ModelReadyRequest, ModelReadyResponse>(this, cq, &Service::RequestModelReady,
-                                               &GrpcRoutes::ModelReady);
+                                               &GrpcRoutes::ModelReady, ApiCategory::kHealth);
   Serve<ServerMetadataRequest, ServerMetadataResponse>(this, cq, &Service::RequestServerMetadata,
-                                                       &GrpcRoutes::ServerMetadata);
+                                                       &GrpcRoutes::ServerMetadata,
+                                                       ApiCategory::kMetadata);
   Serve<ModelMetadataRequest, ModelMetadataResponse>(this, cq, &Service::RequestModelMetadata,
-                                                     &GrpcRoutes::ModelMetadata);
+                                                     &GrpcRoutes::ModelMetadata,
+                                                     ApiCategory::kMetadata);
   Serve<ModelConfigRequest, ModelConfigResponse>(this, cq, &Service::RequestModelConfig,
-                                                 &GrpcRoutes::ModelConfig);
+                                                 &GrpcRoutes::ModelConfig,
+                                                 ApiCategory::kModelConfig);
   // Several calls wait for ModelInfer on each queue, so that a burst of requests is matched at
   // once rather than one per turn of the queue's thread.
   for (int i = 0; i < kInferListeners; ++i) InferCall::Listen(this, cq);
-  Serve<RepositoryIndexRequest, RepositoryIndexResponse>(this, cq, &Service::RequestRepositoryIndex,
-                                                         &GrpcRoutes::RepositoryIndex);
-  Serve<RepositoryModelLoadRequest, RepositoryModelLoadResponse>(
-      this, cq, &Service::RequestRepositoryModelLoad, &GrpcRoutes::RepositoryModelLoad);
-  Serve<RepositoryModelUnloadRequest, RepositoryModelUnloadResponse>(
-      this, cq, &Service::RequestRepositoryModelUnload, &GrpcRoutes::RepositoryModelUnload);
   StreamCall::Listen(this, cq);
+  Serve<RepositoryIndexRequest, RepositoryIndexResponse>(this, cq, &Service::RequestRepositoryIndex,
+                                                         &GrpcRoutes::RepositoryIndex,
+                                                         ApiCategory::kModelRepository);
+  Serve<RepositoryModelLoadRequest, RepositoryModelLoadResponse>(
+      this, cq, &Service::RequestRepositoryModelLoad, &GrpcRoutes::RepositoryModelLoad,
+      ApiCategory::kModelRepository);
+  Serve<RepositoryModelUnloadRequest, RepositoryModelUnloadResponse>(
+      this, cq, &Service::RequestRepositoryModelUnload, &GrpcRoutes::RepositoryModelUnload,
+      ApiCategory::kModelRepository);
   Serve<ModelStatisticsRequest, ModelStatisticsResponse>(
-      this, cq, &Service::RequestModelStatistics, &GrpcRoutes::ModelStatistics);
+      this, cq, &Service::RequestModelStatistics, &GrpcRoutes::ModelStatistics,
+      ApiCategory::kStatistics);
   Serve<LogSettingsRequest, LogSettingsResponse>(this, cq, &Service::RequestLogSettings,
-                                                 &GrpcRoutes::LogSettings);
+                                                 &GrpcRoutes::LogSettings, ApiCategory::kLogging);
+  Serve<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
+                                                   &GrpcRoutes::TraceSetting, ApiCategory::kTrace);
   Serve<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
-      this, cq, &Service::RequestSystemSharedMemoryStatus, &GrpcRoutes::SystemSharedMemoryStatus);
+      this, cq, &Service::RequestSystemSharedMemoryStatus, &GrpcRoutes::SystemSharedMemoryStatus,
+      ApiCategory::kSharedMemory);
   Serve<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
       this, cq, &Service::RequestSystemSharedMemoryRegister,
-      &GrpcRoutes::SystemSharedMemoryRegister);
+      &GrpcRoutes::SystemSharedMemoryRegister, ApiCategory::kSharedMemory);
   Serve<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
       this, cq, &Service::RequestSystemSharedMemoryUnregister,
-      &GrpcRoutes::SystemSharedMemoryUnregister);
+      &GrpcRoutes::SystemSharedMemoryUnregister, ApiCategory::kSharedMemory);
   Serve<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryStatus, &GrpcRoutes::CudaSharedMemoryStatus);
+      this, cq, &Service::RequestCudaSharedMemoryStatus, &GrpcRoutes::CudaSharedMemoryStatus,
+      ApiCategory::kSharedMemory);
   Serve<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
-      this, cq, &Service::RequestCudaSharedMemoryRegister, &GrpcRoutes::CudaSharedMemoryRegister);
+      this, cq, &Service::RequestCudaSharedMemoryRegister, &GrpcRoutes::CudaSharedMemoryRegister,
+      ApiCategory::kSharedMemory);
   Serve<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
       this, cq, &Service::RequestCudaSharedMemoryUnregister,
-      &GrpcRoutes::CudaSharedMemoryUnregister);
+      &GrpcRoutes::CudaSharedMemoryUnregister, ApiCategory::kSharedMemory);
   Serve<grpc::health::v1::HealthCheckRequest, grpc::health::v1::HealthCheckResponse,
-        HealthService>(this, cq, &HealthService::RequestCheck, &GrpcRoutes::HealthCheck);
+        HealthService>(this, cq, &HealthService::RequestCheck, &GrpcRoutes::HealthCheck,
+                       ApiCategory::kHealth);
   WatchCall::Listen(this, cq);
-  Serve<TraceSettingRequest, TraceSettingResponse>(this, cq, &Service::RequestTraceSetting,
-                                                   &GrpcRoutes::TraceSetting);
 }
 
 Result<std::vector<std::pair<std::string, int>>> GrpcServer::ParseChannelArgs(

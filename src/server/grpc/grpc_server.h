@@ -6,7 +6,11 @@
 // lives until gRPC has sent it. ModelInfer is served raw: its large outputs go to the socket
 // from the model's buffers (infer_proto_codec.h). The health service is ours, not gRPC's
 // default one, whose callback threads would poll the inference connections too.
-// TraceSetting answers UNIMPLEMENTED naming itself.
+//
+// Access, as Triton's flags: TLS (Options::tls: the server's certificate, and with `mutual` a
+// client certificate that the given CAs signed, or the handshake fails), and restricted
+// protocols (Options::restricted: a call of a restricted category without the restriction's
+// metadata is answered UNAVAILABLE, a stream before any request is read).
 //
 // Shutdown: ends health watches (NOT_SERVING), stops taking calls, waits up to `drain_timeout`
 // for the calls in flight to be sent
@@ -19,12 +23,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
+#include "server/access/restricted_apis.h"
 #include "server/grpc/grpc_routes.h"
 
 namespace vramd::grpc_server {
@@ -49,7 +55,29 @@ class GrpcServer {
     // transport tuning to measure (frame size, read chunks, flow-control lookahead). The
     // server takes them from VRAMD_GRPC_CHANNEL_ARGS (ParseChannelArgs).
     std::vector<std::pair<std::string, int>> channel_args;
+    // Triton's --grpc-use-ssl[-mutual]: PEM texts, as LoadTls reads them from the flags'
+    // files. Absent: plaintext.
+    struct Tls {
+      std::string server_cert;  // the certificate chain, the server's first
+      std::string server_key;   // its private key
+      std::string root_certs;   // CAs that sign the clients' certificates (mutual)
+      bool mutual = false;      // require a client certificate those CAs signed
+    };
+    std::optional<Tls> tls;
+    // Triton's --grpc-restricted-protocol; outlives the server. Null: nothing restricted.
+    const server::RestrictedApis* restricted = nullptr;
   };
+
+  // Reads and checks the PEM files of a TLS setting: the certificate, a private key that
+  // matches it, and (mutual) at least one root certificate. InvalidArgument naming the flag
+  // and file that is unreadable, holds no PEM of its kind, or does not match.
+  struct TlsFiles {
+    std::string server_cert;  // paths, as the flags give them; root_cert may be empty
+    std::string server_key;
+    std::string root_cert;
+    bool mutual = false;
+  };
+  static Result<Options::Tls> LoadTls(const TlsFiles& files);
 
   // "name=value,name=value" (integers, gRPC's argument names) as channel_args; an empty text
   // is none. InvalidArgument naming the entry that is not name=integer.

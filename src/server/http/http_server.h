@@ -48,6 +48,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/infer_request.h"  // CancelFlag
 #include "core/status.h"
@@ -68,6 +70,9 @@ struct HttpRequest {
   std::shared_ptr<CancelFlag> cancel;
   // The W3C `traceparent` header, raw; empty when absent (server/trace/tracer.h).
   std::string traceparent;
+  // The headers named in Options::request_headers that the request carries: (name as
+  // listed there, value); the first of each name.
+  std::vector<std::pair<std::string, std::string>> headers;
   // When the request's header had been read (a trace's HTTP_RECV_START).
   std::chrono::steady_clock::time_point received;
 };
@@ -112,6 +117,9 @@ class HttpServer {
     std::chrono::milliseconds header_timeout{30000};
     std::chrono::milliseconds body_timeout{30000};
     size_t max_body_memory_bytes = size_t{1} << 30;
+    // Headers the handler reads besides those HttpRequest names (a restricted API's key),
+    // copied into HttpRequest::headers; names compare without case.
+    std::vector<std::string> request_headers;
   };
 
   // Binds, listens and starts the threads. Fails with the address and the system's reason.

@@ -193,7 +193,58 @@ KServeRoutes::KServeRoutes(runtime::ModelManager* manager,
   control_ = std::make_unique<ControlDispatcher>(4);
 }
 
+std::optional<server::ApiCategory> HttpApiCategory(std::string_view target) {
+  using server::ApiCategory;
+  const auto parts = SplitPath(target);
+  if (parts.empty() || parts[0] != "v2") return std::nullopt;
+  if (parts.size() == 1) return ApiCategory::kMetadata;
+  const std::string_view area = parts[1];
+  if (area == "health") return ApiCategory::kHealth;
+  if (area == "systemsharedmemory" || area == "cudasharedmemory") {
+    return ApiCategory::kSharedMemory;
+  }
+  if (area == "repository" || area == "drain" || area == "alertmanager") {
+    return ApiCategory::kModelRepository;
+  }
+  if (area == "logging") return ApiCategory::kLogging;
+  if (area == "trace") return ApiCategory::kTrace;
+  if (area == "memory") return ApiCategory::kStatistics;
+  if (area != "models") return std::nullopt;
+  if (parts.size() == 3 && parts[2] == "stats") return ApiCategory::kStatistics;
+  size_t next = 3;  // after /v2/models/{m}[/versions/{v}]
+  if (parts.size() >= 5 && parts[3] == "versions") next = 5;
+  if (parts.size() == next) return ApiCategory::kMetadata;
+  if (parts.size() < next) return std::nullopt;
+  const std::string_view action = parts[next];
+  if (action == "trace") return ApiCategory::kTrace;
+  if (parts.size() != next + 1) return std::nullopt;
+  if (action == "ready") return ApiCategory::kHealth;
+  if (action == "config") return ApiCategory::kModelConfig;
+  if (action == "stats") return ApiCategory::kStatistics;
+  if (action == "infer" || action == "generate" || action == "generate_stream") {
+    return ApiCategory::kInference;
+  }
+  return std::nullopt;
+}
+
+std::optional<HttpResponse> KServeRoutes::Refusal(const HttpRequest& request) const {
+  const auto category = HttpApiCategory(request.target);
+  if (!category.has_value()) return std::nullopt;
+  const auto* restriction = info_.restricted->Find(*category);
+  if (restriction == nullptr) return std::nullopt;
+  for (const auto& [name, value] : request.headers) {
+    if (name == restriction->header) {
+      if (value == restriction->value) return std::nullopt;
+      break;  // only the first of the name counts
+    }
+  }
+  return Error(403, server::RestrictedApis::RefusalMessage(*restriction, /*grpc=*/false));
+}
+
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
+  if (info_.restricted != nullptr) {
+    if (auto refused = Refusal(request)) return respond(std::move(*refused));
+  }
   if (request.method == "POST") {
     if (auto infer = MatchInferTarget(request.target)) {  // answered later
       if (infer->kind == InferKind::kInfer) {

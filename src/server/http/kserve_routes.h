@@ -27,6 +27,8 @@
 //   POST /v2/systemsharedmemory/region/{r}/register   body {"key", "offset", "byte_size"}
 //   POST /v2/systemsharedmemory[/region/{r}]/unregister
 // Errors are {"error": "..."} with Triton's status codes (HttpStatusFor, http_status.h).
+// A restricted endpoint (ServerInfo::restricted) is refused 403 before anything else is looked
+// at, its method included, as Triton does.
 //
 // Thread safety: Handle may be called concurrently.
 #pragma once
@@ -41,6 +43,7 @@
 #include "core/status.h"
 #include "memory/memory_report.h"
 #include "runtime/model_manager.h"
+#include "server/access/restricted_apis.h"
 #include "server/http/control_dispatcher.h"
 #include "server/http/http_server.h"
 #include "server/drain/drain.h"
@@ -49,6 +52,12 @@
 #include "server/shared_memory/shared_memory_regions.h"
 
 namespace vramd::http {
+
+// The category of Triton's restricted APIs that an HTTP request's path belongs to (the query
+// ignored); nullopt for a path that is no endpoint. vramd's own endpoints fall in the nearest
+// of Triton's: /v2/memory is statistics; lifecycle, sleep, wake, rollback, hold, release,
+// drain and the Alertmanager webhook are model-repository.
+std::optional<server::ApiCategory> HttpApiCategory(std::string_view target);
 
 class KServeRoutes {
  public:
@@ -71,6 +80,10 @@ class KServeRoutes {
     // Triton's trace extension (GET/POST /v2[/models/{m}]/trace/setting) and the tracing of
     // inference requests; shared with gRPC and outliving every request. Null: both off (404).
     trace::Tracer* tracer = nullptr;
+    // Triton's --http-restricted-api: endpoints of a restricted category answer 403 unless the
+    // request carries the restriction's header (server/access/restricted_apis.h). The header
+    // names must be among the HTTP server's Options::request_headers. Null: nothing restricted.
+    const server::RestrictedApis* restricted = nullptr;
   };
 
   // `manager` and `memory_report` must outlive this object. A const manager serves everything
@@ -83,6 +96,8 @@ class KServeRoutes {
   void Handle(HttpRequest request, Responder respond) const;
 
  private:
+  // 403 when the request's endpoint is restricted and the request lacks the header.
+  std::optional<HttpResponse> Refusal(const HttpRequest& request) const;
   HttpResponse Route(const HttpRequest& request) const;
   HttpResponse ServerMetadata() const;
   HttpResponse ModelMetadata(const std::string& model, int64_t version) const;
