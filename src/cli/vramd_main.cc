@@ -121,6 +121,17 @@ void TuneMalloc() {
   }
 }
 
+// A boolean as Triton's take one: --NAME alone, --NAME=VALUE and --NAME VALUE (true, false,
+// 1, 0, yes, no, on, off), and vramd's --no-NAME.
+void AddSwitch(CLI::App* app, const std::string& name, bool* value, const std::string& help) {
+  app->add_option("--" + name, *value,
+                  fmt::format("{} (default {}; --{} alone means true)", help,
+                              *value ? "true" : "false", name))
+      ->expected(0, 1)
+      ->default_str("true");
+  app->add_flag("!--no-" + name, *value, "As --" + name + "=false");
+}
+
 int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Logs go to stderr (or --log-file), keeping stdout free for anything a wrapper wants to print.
   const vramd::cli::TritonFlags& triton = options.triton;
@@ -508,8 +519,9 @@ int main(int argc, char** argv) {
 
   ServeOptions options;
   CLI::App* serve = app.add_subcommand("serve", "Serve the models of one or more repositories");
-  serve->add_option("--model-repository", options.repositories,
-                    "A Triton-style model repository folder; repeat for several")
+  serve->add_option("--model-repository,--model-store", options.repositories,
+                    "A Triton-style model repository folder; repeat for several "
+                    "(--model-store: Triton's other name)")
       ->required()
       ->check(CLI::ExistingDirectory);
   serve->add_option("--http-address", options.http_address, "Address to listen on for HTTP")
@@ -547,9 +559,8 @@ int main(int argc, char** argv) {
                     "together; a request that would pass it is answered 503")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  serve->add_flag("--allow-grpc,!--no-allow-grpc", options.allow_grpc,
-                  "Serve Triton's gRPC protocol (inference.GRPCInferenceService)")
-      ->capture_default_str();
+  AddSwitch(serve, "allow-grpc", &options.allow_grpc,
+            "Serve Triton's gRPC protocol (inference.GRPCInferenceService)");
   serve->add_flag("--http-shared-memory,!--no-http-shared-memory", options.http_shared_memory,
                   "Serve Triton's system shared-memory extension over HTTP "
                   "(/v2/systemsharedmemory/...; tensors in registered regions)")
@@ -567,6 +578,15 @@ int main(int argc, char** argv) {
                     "gRPC completion-queue threads; 0 means one per hardware thread")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  serve->add_option_function<std::string>(
+      "--grpc-infer-response-compression-level",
+      [&options](const std::string& level) {
+        auto parsed = vramd::grpc_server::GrpcServer::ParseCompressionLevel(level);
+        if (!parsed.ok()) throw CLI::ValidationError(std::string(parsed.status().message()));
+        options.grpc.infer_compression_level = *parsed;
+      },
+      "none, low, medium or high: compress ModelInfer and ModelStreamInfer answers at this "
+      "level for clients that accept it (default none)");
   serve->add_option("--grpc-keepalive-time", options.grpc.keepalive_time_ms,
                     "gRPC keepalive ping interval in ms (GRPC_ARG_KEEPALIVE_TIME_MS)")
       ->check(CLI::PositiveNumber)
@@ -592,18 +612,26 @@ int main(int argc, char** argv) {
                     "Bad pings tolerated before the connection is closed (0: any number)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  serve->add_option("--grpc-max-connection-age", options.grpc.max_connection_age_ms,
+                    "Close a gRPC connection this many ms after it opened (GOAWAY: calls in "
+                    "flight finish, clients reconnect); 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--grpc-max-connection-age-grace", options.grpc.max_connection_age_grace_ms,
+                    "After --grpc-max-connection-age, cut calls still in flight after this many "
+                    "ms; 0: wait for them")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   serve->add_option("--log-verbose", options.log_verbose, "Verbose logging level (0 = off)")
       ->capture_default_str();
-  serve->add_flag("--exit-on-error", options.exit_on_error,
-                  "Exit if any model fails to load (default: serve the others)");
-  serve->add_flag("--strict-readiness,!--no-strict-readiness", options.strict_readiness,
-                  "/v2/health/ready needs every model ready (default); else only a live server")
-      ->capture_default_str();
+  AddSwitch(serve, "exit-on-error", &options.exit_on_error,
+            "Exit if any model fails to load (default: serve the others)");
+  AddSwitch(serve, "strict-readiness", &options.strict_readiness,
+            "/v2/health/ready needs every model ready (default); else only a live server");
   serve->add_flag("--disable-auto-complete-config", options.disable_auto_complete_config,
                   "Take config.pbtxt as written: no backend auto-completes it (Triton's flag)");
-  serve->add_flag("--allow-metrics,!--no-allow-metrics", options.allow_metrics,
-                  "Serve Prometheus metrics on the metrics port")
-      ->capture_default_str();
+  AddSwitch(serve, "allow-metrics", &options.allow_metrics,
+            "Serve Prometheus metrics on the metrics port");
   serve->add_option("--metrics-address", options.metrics_address,
                     "Address for metrics (default: the HTTP address)");
   serve->add_option("--metrics-port", options.metrics_port, "Port for GET /metrics; 0 picks one")

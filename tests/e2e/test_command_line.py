@@ -9,9 +9,11 @@ import socket
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
-from e2e_helpers import FIXTURE_REPO, VRAMD_BIN, VramdProcess
+from e2e_helpers import FIXTURE_REPO, VRAMD_BIN, VramdProcess, copy_model
+from v2client import Input
 
 MODEL = "identity_fp32"
 BASE = ["--model-control-mode", "explicit", "--load-model", MODEL]
@@ -66,6 +68,33 @@ def test_tritonserver_flags_without_the_serve_word(tmp_path):
         # ISO 8601 timestamps, UTC.
         first = log.splitlines()[0]
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", first), first
+    finally:
+        stop(s)
+
+
+def test_booleans_take_their_value_as_the_next_argument_and_model_store(tmp_path):
+    # As getopt reads Triton's: --flag VALUE as well as --flag=VALUE; --model-store is
+    # --model-repository's other name; the SageMaker, Vertex AI, cache, repository-agent and
+    # virtual-address flags are warned about, one warning each.
+    store = tmp_path / "store"
+    copy_model(FIXTURE_REPO / MODEL, store, "identity_from_store")
+    ignored = ["--sagemaker-port=8080", "--vertex-ai-default-model=m", "--cache-directory=/c",
+               "--repoagent-directory=/r", "--cuda-virtual-address-size=0:1073741824"]
+    s = TritonStyle([FIXTURE_REPO], tmp_path / "spellings", BASE + [
+        "--model-store", str(store), "--load-model", "identity_from_store",
+        "--allow-metrics", "false", "--strict-readiness", "true", "--exit-on-error", "false",
+        "--allow-grpc", "true"] + ignored, name="spellings",
+        ready_models=[MODEL, "identity_from_store"])
+    try:
+        s.start()
+        c = s.client()
+        r = c.infer("identity_from_store",
+                    [Input("INPUT0", "FP32", np.array([1.0, 2.0], dtype=np.float32))])
+        assert r.outputs["OUTPUT0"].tolist() == [1.0, 2.0]
+        log = s.log()
+        assert "metrics listening" not in log and "gRPC listening" in log
+        for flag in ignored:
+            assert (flag.split("=")[0] + " ignored:") in log, flag
     finally:
         stop(s)
 

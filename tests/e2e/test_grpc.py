@@ -12,6 +12,7 @@ import pathlib
 import struct
 import sys
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -335,6 +336,110 @@ def test_gzip_compressed_calls(stub):
     r = infer_fp32("identity_fp32", np.arange(1000, dtype=np.float32))
     out = stub.ModelInfer(r, timeout=30, compression=grpc.Compression.Gzip)
     assert np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist() == list(range(1000))
+
+
+class CountingProxy:
+    """A TCP relay to `port` that counts the bytes the server sends back."""
+
+    def __init__(self, port):
+        import socket
+        import threading
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.to_client = 0
+        self.connections = 0
+        self.target = port
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _pump(self, src, dst, count):
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                if count:
+                    self.to_client += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+            src.close()
+
+    def _accept(self):
+        import socket
+        import threading
+        try:
+            while True:
+                client, _ = self.listener.accept()
+                self.connections += 1
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+                for args in ((client, upstream, False), (upstream, client, True)):
+                    t = threading.Thread(target=self._pump, args=args, daemon=True)
+                    t.start()
+                    self.threads.append(t)
+        except OSError:
+            pass
+
+    def close(self):
+        self.listener.close()
+
+
+def answer_bytes_through_proxy(grpc_port, request):
+    proxy = CountingProxy(grpc_port)
+    try:
+        with grpc.insecure_channel("127.0.0.1:%d" % proxy.port) as ch:
+            out = pb_grpc.GRPCInferenceServiceStub(ch).ModelInfer(request, timeout=30)
+            stream = list(pb_grpc.GRPCInferenceServiceStub(ch).ModelStreamInfer(
+                iter([request]), timeout=30))
+        return proxy.to_client, out, stream
+    finally:
+        proxy.close()
+
+
+def test_infer_response_compression_level(server, start_server):
+    # Triton's --grpc-infer-response-compression-level: with it, a client that accepts gzip
+    # (grpcio does by default) gets ModelInfer and stream answers compressed; a relay counting
+    # the bytes on the wire shows it. 1 MiB of zeros compresses to almost nothing.
+    zeros = infer_fp32("identity_fp32", np.zeros(1 << 18, dtype=np.float32))
+    plain, out, stream = answer_bytes_through_proxy(server.grpc_port(), zeros)
+    assert plain > 2 * (1 << 20), plain  # two answers of 1 MiB each, as they are
+    compressed_server = start_server([FIXTURE_REPO], [
+        "--model-control-mode", "explicit", "--load-model", "identity_fp32",
+        "--grpc-infer-response-compression-level=HIGH"], name="grpc_compressed",
+        ready_models=["identity_fp32"])
+    small, out, stream = answer_bytes_through_proxy(compressed_server.grpc_port(), zeros)
+    assert small < (1 << 16), small
+    assert np.frombuffer(out.raw_output_contents[0], dtype=np.float32).tolist() == [0.0] * (1 << 18)
+    assert len(stream) == 1
+    assert len(stream[0].infer_response.raw_output_contents[0]) == 1 << 20
+    compressed_server.assert_clean_exit(compressed_server.stop())
+
+
+def test_max_connection_age_closes_connections_and_calls_go_on(start_server):
+    # Triton's --grpc-max-connection-age: the server ends each connection after 300 ms (GOAWAY)
+    # and the client reconnects; every call in between succeeds.
+    s = start_server([FIXTURE_REPO], [
+        "--model-control-mode", "explicit", "--load-model", "identity_fp32",
+        "--grpc-max-connection-age=300", "--grpc-max-connection-age-grace=5000"],
+        name="grpc_conn_age", ready_models=["identity_fp32"])
+    proxy = CountingProxy(s.grpc_port())
+    try:
+        with grpc.insecure_channel("127.0.0.1:%d" % proxy.port) as ch:
+            stub = pb_grpc.GRPCInferenceServiceStub(ch)
+            deadline = time.monotonic() + 2.0
+            calls = 0
+            while time.monotonic() < deadline:
+                out = stub.ModelInfer(infer_fp32("identity_fp32", [float(calls)]), timeout=30,
+                                      wait_for_ready=True)
+                assert np.frombuffer(out.raw_output_contents[0], np.float32).tolist() == [calls]
+                calls += 1
+                time.sleep(0.02)
+        assert proxy.connections >= 3, (proxy.connections, calls)
+    finally:
+        proxy.close()
+    s.assert_clean_exit(s.stop())
 
 
 def test_a_malformed_message_is_an_error_and_the_server_serves_on(stub, channel):

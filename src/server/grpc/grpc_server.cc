@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <cstdlib>
 
 #include <algorithm>
@@ -107,6 +108,13 @@ class GrpcServer::Impl {
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                                options_.http2_min_recv_ping_interval_without_data_ms);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, options_.http2_max_ping_strikes);
+    if (options_.max_connection_age_ms > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, options_.max_connection_age_ms);
+    }
+    if (options_.max_connection_age_grace_ms > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                                 options_.max_connection_age_grace_ms);
+    }
     for (const auto& [name, value] : options_.channel_args) {
       builder.AddChannelArgument(name, value);
       spdlog::info("gRPC channel argument {}={}", name, value);
@@ -194,6 +202,21 @@ class GrpcServer::Impl {
     }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         server::RestrictedApis::RefusalMessage(*restriction, /*grpc=*/true));
+  }
+
+  // An inference call's answers are compressed as Options::infer_compression_level says.
+  void CompressAnswers(grpc::ServerContext* context) const {
+    using Level = Options::CompressionLevel;
+    switch (options_.infer_compression_level) {
+      case Level::kNone:
+        return;
+      case Level::kLow:
+        return context->set_compression_level(GRPC_COMPRESS_LEVEL_LOW);
+      case Level::kMedium:
+        return context->set_compression_level(GRPC_COMPRESS_LEVEL_MED);
+      case Level::kHigh:
+        return context->set_compression_level(GRPC_COMPRESS_LEVEL_HIGH);
+    }
   }
 
   Service* service() { return &service_; }
@@ -408,6 +431,7 @@ class InferCall final : public Call {
       status_ = std::move(*refused);
       return Answer();
     }
+    server_->CompressAnswers(&context_);
     auto message = std::make_shared<inference::ModelInferRequest>();
     if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&request_,
                                                                             message.get())
@@ -518,6 +542,7 @@ class StreamCall final : public Stream {
       stream_.Finish(*refused, &finish_);
       return;
     }
+    server_->CompressAnswers(&context_);
     // The stream's W3C trace context, for each of its requests (keys are lowercase in gRPC).
     const auto& metadata = context_.client_metadata();
     if (auto it = metadata.find("traceparent"); it != metadata.end()) {
@@ -820,6 +845,20 @@ void GrpcServer::Impl::ListenAll(grpc::ServerCompletionQueue* cq) {
         HealthService>(this, cq, &HealthService::RequestCheck, &GrpcRoutes::HealthCheck,
                        ApiCategory::kHealth);
   WatchCall::Listen(this, cq);
+}
+
+Result<GrpcServer::Options::CompressionLevel> GrpcServer::ParseCompressionLevel(
+    std::string_view text) {
+  using Level = Options::CompressionLevel;
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "none") return Level::kNone;
+  if (lower == "low") return Level::kLow;
+  if (lower == "medium") return Level::kMedium;
+  if (lower == "high") return Level::kHigh;
+  return Status::InvalidArgument(fmt::format(
+      "--grpc-infer-response-compression-level: '{}' is none of none, low, medium, high", text));
 }
 
 Result<std::vector<std::pair<std::string, int>>> GrpcServer::ParseChannelArgs(

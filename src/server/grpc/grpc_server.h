@@ -51,10 +51,19 @@ class GrpcServer {
     int http2_max_pings_without_data = 2;
     int http2_min_recv_ping_interval_without_data_ms = 300000;
     int http2_max_ping_strikes = 2;
+    // Triton's --grpc-max-connection-age[-grace] (ms; 0: unset, gRPC's default of never).
+    int max_connection_age_ms = 0;
+    int max_connection_age_grace_ms = 0;
     // More integer channel arguments (gRPC's GRPC_ARG_* names), set after the ones above:
     // transport tuning to measure (frame size, read chunks, flow-control lookahead). The
     // server takes them from VRAMD_GRPC_CHANNEL_ARGS (ParseChannelArgs).
     std::vector<std::pair<std::string, int>> channel_args;
+    // Triton's --grpc-infer-response-compression-level: ModelInfer and ModelStreamInfer
+    // answers are compressed at this level with an algorithm the call's client accepts (gRPC
+    // picks it from the call's grpc-accept-encoding); kNone never compresses. Other RPCs'
+    // answers are small, and stay uncompressed, as in Triton.
+    enum class CompressionLevel { kNone, kLow, kMedium, kHigh };
+    CompressionLevel infer_compression_level = CompressionLevel::kNone;
     // Triton's --grpc-use-ssl[-mutual]: PEM texts, as LoadTls reads them from the flags'
     // files. Absent: plaintext.
     struct Tls {
@@ -78,6 +87,9 @@ class GrpcServer {
     bool mutual = false;
   };
   static Result<Options::Tls> LoadTls(const TlsFiles& files);
+
+  // none, low, medium or high (any case), as Triton's flag takes them; InvalidArgument else.
+  static Result<Options::CompressionLevel> ParseCompressionLevel(std::string_view text);
 
   // "name=value,name=value" (integers, gRPC's argument names) as channel_args; an empty text
   // is none. InvalidArgument naming the entry that is not name=integer.

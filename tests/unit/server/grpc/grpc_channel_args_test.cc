@@ -1,4 +1,5 @@
-// VRAMD_GRPC_CHANNEL_ARGS: integer channel arguments for measuring gRPC's transport settings.
+// The gRPC server's settings from text: VRAMD_GRPC_CHANNEL_ARGS (integer channel arguments for
+// measuring gRPC's transport settings) and Triton's --grpc-infer-response-compression-level.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -26,6 +27,20 @@ TEST(GrpcChannelArgsTest, RefusesWhatIsNotNameEqualsInteger) {
     EXPECT_EQ(args.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(std::string(args.status().message()), ::testing::HasSubstr("is not name=integer"))
         << bad;
+  }
+}
+
+TEST(GrpcCompressionLevelTest, TakesTritonsFourLevelsInAnyCase) {
+  using Level = GrpcServer::Options::CompressionLevel;
+  EXPECT_EQ(*GrpcServer::ParseCompressionLevel("none"), Level::kNone);
+  EXPECT_EQ(*GrpcServer::ParseCompressionLevel("Low"), Level::kLow);
+  EXPECT_EQ(*GrpcServer::ParseCompressionLevel("MEDIUM"), Level::kMedium);
+  EXPECT_EQ(*GrpcServer::ParseCompressionLevel("high"), Level::kHigh);
+  for (const char* bad : {"", "max", "gzip", "high "}) {
+    auto level = GrpcServer::ParseCompressionLevel(bad);
+    ASSERT_FALSE(level.ok()) << bad;
+    EXPECT_THAT(std::string(level.status().message()),
+                ::testing::HasSubstr("is none of none, low, medium, high"));
   }
 }
 
