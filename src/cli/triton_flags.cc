@@ -49,8 +49,6 @@ constexpr Ignored kIgnored[] = {
     {"--reuse-grpc-port", "vramd does not share its ports"},
     {"--grpc-infer-allocation-pool-size", "vramd's gRPC front end keeps no response pool"},
     {"--grpc-max-response-pool-size", "vramd's gRPC front end keeps no response pool"},
-    {"--http-header-forward-pattern", "vramd forwards no headers to models"},
-    {"--grpc-header-forward-pattern", "vramd forwards no headers to models"},
 };
 
 }  // namespace
@@ -122,6 +120,12 @@ void AddTritonFlags(CLI::App* serve, TritonFlags* flags) {
   serve->add_option("--grpc-root-cert", flags->grpc_root_cert,
                     "PEM file: the CA certificates that sign clients' certificates "
                     "(--grpc-use-ssl-mutual)");
+  serve->add_option("--http-header-forward-pattern", flags->http_header_forward_pattern,
+                    "HTTP headers whose name matches this RE2 pattern (anywhere, without case) "
+                    "reach the model as request parameters");
+  serve->add_option("--grpc-header-forward-pattern", flags->grpc_header_forward_pattern,
+                    "gRPC metadata whose key matches this RE2 pattern (anywhere, without case) "
+                    "reaches the model as request parameters");
   serve->add_option("--http-restricted-api", flags->http_restricted_api,
                     "<category>[,<category>...]:<key>=<value>: HTTP requests to those "
                     "categories need header <key>: <value>, or are answered 403; may repeat "

@@ -34,6 +34,10 @@ struct TritonFlags {
   std::string grpc_server_cert;
   std::string grpc_server_key;
   std::string grpc_root_cert;
+  // Headers forwarded to models as request parameters (server/headers/header_forwarding.h);
+  // "": none.
+  std::string http_header_forward_pattern;
+  std::string grpc_header_forward_pattern;
   // Restricted APIs, each value <categories>:<key>=<value> (server/access/restricted_apis.h).
   std::vector<std::string> http_restricted_api;
   std::vector<std::string> grpc_restricted_protocol;

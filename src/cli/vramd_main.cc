@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <boost/beast/core/string.hpp>
 #include <spdlog/spdlog.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/backend.h"
@@ -37,6 +39,7 @@
 #include "runtime/model_manager.h"
 #include "runtime/reload_policy.h"
 #include "server/access/restricted_apis.h"
+#include "server/headers/header_forwarding.h"
 #include "server/drain/drain.h"
 #include "server/grpc/grpc_routes.h"
 #include "server/trace/tracer.h"
@@ -162,6 +165,21 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
       spdlog::error("{}", added.message());
       return 1;
     }
+  }
+  std::optional<vramd::server::HeaderForwarding> http_forward;
+  std::optional<vramd::server::HeaderForwarding> grpc_forward;
+  for (auto [flag, pattern, into] :
+       {std::tuple{"--http-header-forward-pattern", &triton.http_header_forward_pattern,
+                   &http_forward},
+        std::tuple{"--grpc-header-forward-pattern", &triton.grpc_header_forward_pattern,
+                   &grpc_forward}}) {
+    if (pattern->empty()) continue;
+    auto compiled = vramd::server::HeaderForwarding::Compile(flag, *pattern);
+    if (!compiled.ok()) {
+      spdlog::error("{}", compiled.status().message());
+      return 1;
+    }
+    into->emplace(std::move(compiled).value());
   }
   std::optional<vramd::grpc_server::GrpcServer::Options::Tls> grpc_tls;
   if (options.allow_grpc && triton.grpc_use_ssl) {
@@ -377,7 +395,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
                                    {server_name, VRAMD_VERSION, options.strict_readiness,
                                     options.http_shared_memory ? &shared_memory_regions : nullptr,
                                     &log_settings, &drain, &tracer,
-                                    http_restricted.empty() ? nullptr : &http_restricted});
+                                    http_restricted.empty() ? nullptr : &http_restricted,
+                                    http_forward ? &*http_forward : nullptr});
   vramd::http::HttpServer::Options http_options;
   http_options.address = options.http_address;
   http_options.port = static_cast<uint16_t>(options.http_port);
@@ -389,7 +408,16 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   http_options.header_timeout = std::chrono::seconds(options.http_header_timeout_secs);
   http_options.body_timeout = std::chrono::seconds(options.http_body_timeout_secs);
   http_options.max_body_memory_bytes = static_cast<size_t>(options.http_body_memory_mib) << 20;
-  http_options.request_headers = http_restricted.Headers();
+  if (!http_restricted.empty() || http_forward.has_value()) {
+    http_options.pass_header = [restricted = http_restricted.Headers(),
+                                forward = http_forward ? &*http_forward : nullptr](
+                                   std::string_view name) {
+      for (const std::string& header : restricted) {
+        if (boost::beast::iequals({name.data(), name.size()}, header)) return true;
+      }
+      return forward != nullptr && forward->Matches(name);
+    };
+  }
 
   std::unique_ptr<vramd::http::HttpServer> metrics_server;
   if (options.allow_metrics) {
@@ -447,6 +475,7 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
     grpc_options.drain_timeout = std::chrono::seconds(options.exit_timeout_secs);
     grpc_options.tls = grpc_tls;
     if (!grpc_restricted.empty()) grpc_options.restricted = &grpc_restricted;
+    if (grpc_forward.has_value()) grpc_options.forward_headers = &*grpc_forward;
     // Transport tuning to measure (docs/grpc.md), not a flag: Triton has none for it.
     if (const char* tuning = std::getenv("VRAMD_GRPC_CHANNEL_ARGS")) {
       auto args = vramd::grpc_server::GrpcServer::ParseChannelArgs(tuning);

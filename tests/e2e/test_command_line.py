@@ -132,6 +132,15 @@ def run_until_exit(args, timeout=30):
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def test_a_header_forward_pattern_that_does_not_compile_stops_the_start():
+    p = run_until_exit(["--model-repository", str(FIXTURE_REPO), "--http-port", "0",
+                        "--grpc-port", "0", "--metrics-port", "0",
+                        "--grpc-header-forward-pattern=x-(unclosed"])
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "--grpc-header-forward-pattern='x-(unclosed' is not a regular expression" in p.stderr
+    assert "listening" not in p.stderr
+
+
 def test_an_unknown_flag_is_still_an_error():
     p = run_until_exit(["--model-repository", str(FIXTURE_REPO), "--no-such-flag=1"])
     assert p.returncode != 0

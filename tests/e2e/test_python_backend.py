@@ -24,6 +24,7 @@ import os
 import pathlib
 import re
 import shutil
+import struct
 import socket
 import threading
 import time
@@ -32,7 +33,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from e2e_helpers import (BACKEND_HOST, PYTHON_BACKEND_DIR, index_rows, rss_bytes,
+from e2e_helpers import (BACKEND_HOST, PYTHON_BACKEND_DIR, grpc_modules, index_rows, rss_bytes,
                          load_model, model_config, skip_module_without_python_backend, wait_for)
 from v2client import Input, InferResult, build_infer_body
 
@@ -73,6 +74,8 @@ def py_server(request, start_server, repo, shm_before):
     s = start_server([repo], ["--backend-directory", str(BACKEND_DIR),
                               "--model-control-mode", "explicit", "--load-model", "*",
                               "--http-thread-count", "8",
+                              "--http-header-forward-pattern=^x-fwd-",
+                              "--grpc-header-forward-pattern=^x-fwd-|tenant",
                               "--backend-config=python,default-hosting=" + hosting],
                      name="python-" + hosting, ready_models=READY)
     s.hosting = hosting
@@ -374,6 +377,31 @@ def test_request_parameters_reach_the_model_and_response_parameters_come_back(cl
     result = client.infer("py_params", [Input("IN", "INT32", int32(1))])
     assert json.loads(bytes_out(result, "PARAMS").decode()) == {}
     assert result.json.get("parameters", {}).get("echo_count") == 0
+
+
+def test_forwarded_headers_reach_the_model_as_parameters(client, py_server):
+    # --http-header-forward-pattern=^x-fwd- (without case): the matching headers, named as
+    # sent, after the request's own parameters; others are not forwarded.
+    r = client.infer_raw("py_params", [Input("IN", "INT32", int32(1))], parameters={"p": 1},
+                         headers={"X-Fwd-User": "alice", "x-fwd-trace": "t1", "X-Other": "no"})
+    assert r.status == 200, r
+    got = json.loads(bytes_out(InferResult(r), "PARAMS").decode())
+    assert got == {"p": 1, "X-Fwd-User": "alice", "x-fwd-trace": "t1"}
+    # --grpc-header-forward-pattern=^x-fwd-|tenant: the call's metadata (keys in lowercase).
+    grpc, pb, pb_grpc = grpc_modules()
+    req = pb.ModelInferRequest(model_name="py_params")
+    req.inputs.add(name="IN", datatype="INT32", shape=[1])
+    req.raw_input_contents.append(int32(1).tobytes())
+    req.parameters["p"].int64_param = 2
+    with grpc.insecure_channel("127.0.0.1:%d" % py_server.grpc_port()) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        md = [("x-fwd-user", "bob"), ("my-tenant-id", "t7"), ("x-other", "no")]
+        out = stub.ModelInfer(req, metadata=md, timeout=60)
+        streamed = list(stub.ModelStreamInfer(iter([req]), metadata=md, timeout=60))
+    for answer in (out, streamed[0].infer_response):
+        raw = answer.raw_output_contents[0]
+        got = json.loads(raw[4:4 + struct.unpack("<I", raw[:4])[0]].decode())
+        assert got == {"p": 2, "x-fwd-user": "bob", "my-tenant-id": "t7"}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -133,12 +133,18 @@ void Unary(const Fixture& fixture, bool shm, const uint8_t* data, size_t size, H
   CheckStatus(answer.Wait(rpc).first, rpc);
 }
 
+// A call with no trace context, no cancel flag and no forwarded metadata.
+vramd::grpc_server::GrpcRoutes::CallContext NewCall() {
+  vramd::grpc_server::GrpcRoutes::CallContext call;
+  call.received = std::chrono::steady_clock::now();
+  return call;
+}
+
 void ModelInfer(const Fixture& fixture, bool shm, const uint8_t* data, size_t size) {
   auto request = std::make_shared<inference::ModelInferRequest>();
   if (!request->ParseFromArray(data, static_cast<int>(size))) return;
   Answer<vramd::grpc_server::EncodedInferResponse> answer;
-  fixture.routes(shm).ModelInfer(request, "", std::chrono::steady_clock::now(), nullptr,
-                                 answer.reply());
+  fixture.routes(shm).ModelInfer(request, NewCall(), answer.reply());
   auto [status, encoded] = answer.Wait("ModelInfer");
   CheckStatus(status, "ModelInfer");
   if (!status.ok()) return;
@@ -162,7 +168,7 @@ void StreamInfer(const Fixture& fixture, bool shm, const uint8_t* data, size_t s
   };
   auto state = std::make_shared<State>();
   fixture.routes(shm).StreamInfer(
-      request, "", std::chrono::steady_clock::now(), nullptr,
+      request, NewCall(),
       [state](std::optional<inference::ModelStreamInferResponse> response, bool last) {
         std::lock_guard lock(state->mu);
         if (state->last) Fail("a stream's request was sent to after its last response");

@@ -191,10 +191,7 @@ std::shared_ptr<RequestTrace> GrpcRoutes::StartTrace(
 }
 
 void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> message,
-                            std::string_view traceparent,
-                            std::chrono::steady_clock::time_point received,
-                            std::shared_ptr<CancelFlag> cancel,
-                            Reply<EncodedInferResponse> reply) const {
+                            CallContext call, Reply<EncodedInferResponse> reply) const {
   auto version = ParseModelVersion(message->model_version());
   if (!version.ok()) return Fail(reply, version.status());
   auto request = std::make_shared<InferRequest>();
@@ -204,7 +201,8 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   server::Drain* drain = info_.drain;
   if (drain != nullptr) drain->RequestStarted();
   trace::Tracer* tracer = info_.tracer;
-  std::shared_ptr<RequestTrace> trace = StartTrace(message->model_name(), traceparent, received);
+  std::shared_ptr<RequestTrace> trace =
+      StartTrace(message->model_name(), call.traceparent, call.received);
   request->trace = trace;  // for an answer before the build, which carries it over
   // A trace ends as the answer is handed to gRPC (GRPC_SEND_END).
   auto finish_trace = [tracer](const std::shared_ptr<RequestTrace>& t, const Status& status) {
@@ -234,7 +232,8 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message = std::move(message), shm, trace, cancel = std::move(cancel)](
+      [message = std::move(message), shm, trace, cancel = std::move(call.cancel),
+       forwarded = std::move(call.forwarded)](
           const config::ModelConfig& config) -> Result<InferRequest> {
         if (IsDecoupled(config)) {
           return Status::Unsupported(
@@ -244,6 +243,7 @@ void GrpcRoutes::ModelInfer(std::shared_ptr<const inference::ModelInferRequest> 
         if (built.ok()) {
           built->trace = trace;
           built->cancel = cancel;
+          built->parameters.insert(built->parameters.end(), forwarded.begin(), forwarded.end());
         }
         return built;
       },
@@ -368,14 +368,13 @@ bool WantsEmptyFinal(const inference::ModelInferRequest& m) {
 }  // namespace
 
 void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest> message,
-                             std::string_view traceparent,
-                             std::chrono::steady_clock::time_point received,
-                             std::shared_ptr<CancelFlag> cancel, StreamSend send) const {
+                             CallContext call, StreamSend send) const {
   auto version = ParseModelVersion(message->model_version());
   if (!version.ok()) return send(StreamError(version.status()), true);
   auto request = std::make_shared<InferRequest>();
   trace::Tracer* tracer = info_.tracer;
-  std::shared_ptr<RequestTrace> trace = StartTrace(message->model_name(), traceparent, received);
+  std::shared_ptr<RequestTrace> trace =
+      StartTrace(message->model_name(), call.traceparent, call.received);
   request->trace = trace;  // for an answer before the build, which carries it over
   if (trace != nullptr) {
     // GRPC_SEND_START: the first response handed to the stream; the trace ends with the last.
@@ -419,11 +418,13 @@ void GrpcRoutes::StreamInfer(std::shared_ptr<const inference::ModelInferRequest>
   const std::string model = message->model_name();
   runtime::InferRouter(manager_).InferAsync(
       model, *version, std::move(request),
-      [message, send, decoupled, weak_request, shm, trace, cancel = std::move(cancel)](
+      [message, send, decoupled, weak_request, shm, trace, cancel = std::move(call.cancel),
+       forwarded = std::move(call.forwarded)](
           const config::ModelConfig& config) -> Result<InferRequest> {
         VRAMD_ASSIGN_OR_RETURN(InferRequest built, DecodeInferRequest(message, shm));
         built.trace = trace;
         built.cancel = cancel;
+        built.parameters.insert(built.parameters.end(), forwarded.begin(), forwarded.end());
         *decoupled = IsDecoupled(config);
         if (*decoupled) {
           // Each response as the model sends it, in order, from an instance thread.

@@ -84,13 +84,21 @@ class GrpcRoutes {
                      Reply<inference::ModelMetadataResponse> reply) const;
   void ModelConfig(std::shared_ptr<const inference::ModelConfigRequest> request,
                    Reply<inference::ModelConfigResponse> reply) const;
+  // What an inference call brings besides its message.
+  struct CallContext {
+    std::string traceparent;  // the call's W3C trace context metadata, or empty
+    // When the message was read (a trace's GRPC_WAITREAD_END).
+    std::chrono::steady_clock::time_point received;
+    // Set when the client cancels the call, which the model then reads (InferRequest::cancel);
+    // null: none.
+    std::shared_ptr<CancelFlag> cancel;
+    // The call's metadata that --grpc-header-forward-pattern forwards, as string parameters;
+    // they follow the message's own in InferRequest::parameters.
+    std::vector<InferParameter> forwarded;
+  };
   // The answer's raw outputs are the outcome's own buffers (EncodedInferResponse).
-  // `traceparent`: the call's W3C trace context metadata, or empty; `received`: when the call
-  // and its message arrived (a trace's GRPC_WAITREAD_END); `cancel` (null: none): set when the
-  // client cancels the call, which the model then reads (InferRequest::cancel).
-  void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request,
-                  std::string_view traceparent, std::chrono::steady_clock::time_point received,
-                  std::shared_ptr<CancelFlag> cancel, Reply<EncodedInferResponse> reply) const;
+  void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request, CallContext call,
+                  Reply<EncodedInferResponse> reply) const;
   void ModelStatistics(std::shared_ptr<const inference::ModelStatisticsRequest> request,
                        Reply<inference::ModelStatisticsResponse> reply) const;
   // Triton's logging extension (server/logging/log_settings.h): a change of a setting fixed
@@ -104,16 +112,14 @@ class GrpcRoutes {
   // response only ends the request. A decoupled model's responses carry the parameter
   // triton_final_response (false); its end is an empty response with triton_final_response
   // true when the request asked with triton_enable_empty_final_response, else nothing. Any
-  // other model answers once, that answer being the last. `traceparent`: the stream's W3C
-  // trace context metadata, or empty (every request of the stream joins that trace);
-  // `received`: when this request's message was read. A traced request's trace ends as its
-  // last call of `send` returns. `cancel` (null: none): the stream's, set when the client
-  // cancels it, shared by all of its requests.
+  // other model answers once, that answer being the last. `call`: the stream's trace context
+  // (every request of the stream joins that trace), cancel flag (shared by all of its
+  // requests) and forwarded metadata, with when this request's message was read. A traced
+  // request's trace ends as its last call of `send` returns.
   using StreamSend =
       std::function<void(std::optional<inference::ModelStreamInferResponse>, bool last)>;
-  void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
-                   std::string_view traceparent, std::chrono::steady_clock::time_point received,
-                   std::shared_ptr<CancelFlag> cancel, StreamSend send) const;
+  void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request, CallContext call,
+                   StreamSend send) const;
   void SystemSharedMemoryRegister(
       std::shared_ptr<const inference::SystemSharedMemoryRegisterRequest> request,
       Reply<inference::SystemSharedMemoryRegisterResponse> reply) const;

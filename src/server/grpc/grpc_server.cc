@@ -204,6 +204,29 @@ class GrpcServer::Impl {
                         server::RestrictedApis::RefusalMessage(*restriction, /*grpc=*/true));
   }
 
+  // What an inference call brings besides its message (GrpcRoutes::CallContext): read from its
+  // metadata, the trace context and what --grpc-header-forward-pattern forwards.
+  GrpcRoutes::CallContext ContextOf(const grpc::ServerContext& context,
+                                    std::shared_ptr<CancelFlag> cancel) const {
+    GrpcRoutes::CallContext call;
+    call.received = std::chrono::steady_clock::now();
+    call.cancel = std::move(cancel);
+    const auto& metadata = context.client_metadata();  // keys are lowercase in gRPC
+    if (auto it = metadata.find("traceparent"); it != metadata.end()) {
+      call.traceparent.assign(it->second.data(), it->second.size());
+    }
+    if (options_.forward_headers != nullptr) {
+      for (const auto& [key, value] : metadata) {
+        const std::string_view name(key.data(), key.size());
+        if (options_.forward_headers->Matches(name)) {
+          call.forwarded.push_back(
+              InferParameter{std::string(name), std::string(value.data(), value.size())});
+        }
+      }
+    }
+    return call;
+  }
+
   // An inference call's answers are compressed as Options::infer_compression_level says.
   void CompressAnswers(grpc::ServerContext* context) const {
     using Level = Options::CompressionLevel;
@@ -426,7 +449,8 @@ class InferCall final : public Call {
   enum class State { kListening, kHandedOver, kFinishing };
 
   void Run() {
-    const auto received = std::chrono::steady_clock::now();  // the call and its message arrived
+    // When the call and its message arrived, before the parse.
+    GrpcRoutes::CallContext call = server_->ContextOf(context_, cancel_);
     if (auto refused = server_->Refusal(context_, server::ApiCategory::kInference)) {
       status_ = std::move(*refused);
       return Answer();
@@ -440,13 +464,7 @@ class InferCall final : public Call {
                              "ModelInfer: the request is not a ModelInferRequest message");
       return Answer();
     }
-    // W3C trace context arrives as metadata (keys are lowercase in gRPC).
-    std::string traceparent;
-    const auto& metadata = context_.client_metadata();
-    if (auto it = metadata.find("traceparent"); it != metadata.end()) {
-      traceparent.assign(it->second.data(), it->second.size());
-    }
-    server_->routes()->ModelInfer(std::move(message), traceparent, received, cancel_,
+    server_->routes()->ModelInfer(std::move(message), std::move(call),
                                   [this](grpc::Status status, EncodedInferResponse response) {
                                     status_ = std::move(status);
                                     response_parts_ = std::move(response);
@@ -543,11 +561,8 @@ class StreamCall final : public Stream {
       return;
     }
     server_->CompressAnswers(&context_);
-    // The stream's W3C trace context, for each of its requests (keys are lowercase in gRPC).
-    const auto& metadata = context_.client_metadata();
-    if (auto it = metadata.find("traceparent"); it != metadata.end()) {
-      traceparent_.assign(it->second.data(), it->second.size());
-    }
+    // The stream's trace context and forwarded metadata, for each of its requests.
+    stream_context_ = server_->ContextOf(context_, cancel_);
     MutexLock lock(mu_);
     ReadIfRoom();
   }
@@ -576,8 +591,9 @@ class StreamCall final : public Stream {
     }
     server_->Owe();
     // Not under mu_: the routes may answer at once, on this thread (Send).
-    server_->routes()->StreamInfer(std::move(request), traceparent_,
-                                   std::chrono::steady_clock::now(), cancel_,
+    GrpcRoutes::CallContext call = stream_context_;
+    call.received = std::chrono::steady_clock::now();
+    server_->routes()->StreamInfer(std::move(request), std::move(call),
                                    [this](std::optional<Response> response, bool last) {
                                      Send(std::move(response), last);
                                    });
@@ -657,7 +673,7 @@ class StreamCall final : public Stream {
   Op finish_{this, &StreamCall::OnFinished};
   Op done_{this, &StreamCall::OnDone};
   const std::shared_ptr<CancelFlag> cancel_ = std::make_shared<CancelFlag>();
-  std::string traceparent_;  // set once accepted, before the first read
+  GrpcRoutes::CallContext stream_context_;  // set once accepted, before the first read
   Mutex mu_;
   std::shared_ptr<inference::ModelInferRequest> incoming_ GUARDED_BY(mu_);  // the read fills it
   std::deque<Response> pending_ GUARDED_BY(mu_);

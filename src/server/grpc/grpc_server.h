@@ -31,6 +31,7 @@
 
 #include "core/status.h"
 #include "server/access/restricted_apis.h"
+#include "server/headers/header_forwarding.h"
 #include "server/grpc/grpc_routes.h"
 
 namespace vramd::grpc_server {
@@ -75,6 +76,9 @@ class GrpcServer {
     std::optional<Tls> tls;
     // Triton's --grpc-restricted-protocol; outlives the server. Null: nothing restricted.
     const server::RestrictedApis* restricted = nullptr;
+    // Triton's --grpc-header-forward-pattern: an inference call's matching metadata reaches
+    // the model as request parameters; outlives the server. Null: none.
+    const server::HeaderForwarding* forward_headers = nullptr;
   };
 
   // Reads and checks the PEM files of a TLS setting: the certificate, a private key that

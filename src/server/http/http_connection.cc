@@ -326,9 +326,11 @@ void Connection::Dispatch() {
   if (ihcl != req.end()) request.inference_header_length = std::string(ihcl->value());
   auto traceparent = req.find("traceparent");
   if (traceparent != req.end()) request.traceparent = std::string(traceparent->value());
-  for (const std::string& name : server_->options().request_headers) {
-    auto field = req.find(name);
-    if (field != req.end()) request.headers.emplace_back(name, std::string(field->value()));
+  if (const auto& pass = server_->options().pass_header) {
+    for (const auto& field : req) {
+      const std::string_view name(field.name_string().data(), field.name_string().size());
+      if (pass(name)) request.headers.emplace_back(name, std::string(field.value()));
+    }
   }
   request.received = header_read_;
   request.body = std::move(*decoded);

@@ -48,6 +48,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -70,8 +71,7 @@ struct HttpRequest {
   std::shared_ptr<CancelFlag> cancel;
   // The W3C `traceparent` header, raw; empty when absent (server/trace/tracer.h).
   std::string traceparent;
-  // The headers named in Options::request_headers that the request carries: (name as
-  // listed there, value); the first of each name.
+  // The headers Options::pass_header takes, (name as sent, value), in the order sent.
   std::vector<std::pair<std::string, std::string>> headers;
   // When the request's header had been read (a trace's HTTP_RECV_START).
   std::chrono::steady_clock::time_point received;
@@ -117,9 +117,10 @@ class HttpServer {
     std::chrono::milliseconds header_timeout{30000};
     std::chrono::milliseconds body_timeout{30000};
     size_t max_body_memory_bytes = size_t{1} << 30;
-    // Headers the handler reads besides those HttpRequest names (a restricted API's key),
-    // copied into HttpRequest::headers; names compare without case.
-    std::vector<std::string> request_headers;
+    // Which headers the handler reads besides those HttpRequest names (a restricted API's
+    // key, headers forwarded to models), by name as sent: those it is true for are copied
+    // into HttpRequest::headers. Empty: none.
+    std::function<bool(std::string_view name)> pass_header;
   };
 
   // Binds, listens and starts the threads. Fails with the address and the system's reason.

@@ -1,6 +1,7 @@
 #include "server/http/kserve_routes.h"
 
 #include <fmt/format.h>
+#include <boost/beast/core/string.hpp>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -233,7 +234,7 @@ std::optional<HttpResponse> KServeRoutes::Refusal(const HttpRequest& request) co
   const auto* restriction = info_.restricted->Find(*category);
   if (restriction == nullptr) return std::nullopt;
   for (const auto& [name, value] : request.headers) {
-    if (name == restriction->header) {
+    if (boost::beast::iequals(name, restriction->header)) {
       if (value == restriction->value) return std::nullopt;
       break;  // only the first of the name counts
     }
@@ -584,11 +585,13 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
   // until the new version serves; the body waits with it, in the build step.
   runtime::InferRouter(manager_).InferAsync(
       model, version, std::move(request),
-      [http = std::move(http), placed, shm, trace](const config::ModelConfig& config) {
+      [http = std::move(http), placed, shm, trace,
+       forward = info_.forward_headers](const config::ModelConfig& config) {
         placed->clear();  // built at most once, but a gap may delay it: nothing carries over
         const SharedMemoryContext context{shm, placed.get()};
         Result<InferRequest> built = ParseHttpInferRequest(http, config, &context);
         if (built.ok()) {
+          if (forward != nullptr) forward->Forward(http.headers, &built->parameters);
           built->cancel = http.cancel;
           built->trace = trace;
           if (!placed->empty()) built->output_buffer = shared_memory::PlacedOutputBuffers(shm, placed);
@@ -623,9 +626,11 @@ void KServeRoutes::Generate(HttpRequest http, const std::string& model, int64_t 
   std::weak_ptr<const InferRequest> weak_request = request;
   runtime::InferRouter(manager_).InferAsync(
       model, version, std::move(request),
-      [http = std::move(http), answer, weak_request, trace](const config::ModelConfig& config) {
+      [http = std::move(http), answer, weak_request, trace,
+       forward = info_.forward_headers](const config::ModelConfig& config) {
         Result<InferRequest> built = ParseGenerateRequest(*http.body, config);
         if (!built.ok()) return built;
+        if (forward != nullptr) forward->Forward(http.headers, &built->parameters);
         built->cancel = http.cancel;
         built->trace = trace;
         const bool decoupled = IsDecoupled(config);

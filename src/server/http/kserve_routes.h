@@ -44,6 +44,7 @@
 #include "memory/memory_report.h"
 #include "runtime/model_manager.h"
 #include "server/access/restricted_apis.h"
+#include "server/headers/header_forwarding.h"
 #include "server/http/control_dispatcher.h"
 #include "server/http/http_server.h"
 #include "server/drain/drain.h"
@@ -84,6 +85,9 @@ class KServeRoutes {
     // request carries the restriction's header (server/access/restricted_apis.h). The header
     // names must be among the HTTP server's Options::request_headers. Null: nothing restricted.
     const server::RestrictedApis* restricted = nullptr;
+    // Triton's --http-header-forward-pattern: matching headers reach the model as request
+    // parameters (infer and generate). They must pass Options::pass_header. Null: none.
+    const server::HeaderForwarding* forward_headers = nullptr;
   };
 
   // `manager` and `memory_report` must outlive this object. A const manager serves everything

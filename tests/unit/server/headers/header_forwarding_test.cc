@@ -1,0 +1,63 @@
+// Triton's header forwarding: which names a pattern takes (anywhere in the name, without
+// case, RE2's syntax), what reaches the request's parameters, and the refusal of a pattern that
+// does not compile.
+#include "server/headers/header_forwarding.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vramd::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(HeaderForwardingTest, MatchesAnywhereInTheNameWithoutCase) {
+  auto forward = HeaderForwarding::Compile("--http-header-forward-pattern", "^x-fwd-|tenant");
+  ASSERT_TRUE(forward.ok()) << forward.status().ToString();
+  EXPECT_TRUE(forward->Matches("x-fwd-user"));
+  EXPECT_TRUE(forward->Matches("X-Fwd-User"));
+  EXPECT_TRUE(forward->Matches("my-TENANT-id"));
+  EXPECT_FALSE(forward->Matches("a-x-fwd-user"));  // ^ anchors at the name's start
+  EXPECT_FALSE(forward->Matches("content-type"));
+  EXPECT_FALSE(forward->Matches(""));
+}
+
+TEST(HeaderForwardingTest, ForwardsMatchingHeadersAsStringParametersInOrder) {
+  auto forward = HeaderForwarding::Compile("--grpc-header-forward-pattern", "user|trace");
+  ASSERT_TRUE(forward.ok());
+  std::vector<InferParameter> parameters = {{"p", int64_t{1}}};
+  forward->Forward({{"x-user", "alice"}, {"accept", "*/*"}, {"Trace-Id", "t1"}}, &parameters);
+  ASSERT_EQ(parameters.size(), 3u);
+  EXPECT_EQ(parameters[1].name, "x-user");
+  EXPECT_EQ(std::get<std::string>(parameters[1].value), "alice");
+  EXPECT_EQ(parameters[2].name, "Trace-Id");
+  EXPECT_EQ(std::get<std::string>(parameters[2].value), "t1");
+}
+
+TEST(HeaderForwardingTest, APatternThatDoesNotCompileIsRefusedNamingTheFlag) {
+  for (const char* bad : {"(unclosed", "x-[", "a**"}) {
+    auto forward = HeaderForwarding::Compile("--http-header-forward-pattern", bad);
+    ASSERT_FALSE(forward.ok()) << bad;
+    EXPECT_EQ(forward.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(forward.status().message()),
+                HasSubstr(std::string("--http-header-forward-pattern='") + bad +
+                          "' is not a regular expression"));
+  }
+  auto empty = HeaderForwarding::Compile("--grpc-header-forward-pattern", "");
+  EXPECT_THAT(std::string(empty.status().message()), HasSubstr("the pattern is empty"));
+}
+
+TEST(HeaderForwardingTest, ALongNameIsMatchedInLinearTime) {
+  // RE2 does not backtrack: a pattern that would take exponential time in a backtracking
+  // engine answers at once for a name a client chose.
+  auto forward = HeaderForwarding::Compile("--f", "^(a+)+$");
+  ASSERT_TRUE(forward.ok());
+  EXPECT_FALSE(forward->Matches(std::string(8000, 'a') + "!"));
+}
+
+}  // namespace
+}  // namespace vramd::server
