@@ -94,7 +94,7 @@ class GrpcRoutes {
     std::shared_ptr<CancelFlag> cancel;
     // The call's metadata that --grpc-header-forward-pattern forwards, as string parameters;
     // they follow the message's own in InferRequest::parameters.
-    std::vector<InferParameter> forwarded;
+    std::vector<vramd::InferParameter> forwarded;
   };
   // The answer's raw outputs are the outcome's own buffers (EncodedInferResponse).
   void ModelInfer(std::shared_ptr<const inference::ModelInferRequest> request, CallContext call,

@@ -220,7 +220,7 @@ class GrpcServer::Impl {
         const std::string_view name(key.data(), key.size());
         if (options_.forward_headers->Matches(name)) {
           call.forwarded.push_back(
-              InferParameter{std::string(name), std::string(value.data(), value.size())});
+              vramd::InferParameter{std::string(name), std::string(value.data(), value.size())});
         }
       }
     }
