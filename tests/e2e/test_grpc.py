@@ -1,8 +1,9 @@
 """The gRPC front end (src/server/grpc/, Triton's inference.GRPCInferenceService) end to end,
 with python3-grpcio and the stubs the build generates from vramd's own grpc_service.proto
 (<build>/python, or VRAMD_GRPC_PYTHON_DIR): every RPC served, the typed and raw tensor forms,
-error codes and texts as the HTTP front end words them, load with a config override, gzip,
-grpc.health.v1, and UNIMPLEMENTED naming each RPC not served yet.
+error codes and texts as the HTTP front end words them, load with a config override, gzip both
+ways, connection age, grpc.health.v1, cancellation, and a client that does not read. TLS and
+restricted protocols: test_access.py.
 """
 
 import glob
