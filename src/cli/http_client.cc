@@ -63,6 +63,7 @@ Result<HttpGetResponse> Exchange(const Url& url, bhttp::request<bhttp::string_bo
   beast::flat_buffer buffer;
   request.set(bhttp::field::host, url.host);
   request.set(bhttp::field::user_agent, "vramctl");
+  for (const auto& [name, value] : url.headers) request.set(name, value);
   request.prepare_payload();
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(kMaxBodyBytes);

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -20,6 +22,9 @@ struct Url {
   std::string host;
   std::string port = "80";
   std::string path;  // without a trailing '/', "" for the root
+  // Sent with every request to this server, (name, value): a restricted API's key
+  // (--http-restricted-api).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 // Parses "http://host[:port][/path]" (a bare "host[:port]" means http). InvalidArgument for

@@ -18,8 +18,11 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/http_client.h"
 #include "core/json_parse.h"
@@ -54,15 +57,50 @@ int ExitCodeFor(const vramd::Result<vramd::cli::HttpGetResponse>& response,
   return 0;
 }
 
-// GETs `path` and prints it: the JSON itself with `raw_json`, else `render`'s text.
-int FetchAndPrint(const std::string& url_text, const std::string& path, bool raw_json,
-                  int timeout_ms,
-                  const std::function<vramd::Result<std::string>(std::string_view)>& render) {
-  auto url = vramd::cli::ParseUrl(url_text);
+// The server a command talks to: --url, and the --header values sent with each request.
+struct Server {
+  std::string url = "http://localhost:8000";
+  std::vector<std::string> headers;  // "NAME: VALUE"
+};
+
+// The server's URL with its headers; an error (printed) when either is malformed.
+std::optional<vramd::cli::Url> Resolve(const Server& server) {
+  auto url = vramd::cli::ParseUrl(server.url);
   if (!url.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
-    return 2;
+    return std::nullopt;
   }
+  const auto trim = [](std::string_view text) {
+    const size_t first = text.find_first_not_of(' ');
+    if (first == std::string_view::npos) return std::string();
+    return std::string(text.substr(first, text.find_last_not_of(' ') - first + 1));
+  };
+  for (const std::string& header : server.headers) {
+    const size_t colon = header.find(':');
+    std::string name = colon == std::string::npos ? "" : trim(header.substr(0, colon));
+    if (name.empty()) {
+      std::fprintf(stderr, "vramctl: --header '%s' is not NAME: VALUE\n", header.c_str());
+      return std::nullopt;
+    }
+    url->headers.emplace_back(std::move(name), trim(std::string_view(header).substr(colon + 1)));
+  }
+  return *std::move(url);
+}
+
+void AddServerOptions(CLI::App* command, Server* server) {
+  command->add_option("--url", server->url, "vramd's HTTP address")->capture_default_str();
+  command->add_option("--header", server->headers,
+                      "NAME: VALUE sent with each request, e.g. the key of a restricted API "
+                      "(vramd's --http-restricted-api); repeat for several");
+}
+
+// GETs `path` and prints it: the JSON itself with `raw_json`, else `render`'s text.
+int FetchAndPrint(const Server& server, const std::string& path, bool raw_json,
+                  int timeout_ms,
+                  const std::function<vramd::Result<std::string>(std::string_view)>& render) {
+  const std::string& url_text = server.url;
+  auto url = Resolve(server);
+  if (!url.has_value()) return 2;
   const std::string target = url->path + path;
   auto response = vramd::cli::HttpGet(*url, target, std::chrono::milliseconds(timeout_ms));
   if (int code = ExitCodeFor(response, url_text, target); code != 0) return code;
@@ -115,13 +153,11 @@ vramd::Result<std::string> ControlBody(const std::string& config_file) {
   return std::string(sb.GetString(), sb.GetSize());
 }
 
-int Control(const std::string& url_text, const std::string& model, bool load,
+int Control(const Server& server, const std::string& model, bool load,
             const std::string& config_file, int timeout_ms) {
-  auto url = vramd::cli::ParseUrl(url_text);
-  if (!url.ok()) {
-    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
-    return 2;
-  }
+  const std::string& url_text = server.url;
+  auto url = Resolve(server);
+  if (!url.has_value()) return 2;
   auto body = ControlBody(config_file);
   if (!body.ok()) {
     std::fprintf(stderr, "vramctl: %s\n", body.status().message().c_str());
@@ -138,13 +174,11 @@ int Control(const std::string& url_text, const std::string& model, bool load,
 }
 
 // vramctl sleep / wake: POST .../sleep with the level, or .../wake.
-int SleepControl(const std::string& url_text, const std::string& model, bool sleep, int level,
+int SleepControl(const Server& server, const std::string& model, bool sleep, int level,
                  int timeout_ms) {
-  auto url = vramd::cli::ParseUrl(url_text);
-  if (!url.ok()) {
-    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
-    return 2;
-  }
+  const std::string& url_text = server.url;
+  auto url = Resolve(server);
+  if (!url.has_value()) return 2;
   const std::string body =
       sleep ? "{\"parameters\": {\"level\": " + std::to_string(level) + "}}" : "{}";
   const std::string target = url->path + "/v2/repository/models/" + EncodeSegment(model) +
@@ -158,13 +192,11 @@ int SleepControl(const std::string& url_text, const std::string& model, bool sle
 }
 
 // vramctl rollback / hold / release: POST .../rollback (with the reason), .../hold, .../release.
-int RollbackAction(const std::string& url_text, const std::string& model,
+int RollbackAction(const Server& server, const std::string& model,
                    const std::string& action, const std::string& reason, int timeout_ms) {
-  auto url = vramd::cli::ParseUrl(url_text);
-  if (!url.ok()) {
-    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
-    return 2;
-  }
+  const std::string& url_text = server.url;
+  auto url = Resolve(server);
+  if (!url.has_value()) return 2;
   std::string body = "{}";
   if (action == "rollback" && !reason.empty()) {
     rapidjson::StringBuffer sb;
@@ -192,12 +224,10 @@ int RollbackAction(const std::string& url_text, const std::string& model,
 
 // vramctl drain: POST /v2/drain and wait for its answer (a preStop hook's command). Exit 0 when
 // the server went quiet, 3 when the wait timed out with requests still coming.
-int DrainControl(const std::string& url_text, int quiet_ms, int timeout_ms) {
-  auto url = vramd::cli::ParseUrl(url_text);
-  if (!url.ok()) {
-    std::fprintf(stderr, "vramctl: %s\n", url.status().message().c_str());
-    return 2;
-  }
+int DrainControl(const Server& server, int quiet_ms, int timeout_ms) {
+  const std::string& url_text = server.url;
+  auto url = Resolve(server);
+  if (!url.has_value()) return 2;
   const std::string body = "{\"quiet_ms\": " + std::to_string(quiet_ms) +
                            ", \"timeout_ms\": " + std::to_string(timeout_ms) + "}";
   const std::string target = url->path + "/v2/drain";
@@ -233,12 +263,12 @@ int main(int argc, char** argv) {
   CLI::App app{"vramctl: inspect a running vramd"};
   app.require_subcommand(1);
 
-  std::string url = "http://localhost:8000";
+  Server server;
   bool raw_json = false;
   int timeout_ms = 10000;
   CLI::App* memory = app.add_subcommand(
       "memory", "Print the memory report: devices, pools, the owner tree and leaks");
-  memory->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
+  AddServerOptions(memory, &server);
   memory->add_flag("--json", raw_json, "Print the report as the server's JSON");
   memory->add_option("--timeout-ms", timeout_ms, "Deadline for each network step")
       ->check(CLI::PositiveNumber)
@@ -275,7 +305,7 @@ int main(int argc, char** argv) {
       "release", "End a hold (or a rollback's); in poll mode a change kept back loads now");
   for (CLI::App* sub : {load, unload, lifecycle, sleep, wake, rollback, hold, release}) {
     sub->add_option("model", model, "The model's name")->required();
-    sub->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
+    AddServerOptions(sub, &server);
     sub->add_option("--timeout-ms", timeout_ms, "Deadline for each network step")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
@@ -286,7 +316,7 @@ int main(int argc, char** argv) {
                "wait until no request has been in flight for --quiet-ms; exit 3 on timeout");
   int quiet_ms = 1000;
   int drain_timeout_ms = 30000;
-  drain->add_option("--url", url, "vramd's HTTP address")->capture_default_str();
+  AddServerOptions(drain, &server);
   drain->add_option("--quiet-ms", quiet_ms, "How long no request may arrive before it is quiet")
       ->check(CLI::Range(0, 86'400'000))
       ->capture_default_str();
@@ -295,21 +325,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
-  if (drain->parsed()) return DrainControl(url, quiet_ms, drain_timeout_ms);
+  if (drain->parsed()) return DrainControl(server, quiet_ms, drain_timeout_ms);
   if (memory->parsed()) {
-    return FetchAndPrint(url, "/v2/memory", raw_json, timeout_ms, [](std::string_view json) {
+    return FetchAndPrint(server, "/v2/memory", raw_json, timeout_ms, [](std::string_view json) {
       return vramd::metrics::RenderMemoryReportText(json);
     });
   }
-  if (load->parsed()) return Control(url, model, true, config_file, timeout_ms);
-  if (unload->parsed()) return Control(url, model, false, "", timeout_ms);
-  if (sleep->parsed()) return SleepControl(url, model, true, sleep_level, timeout_ms);
-  if (wake->parsed()) return SleepControl(url, model, false, 0, timeout_ms);
-  if (rollback->parsed()) return RollbackAction(url, model, "rollback", reason, timeout_ms);
-  if (hold->parsed()) return RollbackAction(url, model, "hold", "", timeout_ms);
-  if (release->parsed()) return RollbackAction(url, model, "release", "", timeout_ms);
+  if (load->parsed()) return Control(server, model, true, config_file, timeout_ms);
+  if (unload->parsed()) return Control(server, model, false, "", timeout_ms);
+  if (sleep->parsed()) return SleepControl(server, model, true, sleep_level, timeout_ms);
+  if (wake->parsed()) return SleepControl(server, model, false, 0, timeout_ms);
+  if (rollback->parsed()) return RollbackAction(server, model, "rollback", reason, timeout_ms);
+  if (hold->parsed()) return RollbackAction(server, model, "hold", "", timeout_ms);
+  if (release->parsed()) return RollbackAction(server, model, "release", "", timeout_ms);
   if (lifecycle->parsed()) {
-    return FetchAndPrint(url, "/v2/repository/models/" + EncodeSegment(model) + "/lifecycle",
+    return FetchAndPrint(server, "/v2/repository/models/" + EncodeSegment(model) + "/lifecycle",
                          raw_json, timeout_ms, [](std::string_view json) {
                            return vramd::metrics::RenderLifecycleText(json);
                          });

@@ -240,6 +240,17 @@ def test_http_restricted_api(start):
             out = pb_grpc.GRPCInferenceServiceStub(ch).ModelInfer(infer_request(pb, [3.0]),
                                                                    timeout=30)
             assert infer_values(pb, out) == [3.0]
+        # vramctl sends the key with --header.
+        vramctl = [str(VRAMD_BIN.parent / "vramctl"), "lifecycle", MODEL,
+                   "--url", "http://127.0.0.1:%d" % s.port]
+        p = subprocess.run(vramctl, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 1 and "This API is restricted" in p.stderr, p.stderr
+        p = subprocess.run(vramctl + ["--header", "Admin-Key:  s3cret "], capture_output=True,
+                           text=True, timeout=30)
+        assert p.returncode == 0 and MODEL in p.stdout, p.stderr
+        p = subprocess.run(vramctl + ["--header", "no colon"], capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 2 and "--header 'no colon' is not NAME: VALUE" in p.stderr
         assert "HTTP restricted APIs: inference (header 'admin-key')" in s.log()
         assert "s3cret" not in s.log()
     finally:
