@@ -382,11 +382,15 @@ def test_request_parameters_reach_the_model_and_response_parameters_come_back(cl
 def test_forwarded_headers_reach_the_model_as_parameters(client, py_server):
     # --http-header-forward-pattern=^x-fwd- (without case): the matching headers, named as
     # sent, after the request's own parameters; others are not forwarded.
+    # A byte that is not UTF-8 (http.client sends "é" as Latin-1's 0xE9) reaches the model as
+    # U+FFFD: parameters are text, and the model's json.loads must not fail on them.
     r = client.infer_raw("py_params", [Input("IN", "INT32", int32(1))], parameters={"p": 1},
-                         headers={"X-Fwd-User": "alice", "x-fwd-trace": "t1", "X-Other": "no"})
+                         headers={"X-Fwd-User": "alice", "x-fwd-trace": "t1", "X-Other": "no",
+                                  "X-Fwd-Name": "caf\u00e9"})
     assert r.status == 200, r
     got = json.loads(bytes_out(InferResult(r), "PARAMS").decode())
-    assert got == {"p": 1, "X-Fwd-User": "alice", "x-fwd-trace": "t1"}
+    assert got == {"p": 1, "X-Fwd-User": "alice", "x-fwd-trace": "t1",
+                   "X-Fwd-Name": "caf\ufffd"}
     # --grpc-header-forward-pattern=^x-fwd-|tenant: the call's metadata (keys in lowercase).
     grpc, pb, pb_grpc = grpc_modules()
     req = pb.ModelInferRequest(model_name="py_params")
@@ -395,13 +399,15 @@ def test_forwarded_headers_reach_the_model_as_parameters(client, py_server):
     req.parameters["p"].int64_param = 2
     with grpc.insecure_channel("127.0.0.1:%d" % py_server.grpc_port()) as ch:
         stub = pb_grpc.GRPCInferenceServiceStub(ch)
-        md = [("x-fwd-user", "bob"), ("my-tenant-id", "t7"), ("x-other", "no")]
+        md = [("x-fwd-user", "bob"), ("my-tenant-id", "t7"), ("x-other", "no"),
+              ("x-fwd-raw-bin", b"\xff\x00z")]
         out = stub.ModelInfer(req, metadata=md, timeout=60)
         streamed = list(stub.ModelStreamInfer(iter([req]), metadata=md, timeout=60))
     for answer in (out, streamed[0].infer_response):
         raw = answer.raw_output_contents[0]
         got = json.loads(raw[4:4 + struct.unpack("<I", raw[:4])[0]].decode())
-        assert got == {"p": 2, "x-fwd-user": "bob", "my-tenant-id": "t7"}
+        assert got == {"p": 2, "x-fwd-user": "bob", "my-tenant-id": "t7",
+                       "x-fwd-raw-bin": "\ufffd\x00z"}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -217,10 +217,10 @@ class GrpcServer::Impl {
     }
     if (options_.forward_headers != nullptr) {
       for (const auto& [key, value] : metadata) {
-        const std::string_view name(key.data(), key.size());
-        if (options_.forward_headers->Matches(name)) {
-          call.forwarded.push_back(
-              vramd::InferParameter{std::string(name), std::string(value.data(), value.size())});
+        if (auto parameter = options_.forward_headers->Parameter(
+                std::string_view(key.data(), key.size()),
+                std::string_view(value.data(), value.size()))) {
+          call.forwarded.push_back(std::move(*parameter));
         }
       }
     }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,8 +33,12 @@ class HeaderForwarding {
 
   bool Matches(std::string_view name) const;
 
-  // Appends each of `headers` (name, value) whose name matches to `parameters`, as a string
-  // parameter, in order.
+  // The parameter a header makes when its name matches: a string parameter named as the
+  // header. Parameters are text (a model reads them as JSON): a byte that is not UTF-8 (an
+  // HTTP header's obs-text, a gRPC -bin value) becomes U+FFFD, as a decoder reads it.
+  std::optional<InferParameter> Parameter(std::string_view name, std::string_view value) const;
+
+  // Appends the Parameter of each of `headers` (name, value) whose name matches, in order.
   void Forward(const std::vector<std::pair<std::string, std::string>>& headers,
                std::vector<InferParameter>* parameters) const;
 
@@ -42,5 +47,8 @@ class HeaderForwarding {
       : pattern_(std::move(pattern)) {}
   std::shared_ptr<const re2::RE2> pattern_;  // RE2 is not copyable; its matching is const
 };
+
+// `text` with each byte that does not begin a well-formed UTF-8 sequence replaced by U+FFFD.
+std::string ValidUtf8(std::string_view text);
 
 }  // namespace vramd::server

@@ -38,6 +38,25 @@ TEST(HeaderForwardingTest, ForwardsMatchingHeadersAsStringParametersInOrder) {
   EXPECT_EQ(std::get<std::string>(parameters[2].value), "t1");
 }
 
+TEST(HeaderForwardingTest, WhatIsNotUtf8BecomesTheReplacementCharacter) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(ValidUtf8("plain ascii"), "plain ascii");
+  EXPECT_EQ(ValidUtf8("caf\xC3\xA9 \xF0\x9F\x98\x80"), "caf\xC3\xA9 \xF0\x9F\x98\x80");
+  EXPECT_EQ(ValidUtf8("caf\xE9"), "caf" + fffd);                     // Latin-1
+  EXPECT_EQ(ValidUtf8("\xFF\xFE"), fffd + fffd);
+  EXPECT_EQ(ValidUtf8("\xC0\xAF"), fffd + fffd);                    // overlong '/'
+  EXPECT_EQ(ValidUtf8("\xED\xA0\x80"), fffd + fffd + fffd);         // a surrogate
+  EXPECT_EQ(ValidUtf8("\xF4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // past U+10FFFF
+  EXPECT_EQ(ValidUtf8("\xE2\x82"), fffd + fffd);                    // cut short
+  EXPECT_EQ(ValidUtf8(std::string("a\0b", 3)), std::string("a\0b", 3));
+  auto forward = HeaderForwarding::Compile("--f", "^x-");
+  ASSERT_TRUE(forward.ok());
+  std::vector<InferParameter> parameters;
+  forward->Forward({{"x-raw-bin", "\xFF" "ok"}}, &parameters);
+  ASSERT_EQ(parameters.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(parameters[0].value), fffd + "ok");
+}
+
 TEST(HeaderForwardingTest, APatternThatDoesNotCompileIsRefusedNamingTheFlag) {
   for (const char* bad : {"(unclosed", "x-[", "a**"}) {
     auto forward = HeaderForwarding::Compile("--http-header-forward-pattern", bad);
