@@ -3,7 +3,7 @@
 //
 //   grpc_infer_load --model M [--host 127.0.0.1] [--port 8001] [--input INPUT0]
 //                   [--elements N] [--concurrency C] [--duration S] [--warmup S]
-//                   [--library-client [--threads T] | --streams K]
+//                   [--library-client [--threads T] [--tls-root PEM] | --streams K]
 //   grpc_infer_load --tcp-echo [--echo-copy] --elements N [--concurrency C] [--duration S]
 //
 // gRPC: C threads, each with a connection of its own (as infer_load has), each sending
@@ -17,6 +17,8 @@
 // --library-client: through gRPC's own C++ client instead (asynchronous, a GenericStub per
 // channel, the answer's slices looked at in place), C channels over T threads (default C),
 // each thread's channels completing on one queue: what a client built on gRPC's library pays.
+// --tls-root PEM: the library client speaks TLS, trusting the CAs in PEM (a server run with
+// --grpc-use-ssl; --host must be a name its certificate carries), to measure what TLS costs.
 // --tcp-echo: no server of vramd's: C loopback TCP connections to an echo server in this
 // process, each sending N * 4 bytes and reading them back, the floor any protocol carrying the
 // same tensor in and out pays on this machine. --echo-copy: the echo server also copies each
@@ -40,8 +42,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,6 +67,7 @@ struct Options {
   double duration_s = 5.0;
   double warmup_s = 1.0;
   bool library_client = false;
+  std::string tls_root;  // the library client's trusted CAs (PEM file); empty: plaintext
   int threads = 0;  // --library-client's threads; 0: one per request in flight
   int streams = 1;  // calls in flight per connection of the default client
   bool tcp_echo = false;
@@ -73,7 +78,7 @@ struct Options {
   std::cerr << "grpc_infer_load: " << why << "\n"
             << "usage: grpc_infer_load --model M [--host H] [--port P] [--input NAME]\n"
             << "                       [--elements N] [--concurrency C] [--duration S] [--warmup S]\n"
-            << "                       [--library-client [--threads T] | --streams K]\n"
+            << "                       [--library-client [--threads T] [--tls-root PEM] | --streams K]\n"
             << "       grpc_infer_load --tcp-echo [--elements N] [--concurrency C] [--duration S]\n";
   std::exit(2);
 }
@@ -97,12 +102,14 @@ Options Parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = std::atoi(value().c_str());
     else if (a == "--streams") o.streams = std::atoi(value().c_str());
     else if (a == "--library-client") o.library_client = true;
+    else if (a == "--tls-root") o.tls_root = value();
     else if (a == "--tcp-echo") o.tcp_echo = true;
     else if (a == "--echo-copy") o.echo_copy = true;
     else if (a == "--help") Usage("help");
     else Usage("unknown argument " + a);
   }
   if (!o.tcp_echo && o.model.empty()) Usage("--model is required");
+  if (!o.tls_root.empty() && !o.library_client) Usage("--tls-root needs --library-client");
   if (o.elements <= 0 || o.concurrency <= 0 || o.duration_s <= 0) Usage("bad numbers");
   if (o.streams <= 0 || o.concurrency % o.streams != 0) {
     Usage("--streams must divide --concurrency");
@@ -156,7 +163,17 @@ std::shared_ptr<grpc::Channel> NewChannel(const Options& o, int index) {
   args.SetMaxSendMessageSize(-1);
   // A connection each: gRPC shares one among channels whose arguments are equal.
   args.SetInt("vramd.bench.channel", index);
-  return grpc::CreateCustomChannel(o.host + ":" + o.port, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!o.tls_root.empty()) {
+    std::ifstream in(o.tls_root);
+    if (!in) Usage("cannot read --tls-root " + o.tls_root);
+    std::stringstream pem;
+    pem << in.rdbuf();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(o.host + ":" + o.port, credentials, args);
 }
 
 // A reader of a message's protobuf wire format across the slices gRPC received it in, which
