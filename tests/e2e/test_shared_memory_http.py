@@ -19,8 +19,9 @@ from e2e_helpers import FIXTURE_REPO
 @pytest.fixture(scope="module")
 def server(start_server):
     return start_server([str(FIXTURE_REPO)], ["--model-control-mode", "explicit",
-                                              "--load-model", "identity_fp32"],
-                        name="shm_http", ready_models=["identity_fp32"])
+                                              "--load-model", "identity_fp32",
+                                              "--load-model", "add_sub"],
+                        name="shm_http", ready_models=["identity_fp32", "add_sub"])
 
 
 def walk(node):
@@ -130,6 +131,38 @@ def test_an_output_placed_over_its_own_input_is_written_whole(server, shm_object
         got = np.frombuffer(bytes(shm_object.buf[12:12 + x.nbytes]), dtype=np.float32)
         assert got.tolist() == x.tolist()
         assert c.get("/v2/health/live").status == 200
+    finally:
+        assert c.post("/v2/systemsharedmemory/region/io/unregister").status == 200
+
+
+def test_an_output_placed_over_an_input_does_not_change_what_the_model_reads(server,
+                                                                             shm_object):
+    """OUTPUT0 placed in place of INPUT0 (a client computing in place): add_sub writes OUTPUT0
+    before it computes OUTPUT1 from the same inputs, so had it been given the region as
+    OUTPUT0's memory it would read its own sums back (OUTPUT1 = a, not a - b). Such an output
+    is made apart and copied in once the execution is done."""
+    c = server.client()
+    key = "/" + shm_object.name
+    a = np.arange(16, dtype=np.float32) + 1
+    b = np.full(16, 10, dtype=np.float32)
+    shm_object.buf[0:64] = a.tobytes()
+    shm_object.buf[64:128] = b.tobytes()
+    assert post_json(c, "/v2/systemsharedmemory/region/io/register",
+                     {"key": key, "offset": 0, "byte_size": 4096}).status == 200
+    try:
+        def placed(name, offset):
+            return {"name": name, "parameters": {"shared_memory_region": "io",
+                                                 "shared_memory_offset": offset,
+                                                 "shared_memory_byte_size": 64}}
+        inputs = [dict(placed("INPUT0", 0), datatype="FP32", shape=[1, 16]),
+                  dict(placed("INPUT1", 64), datatype="FP32", shape=[1, 16])]
+        r = post_json(c, "/v2/models/add_sub/infer",
+                      {"inputs": inputs, "outputs": [placed("OUTPUT0", 0), placed("OUTPUT1", 128)]})
+        assert r.status == 200, r
+        sums = np.frombuffer(bytes(shm_object.buf[0:64]), dtype=np.float32)
+        differences = np.frombuffer(bytes(shm_object.buf[128:192]), dtype=np.float32)
+        assert sums.tolist() == (a + b).tolist()
+        assert differences.tolist() == (a - b).tolist()
     finally:
         assert c.post("/v2/systemsharedmemory/region/io/unregister").status == 200
 

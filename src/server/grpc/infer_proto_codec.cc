@@ -405,7 +405,9 @@ Result<InferRequest> DecodeInferRequest(std::shared_ptr<const ModelInferRequest>
     request.outputs.push_back(std::move(requested));
   }
   request.binary_data_output = true;
-  if (!placed->empty()) request.output_buffer = shared_memory::PlacedOutputBuffers(shm, placed);
+  if (!placed->empty()) {
+    request.output_buffer = shared_memory::PlacedOutputBuffers(shm, placed, request.inputs);
+  }
   return request;
 }
 

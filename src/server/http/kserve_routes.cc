@@ -594,7 +594,10 @@ void KServeRoutes::Infer(HttpRequest http, const std::string& model, int64_t ver
           if (forward != nullptr) forward->Forward(http.headers, &built->parameters);
           built->cancel = http.cancel;
           built->trace = trace;
-          if (!placed->empty()) built->output_buffer = shared_memory::PlacedOutputBuffers(shm, placed);
+          if (!placed->empty()) {
+            built->output_buffer =
+                shared_memory::PlacedOutputBuffers(shm, placed, built->inputs);
+          }
         }
         return built;
       },

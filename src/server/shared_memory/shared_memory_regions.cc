@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -72,13 +73,29 @@ Status AttachInput(const SharedMemoryRegions& regions, const TensorPlacement& pl
 }
 
 OutputBufferSource PlacedOutputBuffers(const SharedMemoryRegions* regions,
-                                       std::shared_ptr<const std::vector<TensorPlacement>> placed) {
-  return [regions, placed = std::move(placed)](std::string_view name,
-                                               size_t byte_size) -> std::optional<OutputBuffer> {
+                                       std::shared_ptr<const std::vector<TensorPlacement>> placed,
+                                       const std::vector<Tensor>& inputs) {
+  // Where the inputs' bytes are: only compared with, never read through.
+  struct Range {
+    uintptr_t begin;
+    uintptr_t end;
+    int gpu;
+  };
+  std::vector<Range> read;
+  for (const Tensor& t : inputs) {
+    const auto begin = reinterpret_cast<uintptr_t>(t.data.data());
+    if (t.data.size() > 0) read.push_back({begin, begin + t.data.size(), t.gpu});
+  }
+  return [regions, placed = std::move(placed), read = std::move(read)](
+             std::string_view name, size_t byte_size) -> std::optional<OutputBuffer> {
     const TensorPlacement* p = PlacementOf(placed.get(), name);
     if (p == nullptr || byte_size > p->byte_size) return std::nullopt;
     auto slice = regions->Find(p->region, p->offset, byte_size, "output");
     if (!slice.ok()) return std::nullopt;  // unregistered meanwhile: Write will say so
+    const auto begin = reinterpret_cast<uintptr_t>(slice->data);
+    for (const Range& r : read) {
+      if (r.gpu == slice->gpu && begin < r.end && r.begin < begin + byte_size) return std::nullopt;
+    }
     return OutputBuffer{SharedBuffer::View(std::move(slice->holder), slice->data, byte_size),
                         slice->gpu};
   };

@@ -142,9 +142,14 @@ Status AttachInput(const SharedMemoryRegions& regions, const TensorPlacement& pl
 
 // For InferRequest::output_buffer: each output `placed` names gets its placement's first
 // byte_size bytes in `regions` (when it fits), so a backend can write it there directly; the
-// front end's Write then copies nothing. `regions` must outlive the requests.
+// front end's Write then copies nothing. Not an output whose bytes would overlap one of
+// `inputs` (the request's, read in place from a region): a backend writing it while it still
+// reads its inputs would read what it wrote (a kernel on the GPU, a torch op refusing memory
+// that aliases its input), so the backend makes that output in memory of its own and Write
+// copies it in once the execution is done. `regions` must outlive the requests.
 OutputBufferSource PlacedOutputBuffers(const SharedMemoryRegions* regions,
-                                       std::shared_ptr<const std::vector<TensorPlacement>> placed);
+                                       std::shared_ptr<const std::vector<TensorPlacement>> placed,
+                                       const std::vector<Tensor>& inputs);
 
 // What a front end encodes of `outputs`: `outputs` itself, or, when some output not placed in
 // a region is on a GPU, a copy in `*storage` with those brought to the host (they are encoded

@@ -208,7 +208,7 @@ TEST(SharedMemoryRegionsTest, APlacedOutputIsGivenItsRegionAndNeedsNoCopy) {
   ASSERT_TRUE(shm.RegisterSystem("out", object.key(), 0, 64).ok());
   auto placed = std::make_shared<std::vector<TensorPlacement>>(
       std::vector<TensorPlacement>{{"Y", "out", 8, 16}});
-  OutputBufferSource source = PlacedOutputBuffers(&shm, placed);
+  OutputBufferSource source = PlacedOutputBuffers(&shm, placed, {});
   EXPECT_FALSE(source("Y", 17).has_value());
   EXPECT_FALSE(source("Z", 4).has_value());
   std::optional<OutputBuffer> given = source("Y", 4);
@@ -222,6 +222,29 @@ TEST(SharedMemoryRegionsTest, APlacedOutputIsGivenItsRegionAndNeedsNoCopy) {
   ASSERT_TRUE(slice.ok());
   EXPECT_EQ(slice->data, t.data.data()) << "the backend's output is the region itself";
   EXPECT_EQ(static_cast<int>(slice->data[3]), 4);
+}
+
+// An output placed over bytes an input is read from (in place, the same region) is not given
+// to the backend, which would write it while still reading the input: it makes the output in
+// memory of its own, and Write copies it in afterwards. One beside the input is given.
+TEST(SharedMemoryRegionsTest, AnOutputOverlappingAnInputIsNotGivenToTheBackend) {
+  Object object(4096);
+  SharedMemoryRegions shm;
+  ASSERT_TRUE(shm.RegisterSystem("r", object.key(), 0, 1024).ok());
+  auto in = shm.Find("r", 100, 50, "input 'X'");
+  ASSERT_TRUE(in.ok());
+  std::vector<Tensor> inputs = {
+      Tensor{"X", DataType::kUint8, {50}, SharedBuffer::View(in->holder, in->data, 50)},
+      Tensor{"B", DataType::kUint8, {4}, SharedBuffer::CopyOf("abcd", 4)}};  // from the body
+  auto placed = std::make_shared<std::vector<TensorPlacement>>(std::vector<TensorPlacement>{
+      {"over", "r", 120, 50}, {"ends_at_input", "r", 60, 40}, {"touches_end", "r", 149, 10},
+      {"after", "r", 150, 50}, {"before", "r", 0, 100}});
+  OutputBufferSource source = PlacedOutputBuffers(&shm, placed, inputs);
+  EXPECT_FALSE(source("over", 50).has_value());
+  EXPECT_TRUE(source("ends_at_input", 40).has_value());  // [60, 100): ends where X begins
+  EXPECT_FALSE(source("touches_end", 10).has_value());   // [149, 159): X's last byte
+  EXPECT_TRUE(source("after", 50).has_value());          // [150, 200)
+  EXPECT_TRUE(source("before", 100).has_value());        // [0, 100)
 }
 
 }  // namespace
