@@ -200,6 +200,21 @@ def main():
         check(delta["d2d"] == args.requests * (in_bytes + out_bytes),
               "input and output were copied on the GPU only: d2d %d" % delta["d2d"])
 
+        # The output placed over the input's own bytes (region "in", offset 0): still the
+        # right result, and still no byte through the host (the output is made apart and
+        # copied into the region on the GPU once the execution is done).
+        in_place = json.loads(json.dumps(shm_body))
+        in_place["outputs"][0]["parameters"]["shared_memory_region"] = "in"
+        before = copied(metrics)
+        st, body = http("POST", base + "/v2/models/mlp_gpu/infer", in_place)
+        delta = {k: v - before[k] for k, v in copied(metrics).items()}
+        got = cuda.download(d_in, out_bytes, np.float32).reshape(want.shape)
+        err = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
+        check(st == 200 and err < 1e-3 and delta["h2d"] == 0 and delta["d2h"] == 0,
+              "an output placed over its input in one CUDA region is right (%d, max rel err "
+              "%.3g, copies %s)" % (st, err, delta))
+        cuda.upload(d_in, x)  # the input again, for what follows
+
         # The control: the same requests with the tensors in the body.
         body_doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": list(x.shape),
                                 "data": x.ravel().tolist()}],
