@@ -1,5 +1,6 @@
 #include "fuzz_support.h"
 
+#include <boost/beast/core/string.hpp>
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 #include <spdlog/spdlog.h>
@@ -149,9 +150,19 @@ void CheckResponse(const http::HttpRequest& request, const http::HttpResponse& r
   }
 }
 
-RoutesFixture::RoutesFixture(runtime::ModelControlMode mode) {
+RoutesFixture::RoutesFixture(runtime::ModelControlMode mode, Access access) {
   // Loads, failures and warnings would otherwise be logged for every input.
   spdlog::set_level(spdlog::level::off);
+  for (const std::string& value : access.restricted) {
+    Status added = restricted_.Add("--http-restricted-api", value, "");
+    if (!added.ok()) Fail("the fixture's restriction: " + added.ToString());
+  }
+  if (!access.forward_pattern.empty()) {
+    auto compiled = server::HeaderForwarding::Compile("--http-header-forward-pattern",
+                                                      access.forward_pattern);
+    if (!compiled.ok()) Fail("the fixture's forward pattern: " + compiled.status().ToString());
+    forward_.emplace(std::move(compiled).value());
+  }
   root_ = std::filesystem::temp_directory_path() /
           ("vramd-fuzz-" + std::to_string(::getpid()));
   std::filesystem::remove_all(root_);
@@ -174,8 +185,10 @@ RoutesFixture::RoutesFixture(runtime::ModelControlMode mode) {
   auto manager = runtime::ModelManager::Create(options);
   if (!manager.ok()) Fail("the fixture's manager: " + manager.status().ToString());
   manager_ = std::move(manager).value();
-  routes_ = std::make_unique<http::KServeRoutes>(manager_.get(), memory_report_.get(),
-                                                 http::KServeRoutes::ServerInfo{"vramd", "fuzz"});
+  http::KServeRoutes::ServerInfo info{"vramd", "fuzz"};
+  if (!restricted_.empty()) info.restricted = &restricted_;
+  if (forward_.has_value()) info.forward_headers = &*forward_;
+  routes_ = std::make_unique<http::KServeRoutes>(manager_.get(), memory_report_.get(), info);
   for (const auto& name : ModelNames()) {
     if (name != "broken" && !manager_->Find(name, 0).ok()) Fail("fixture model " + name + " did not load");
   }
@@ -186,6 +199,15 @@ RoutesFixture::~RoutesFixture() {
   manager_.reset();
   std::error_code ignored;
   std::filesystem::remove_all(root_, ignored);
+}
+
+bool RoutesFixture::PassesHeader(std::string_view name) const {
+  for (const std::string& header : restricted_.Headers()) {
+    if (boost::beast::iequals(boost::beast::string_view(name.data(), name.size()), header)) {
+      return true;
+    }
+  }
+  return forward_.has_value() && forward_->Matches(name);
 }
 
 const std::vector<std::string>& RoutesFixture::ModelNames() {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,8 +44,13 @@ void CheckResponse(const http::HttpRequest& request, const http::HttpResponse& r
 // with the fixture.
 class RoutesFixture {
  public:
+  // Triton's access settings the routes serve under, as main wires them (none by default).
+  struct Access {
+    std::vector<std::string> restricted;  // --http-restricted-api values
+    std::string forward_pattern;          // --http-header-forward-pattern; "": none
+  };
   // Loads every model (explicit mode: all at start-up, as --load-model '*').
-  explicit RoutesFixture(runtime::ModelControlMode mode);
+  explicit RoutesFixture(runtime::ModelControlMode mode, Access access = {});
   ~RoutesFixture();
   RoutesFixture(const RoutesFixture&) = delete;
   RoutesFixture& operator=(const RoutesFixture&) = delete;
@@ -55,6 +61,9 @@ class RoutesFixture {
   http::HttpResponse Call(http::HttpRequest request);
 
   runtime::ModelManager& manager() { return *manager_; }
+  const server::RestrictedApis& restricted() const { return restricted_; }
+  // Which headers the HTTP server would pass to the routes (HttpServer::Options::pass_header).
+  bool PassesHeader(std::string_view name) const;
 
   // The names of the repository's models, the broken one last.
   static const std::vector<std::string>& ModelNames();
@@ -65,6 +74,8 @@ class RoutesFixture {
   memory::Ledger ledger_;
   memory::Allocator allocator_{&ledger_};
   std::unique_ptr<memory::LiveMemoryReportSource> memory_report_;
+  server::RestrictedApis restricted_;
+  std::optional<server::HeaderForwarding> forward_;
   std::unique_ptr<runtime::ModelManager> manager_;
   std::unique_ptr<http::KServeRoutes> routes_;
 };

@@ -5,7 +5,10 @@
 // Input: byte 0 picks how the bytes arrive (the size of each read from the "socket") and the
 // body limit (--http-max-input-size: the default or 100 bytes); the rest is the stream.
 // Requests are read one after another while the connection stays open (keep-alive and
-// pipelining), at most kMaxRequests per input.
+// pipelining), at most kMaxRequests per input. The routes serve under a restriction
+// (statistics and model-config need `x-key: k`) and forward headers starting `x-fwd-`; every
+// answer is checked against the restriction: 403 exactly when the request's category is
+// restricted and it lacks the key.
 //
 // The read loop mirrors src/server/http/http_connection.cc: async_read_header there is
 // read_header here (the same parse loop in Beast, over a stream that returns the input), then
@@ -17,6 +20,7 @@
 // If that file's limits or read loop change, change them here.
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "fuzz_support.h"
@@ -130,9 +135,42 @@ class Connection {
     request.target = std::string(req.target());
     auto ihcl = req.find("Inference-Header-Content-Length");
     if (ihcl != req.end()) request.inference_header_length = std::string(ihcl->value());
+    for (const auto& field : req) {
+      const std::string_view name(field.name_string().data(), field.name_string().size());
+      if (routes_->PassesHeader(name)) request.headers.emplace_back(name, std::string(field.value()));
+    }
     request.body = std::make_shared<const std::string>(std::move(req.body()));
-    routes_->Call(std::move(request));
+    const std::optional<unsigned> must = RestrictedAnswer(request);
+    const vramd::http::HttpRequest sent = request;
+    const vramd::http::HttpResponse answer = routes_->Call(std::move(request));
+    if (must.has_value() && answer.status != *must) {
+      FailOn(sent, "a request to a restricted category without its key was answered " +
+                       std::to_string(answer.status) + ", not 403");
+    }
+    if (!must.has_value() && answer.status == 403) {
+      FailOn(sent, "a request the restrictions let through was answered 403");
+    }
     return req.keep_alive();
+  }
+
+  // 403 when the request's category is restricted and it lacks the key (the first header of
+  // the name counts, its value exactly); nullopt when it may pass.
+  std::optional<unsigned> RestrictedAnswer(const vramd::http::HttpRequest& request) const {
+    const auto category = vramd::http::HttpApiCategory(request.target);
+    if (!category.has_value()) return std::nullopt;
+    const auto* restriction = routes_->restricted().Find(*category);
+    if (restriction == nullptr) return std::nullopt;
+    for (const auto& [name, value] : request.headers) {
+      if (beast::iequals(name, restriction->header)) {
+        if (value == restriction->value) return std::nullopt;
+        break;
+      }
+    }
+    return 403u;
+  }
+
+  static void FailOn(const vramd::http::HttpRequest& request, const std::string& what) {
+    vramd::fuzz::Fail(what + ": " + request.method + " " + request.target);
   }
 
   vramd::fuzz::RoutesFixture* routes_;
@@ -146,7 +184,12 @@ class Connection {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Deliberately kept across inputs: loading the models for each would leave no time to fuzz.
-  static vramd::fuzz::RoutesFixture routes(vramd::runtime::ModelControlMode::kNone);
+  // Statistics and model configs behind a key, headers starting x-fwd- forwarded: the
+  // restriction's answer is checked for every request (Dispatch), and the rest of the surface
+  // stays open to the fuzzer.
+  static vramd::fuzz::RoutesFixture routes(
+      vramd::runtime::ModelControlMode::kNone,
+      {{"statistics,model-config:x-key=k"}, "^x-fwd-"});
   if (size == 0) return 0;
   static constexpr size_t kChunks[] = {1, 3, 17, 256, 1460, 4096, 16384, 65536};
   const size_t chunk = kChunks[data[0] & 7];

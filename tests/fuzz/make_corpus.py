@@ -260,6 +260,13 @@ def http_seeds():
                        ("memory", "/v2/memory"), ("lifecycle", "/v2/repository/models/add_sub/lifecycle"),
                        ("percent", "/v2/models/add%5Fsub?x=1")]:
         seeds.append((f"get_{name}", b"\x07" + req("GET", path)))
+    # The fuzz target restricts statistics and model-config behind `x-key: k` and forwards
+    # x-fwd- headers: the same requests with the key, with a wrong one, and forwarding.
+    for name, path, headers in [
+            ("stats_key", "/v2/models/stats", {"X-Key": "k"}),
+            ("config_key", "/v2/models/labelled_fp64/config", {"x-key": "k", "X-Key": "no"}),
+            ("config_wrong_key", "/v2/models/labelled_fp64/config", {"X-Key": "K"})]:
+        seeds.append((f"get_{name}", b"\x07" + req("GET", path, headers=headers)))
     seeds.append(("index", b"\x07" + req("POST", "/v2/repository/index", b'{"ready": true}')))
     seeds.append(("load_refused", b"\x07" + req("POST", "/v2/repository/models/add_sub/load", b"{}")))
     for name, body, length in infer_bodies()[:6]:
@@ -452,7 +459,7 @@ def main():
          "0\r\n\r\n", ";ext=1", "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/",
          "/versions/", "/infer", "/ready", "/config", "/stats", "/v2/models/stats", "/v2/memory",
          "/v2/repository/index", "/v2/repository/models/", "/load", "/unload", "/lifecycle",
-         "%2F", "%00", "?"] + MODELS + ['"inputs"', '"outputs"', '"datatype"', '"shape"', '"data"',
+         "%2F", "%00", "?", "X-Key: k\r\n", "x-key: ", "X-Fwd-"] + MODELS + ['"inputs"', '"outputs"', '"datatype"', '"shape"', '"data"',
                                         '"binary_data_size"', '"INT32"', '"FP32"', '"BYTES"']))
     infer_tokens = ['"id"', '"inputs"', '"outputs"', '"name"', '"shape"', '"datatype"', '"data"',
                     '"parameters"', '"binary_data_size"', '"binary_data"', '"binary_data_output"',
