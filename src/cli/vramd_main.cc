@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <boost/beast/core/string.hpp>
 #include <spdlog/spdlog.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -152,18 +151,16 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   // Access settings are checked before anything loads: a mistake in them stops the start.
   vramd::server::RestrictedApis http_restricted;
   vramd::server::RestrictedApis grpc_restricted;
-  for (const std::string& value : triton.http_restricted_api) {
-    if (auto added = http_restricted.Add("--http-restricted-api", value, ""); !added.ok()) {
-      spdlog::error("{}", added.message());
-      return 1;
-    }
-  }
-  for (const std::string& value : triton.grpc_restricted_protocol) {
-    if (auto added = grpc_restricted.Add("--grpc-restricted-protocol", value,
-                                         vramd::server::kGrpcRestrictionPrefix);
-        !added.ok()) {
-      spdlog::error("{}", added.message());
-      return 1;
+  for (auto [flag, values, prefix, into] :
+       {std::tuple{"--http-restricted-api", &triton.http_restricted_api, std::string_view(),
+                   &http_restricted},
+        std::tuple{"--grpc-restricted-protocol", &triton.grpc_restricted_protocol,
+                   vramd::server::kGrpcRestrictionPrefix, &grpc_restricted}}) {
+    for (const std::string& value : *values) {
+      if (auto added = into->Add(flag, value, prefix); !added.ok()) {
+        spdlog::error("{}", added.message());
+        return 1;
+      }
     }
   }
   std::optional<vramd::server::HeaderForwarding> http_forward;
@@ -409,13 +406,8 @@ int Serve(const ServeOptions& options, vramd::cli::StopSignals& stop_signals) {
   http_options.body_timeout = std::chrono::seconds(options.http_body_timeout_secs);
   http_options.max_body_memory_bytes = static_cast<size_t>(options.http_body_memory_mib) << 20;
   if (!http_restricted.empty() || http_forward.has_value()) {
-    http_options.pass_header = [restricted = http_restricted.Headers(),
-                                forward = http_forward ? &*http_forward : nullptr](
-                                   std::string_view name) {
-      for (const std::string& header : restricted) {
-        if (boost::beast::iequals({name.data(), name.size()}, header)) return true;
-      }
-      return forward != nullptr && forward->Matches(name);
+    http_options.pass_header = [&routes](std::string_view name) {
+      return routes.ReadsHeader(name);
     };
   }
 

@@ -90,6 +90,15 @@ std::vector<std::string> RestrictedApis::Headers() const {
   return headers;
 }
 
+bool RestrictedApis::ReadsHeader(std::string_view name) const {
+  return std::any_of(restrictions_.begin(), restrictions_.end(), [name](const auto& r) {
+    return r.has_value() && r->header.size() == name.size() &&
+           std::equal(name.begin(), name.end(), r->header.begin(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) == b;  // header is lowercase
+           });
+  });
+}
+
 std::string RestrictedApis::Summary() const {
   std::vector<std::string> parts;
   for (size_t i = 0; i < kApiCategoryCount; ++i) {

@@ -242,6 +242,11 @@ std::optional<HttpResponse> KServeRoutes::Refusal(const HttpRequest& request) co
   return Error(403, server::RestrictedApis::RefusalMessage(*restriction, /*grpc=*/false));
 }
 
+bool KServeRoutes::ReadsHeader(std::string_view name) const {
+  return (info_.restricted != nullptr && info_.restricted->ReadsHeader(name)) ||
+         (info_.forward_headers != nullptr && info_.forward_headers->Matches(name));
+}
+
 void KServeRoutes::Handle(HttpRequest request, Responder respond) const {
   if (info_.restricted != nullptr) {
     if (auto refused = Refusal(request)) return respond(std::move(*refused));

@@ -82,11 +82,12 @@ class KServeRoutes {
     // inference requests; shared with gRPC and outliving every request. Null: both off (404).
     trace::Tracer* tracer = nullptr;
     // Triton's --http-restricted-api: endpoints of a restricted category answer 403 unless the
-    // request carries the restriction's header (server/access/restricted_apis.h). The header
-    // names must be among the HTTP server's Options::request_headers. Null: nothing restricted.
+    // request carries the restriction's header (server/access/restricted_apis.h); the HTTP
+    // server must pass it (ReadsHeader). Null: nothing restricted.
     const server::RestrictedApis* restricted = nullptr;
     // Triton's --http-header-forward-pattern: matching headers reach the model as request
-    // parameters (infer and generate). They must pass Options::pass_header. Null: none.
+    // parameters (infer and generate); the HTTP server must pass them (ReadsHeader). Null:
+    // none.
     const server::HeaderForwarding* forward_headers = nullptr;
   };
 
@@ -98,6 +99,10 @@ class KServeRoutes {
                ServerInfo info);
 
   void Handle(HttpRequest request, Responder respond) const;
+
+  // Whether Handle reads header `name` (HttpServer::Options::pass_header): a restriction's key
+  // or a header to forward.
+  bool ReadsHeader(std::string_view name) const;
 
  private:
   // 403 when the request's endpoint is restricted and the request lacks the header.
