@@ -462,6 +462,15 @@ typedef struct VramdOutputs {
                              const int64_t* shape, size_t rank, size_t byte_size,
                              VramdDeviceKind kind, int32_t device_id, void** data,
                              VramdError* error);
+  /* Appended within version 1: present when struct_size > offsetof(VramdOutputs,
+   * add_from_input) and non-NULL (a backend must check). Output `name` is the request's input
+   * `input_index` (VramdRequest::inputs) as it is, datatype, shape, bytes and memory, with no
+   * copy: vramd answers from the input's own memory and keeps it for as long as the answer
+   * needs it (it copies only an input whose memory is lent for the call, a BLS caller's that
+   * outlives only the call). For a backend that answers with an input unchanged; the backend
+   * must not write that input afterwards. */
+  VramdCode (*add_from_input)(void* outputs, const char* name, size_t input_index,
+                              VramdError* error);
 } VramdOutputs;
 
 /* The backend's table. Lives as long as the library is loaded. */

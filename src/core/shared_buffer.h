@@ -24,13 +24,16 @@ class SharedBuffer {
   static SharedBuffer Allocate(size_t size);
   static SharedBuffer CopyOf(const void* data, size_t size);
   static SharedBuffer FromString(std::string bytes);
-  // A view of `size` bytes at `data`, kept alive by `owner`.
+  // A view of `size` bytes at `data`, kept alive by `owner` (null: lent()).
   static SharedBuffer View(std::shared_ptr<const void> owner, const std::byte* data, size_t size);
 
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
+  // Bytes no owner keeps (a View of nullptr): valid only for as long as whoever lent them says,
+  // so a holder that must outlive that copies them.
+  bool lent() const { return owner_ == nullptr && size_ > 0; }
 
   // REQUIRES: created by Allocate and not yet shared with a reader.
   std::byte* mutable_data() { return const_cast<std::byte*>(data_); }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -187,11 +188,61 @@ Result<GpuRoute> GpuToGpuRoute(int dst, int src) {
   return route;
 }
 
+namespace {
+
+// More pieces than this (ranges closer than a sixteenth of their size) and an overlapping copy
+// within a GPU goes through host memory instead: rare (a client's placement a few bytes off its
+// input), and a copy per few bytes would cost more than the round trip.
+constexpr size_t kMaxOverlapPieces = 16;
+
+// Counts what it moved (CountCopy): within the GPU, or out to host and back.
+cudaError_t QueueCopyWithinGpu(Device gpu, void* dst, const void* src, size_t size,
+                               cudaStream_t stream) {
+  const auto pieces = OverlapSafePieces(reinterpret_cast<uintptr_t>(dst),
+                                        reinterpret_cast<uintptr_t>(src), size, kMaxOverlapPieces);
+  if (!pieces) {
+    // A pageable buffer: the copy out is complete when it returns, and the copy in has taken
+    // the bytes before it does, so `staged` may go at the end of this scope.
+    std::vector<std::byte> staged(size);
+    cudaError_t err = cudaMemcpyAsync(staged.data(), src, size, cudaMemcpyDefault, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err == cudaSuccess) {
+      err = cudaMemcpyAsync(dst, staged.data(), size, cudaMemcpyDefault, stream);
+    }
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err == cudaSuccess) {
+      CountCopy(Device::Cpu(), gpu, size);
+      CountCopy(gpu, Device::Cpu(), size);
+    }
+    return err;
+  }
+  for (const CopyPiece& p : *pieces) {
+    cudaError_t err = cudaMemcpyAsync(static_cast<std::byte*>(dst) + p.offset,
+                                      static_cast<const std::byte*>(src) + p.offset, p.size,
+                                      cudaMemcpyDefault, stream);
+    if (err != cudaSuccess) return err;
+  }
+  CountCopy(gpu, gpu, size);
+  return cudaSuccess;
+}
+
+}  // namespace
+
 Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream) {
   if (size == 0) return Status::Ok();
   if (!dst_device.is_cuda() && !src_device.is_cuda()) {
     std::memmove(dst, src, size);  // the ranges may overlap (cuda_devices.h)
+    return Status::Ok();
+  }
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index == src_device.index) {
+    if (cudaError_t err =
+            QueueCopyWithinGpu(dst_device, dst, src, size, static_cast<cudaStream_t>(stream));
+        err != cudaSuccess) {
+      cudaGetLastError();
+      return Status::Internal(fmt::format("copying {} bytes within {}: {}", size,
+                                          dst_device.ToString(), cudaGetErrorString(err)));
+    }
     return Status::Ok();
   }
   // Between two GPUs the copy below goes peer to peer once access is enabled, else the driver
@@ -290,5 +341,26 @@ Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* sr
 }
 
 #endif
+
+std::optional<std::vector<CopyPiece>> OverlapSafePieces(uintptr_t dst, uintptr_t src,
+                                                        size_t size, size_t max_pieces) {
+  std::vector<CopyPiece> pieces;
+  if (size == 0 || dst == src) return pieces;
+  const uintptr_t apart = dst > src ? dst - src : src - dst;
+  if (apart >= size) {
+    pieces.push_back({0, size});
+    return pieces;
+  }
+  // Pieces `apart` long: each writes only bytes an earlier piece has read. Moving down, that is
+  // front to back; moving up, back to front.
+  const size_t count = (size + apart - 1) / apart;
+  if (count > max_pieces) return std::nullopt;
+  pieces.reserve(count);
+  for (size_t offset = 0; offset < size; offset += apart) {
+    pieces.push_back({offset, std::min<size_t>(apart, size - offset)});
+  }
+  if (dst > src) std::reverse(pieces.begin(), pieces.end());
+  return pieces;
+}
 
 }  // namespace vramd::memory

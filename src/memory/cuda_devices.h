@@ -2,8 +2,11 @@
 // or driver, there are none, and everything else still works.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -46,9 +49,10 @@ Status SynchronizeStream(int ordinal, void* stream);
 
 // Copies `size` bytes from `src` (on device `src_device`) to `dst` (on `dst_device`): any pair
 // of host, pinned host and CUDA memory, ordered on `stream` (a cudaStream_t, or null) and
-// complete when it returns. Host to host is a memmove (the ranges may overlap: a client may
-// place an output over the input it came from); anything touching a GPU needs CUDA (Unavailable
-// without it), and a CUDA failure is Internal naming the error.
+// complete when it returns. The ranges may overlap, as memmove's (a client may place an output
+// over the input it came from, in host or in GPU memory; OverlapSafePieces says how one GPU's
+// are copied); anything touching a GPU needs CUDA (Unavailable without it), and a CUDA failure
+// is Internal naming the error.
 Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream);
 // CopyBytes without the wait: a copy touching a GPU is queued on `stream` and may still run
@@ -56,6 +60,18 @@ Status CopyBytes(Device dst_device, void* dst, Device src_device, const void* sr
 // pageable host buffer makes CUDA finish the copy first anyway). Host to host is done at once.
 Status QueueCopy(Device dst_device, void* dst, Device src_device, const void* src, size_t size,
                  void* stream);
+
+// CUDA leaves a copy between overlapping ranges undefined, so one within a GPU is split into
+// pieces, each at the same offset in both ranges and overlapping neither itself nor a later
+// piece's source: the pieces, in the order to queue them on one stream. One piece when the
+// ranges do not overlap, none when dst == src; nullopt when more than `max_pieces` would be
+// needed (ranges a few bytes apart), where the caller stages the copy through other memory.
+struct CopyPiece {
+  size_t offset = 0;
+  size_t size = 0;
+};
+std::optional<std::vector<CopyPiece>> OverlapSafePieces(uintptr_t dst, uintptr_t src,
+                                                        size_t size, size_t max_pieces);
 
 // How a copy between two GPUs travels. kPeer: the GPUs reach each other's memory (NVLink or
 // PCIe peer to peer), and the destination's access to the source is enabled the first time the

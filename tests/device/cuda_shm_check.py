@@ -109,6 +109,16 @@ def main():
                     "--hidden", "2048,2048", "--outputs", "512", "--kind", "gpu",
                     "--instances", "2", "--max-batch-size", str(args.batch), "--name", "mlp_gpu"],
                    check=True, stdout=subprocess.DEVNULL)
+    # The built-in identity: it answers with its input's own memory, so a GPU input stays on
+    # the GPU and an output placed over part of it in one region is a copy between
+    # overlapping ranges (memory::CopyBytes splits it or stages it through the host).
+    ident = os.path.join(work, "repo", "ident")
+    os.makedirs(ident)
+    with open(os.path.join(ident, "config.pbtxt"), "w") as f:
+        f.write('name: "ident"\nbackend: "identity"\nmax_batch_size: 0\n'
+                'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+                'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+                'instance_group [ { kind: KIND_CPU count: 1 } ]\n')
     ref_path = os.path.join(work, "ref.json")
     subprocess.run([sys.executable, args.make_model, "reference", model, ref_path,
                     "--batch", str(args.batch)], check=True)
@@ -125,7 +135,8 @@ def main():
     try:
         for _ in range(300):
             try:
-                if http("GET", base + "/v2/models/mlp_gpu/ready")[0] == 200:
+                if (http("GET", base + "/v2/models/mlp_gpu/ready")[0] == 200 and
+                        http("GET", base + "/v2/models/ident/ready")[0] == 200):
                     break
             except urllib.error.URLError:  # not listening yet
                 pass
@@ -214,6 +225,54 @@ def main():
               "an output placed over its input in one CUDA region is right (%d, max rel err "
               "%.3g, copies %s)" % (st, err, delta))
         cuda.upload(d_in, x)  # the input again, for what follows
+
+        # identity on a GPU input: the answer is the input's memory, so an output in another
+        # region is one copy on the GPU, and one in the body one copy down.
+        flat = x.ravel()
+        n = out_bytes // 4
+        def ident_body(offset, count, out_region, out_offset):
+            doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count],
+                               "parameters": {"shared_memory_region": "in",
+                                              "shared_memory_offset": offset * 4,
+                                              "shared_memory_byte_size": count * 4}}],
+                   "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}
+            if out_region is not None:
+                doc["outputs"][0]["parameters"] = {"shared_memory_region": out_region,
+                                                   "shared_memory_offset": out_offset * 4,
+                                                   "shared_memory_byte_size": count * 4}
+            return doc
+        before = copied(metrics)
+        st, body = http("POST", base + "/v2/models/ident/infer", ident_body(0, n, "out", 0))
+        delta = {k: v - before[k] for k, v in copied(metrics).items()}
+        got = cuda.download(d_out, n * 4, np.float32)
+        check(st == 200 and np.array_equal(got, flat[:n]) and delta["h2d"] == 0 and
+              delta["d2h"] == 0 and delta["d2d"] == n * 4,
+              "identity from one CUDA region into another: one copy on the GPU (%d, copies %s)"
+              % (st, delta))
+        before = copied(metrics)
+        st, body = http("POST", base + "/v2/models/ident/infer", ident_body(0, n, None, 0))
+        delta = {k: v - before[k] for k, v in copied(metrics).items()}
+        check(st == 200 and body.endswith(flat[:n].tobytes()) and delta["d2h"] == n * 4 and
+              delta["h2d"] == 0, "identity from a CUDA region into the body: one copy down "
+              "(%d, copies %s)" % (st, delta))
+        # Placed over part of its own input: a quarter of the way up (four pieces on the GPU)
+        # and 4 bytes down (staged through the host); each leaves what memmove would.
+        for shift, through_host in ((n // 4, False), (-1, True)):
+            cuda.upload(d_in, x)
+            start = 1 if shift < 0 else 0
+            before = copied(metrics)
+            st, body = http("POST", base + "/v2/models/ident/infer",
+                            ident_body(start, n, "in", start + shift))
+            delta = {k: v - before[k] for k, v in copied(metrics).items()}
+            got = cuda.download(d_in, in_bytes, np.float32)
+            want_region = flat.copy()
+            want_region[start + shift:start + shift + n] = flat[start:start + n]
+            moved = (delta["h2d"] == delta["d2h"] == n * 4) if through_host else (
+                delta["h2d"] == delta["d2h"] == 0 and delta["d2d"] == n * 4)
+            check(st == 200 and np.array_equal(got, want_region) and moved,
+                  "identity's output placed %d floats off its input in one CUDA region is "
+                  "what memmove leaves (%d, copies %s)" % (shift, st, delta))
+        cuda.upload(d_in, x)
 
         # The control: the same requests with the tensors in the body.
         body_doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": list(x.shape),

@@ -258,6 +258,16 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 parameters {{ key: "execute_delay_us" value: {{ string_value: "{delay_us}" }} }}
 '''
 
+# The first step makes a tensor of its own (a sum: identity answers with its input's memory).
+MEM_SUM = '''name: "mem_a"
+backend: "add_sub"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+         { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]
+'''
+
 MEM_ENSEMBLE = '''name: "ens_mem"
 platform: "ensemble"
 max_batch_size: 0
@@ -265,7 +275,8 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
 ensemble_scheduling { step [
   { model_name: "mem_a" model_version: -1
-    input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "mid" } },
+    input_map { key: "INPUT0" value: "IN" } input_map { key: "INPUT1" value: "IN" }
+    output_map { key: "OUTPUT0" value: "mid" } },
   { model_name: "mem_slow" model_version: -1
     input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "OUT" } }
 ] }
@@ -277,7 +288,7 @@ def test_intermediate_tensors_are_charged_to_the_ensemble_request(start_server, 
     # ensemble's request while the second step runs on it, not to the first step's request,
     # which has answered; when the request is done nothing is left and nothing leaked.
     repo = tmp_path / "repo"
-    write(repo, "mem_a", MEM_STEP.format(name="mem_a", delay_us=0))
+    write(repo, "mem_a", MEM_SUM)
     write(repo, "mem_slow", MEM_STEP.format(name="mem_slow", delay_us=800000))
     write(repo, "ens_mem", MEM_ENSEMBLE)
     s = start_server([repo], [], name="ensemble_memory",
@@ -313,7 +324,7 @@ def test_intermediate_tensors_are_charged_to_the_ensemble_request(start_server, 
                 if all(b == 0 for p, b in owners.items() if "/model:mem_a/" in p):
                     break
         result = running.result(timeout=30)
-    assert np.array_equal(result.outputs["OUT"], x)
+    assert np.array_equal(result.outputs["OUT"], x + x)
     ensemble = {p: b for p, b in seen.items() if "/model:ens_mem/" in p}
     assert len(ensemble) == 1, seen
     path, held = next(iter(ensemble.items()))

@@ -621,6 +621,15 @@ def test_bls_reads_the_callers_inputs_in_place(py_server, client):
         assert got["exec"]["ptr"] != got["mine"], got
 
 
+def test_an_answer_made_of_a_lent_input_outlives_the_lender(client):
+    """exec() lends the caller's array for the call; identity answers with its input's memory
+    where vramd keeps it, so here vramd copies it: the caller overwriting its array after the
+    call does not change the answer it holds."""
+    n = 1 << 18  # 1 MiB: above the size the server's pool takes outputs from
+    result = client.infer("py_bls_lent", [Input("IN", "INT32", int32(n))])
+    np.testing.assert_array_equal(result.outputs["OUT"], np.arange(n, dtype=np.float32))
+
+
 def test_bls_to_a_missing_model_is_an_error_response(client):
     r = client.infer_raw("py_bls", [Input("IN", "FP32", np.zeros(1, np.float32))],
                          parameters={"target": "no_such_model_here"})

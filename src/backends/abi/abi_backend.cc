@@ -14,6 +14,7 @@
 #include "backends/abi/abi_responses.h"
 #include "config/model_config_json.h"
 #include "core/data_type.h"
+#include "memory/cuda_devices.h"
 
 namespace vramd::backends {
 namespace {
@@ -61,13 +62,14 @@ class LoadTimingScope {
   abi::ServerApi* const server_;
 };
 
-// Where VramdOutputs::add and add_on_device append: tensors whose buffers the backend fills
-// before returning. GPU ones come from `allocator`, charged to the request that runs.
+// Where VramdOutputs::add, add_on_device and add_from_input append: tensors whose buffers the
+// backend fills before returning, or the request's own inputs. GPU ones come from `allocator`,
+// charged to the request that runs.
 struct OutputSink {
   std::vector<Tensor>* outputs;
   size_t first;  // outputs of this call start here
   memory::Allocator* allocator;
-  const OutputBufferSource* given;  // the request's output_buffer
+  const InferRequest* request;
 };
 
 // Appends output `name` in the memory the request's consumer gave for it on `gpu` (kOnHost:
@@ -75,8 +77,9 @@ struct OutputSink {
 Result<bool> AppendGiven(OutputSink& sink, const char* entry, const char* name,
                          VramdDataType datatype, const int64_t* shape, size_t rank,
                          size_t byte_size, int gpu, void** data) {
-  if (*sink.given == nullptr || name == nullptr) return false;
-  std::optional<OutputBuffer> given = (*sink.given)(name, byte_size);
+  const OutputBufferSource& source = sink.request->output_buffer;
+  if (source == nullptr || name == nullptr) return false;
+  std::optional<OutputBuffer> given = source(name, byte_size);
   if (!given || given->gpu != gpu || given->data.size() != byte_size) return false;
   VRAMD_ASSIGN_OR_RETURN(Tensor tensor, abi::NewOutput(*sink.outputs, sink.first, entry, name,
                                                        datatype, shape, rank, byte_size));
@@ -182,6 +185,46 @@ VramdCode AddOutputOnDevice(void* sink_ptr, const char* name, VramdDataType data
   });
 }
 
+VramdCode AddFromInput(void* sink_ptr, const char* name, size_t input_index, VramdError* error) {
+  constexpr const char* kEntry = "outputs->add_from_input";
+  return Guard(kEntry, 0, error, [&] {
+    auto* sink = static_cast<OutputSink*>(sink_ptr);
+    const std::vector<Tensor>& inputs = sink->request->inputs;
+    if (input_index >= inputs.size()) {
+      return Failed(error, Status::InvalidArgument(fmt::format(
+                               "{} '{}': input_index {} but the request has {} input(s)", kEntry,
+                               name != nullptr ? name : "(NULL)", input_index, inputs.size())));
+    }
+    const Tensor& in = inputs[input_index];
+    const auto datatype = static_cast<VramdDataType>(static_cast<int>(in.datatype));
+    const size_t byte_size = in.data.size();
+    if (in.data.lent()) {
+      // Valid only for the call (a BLS caller's inputs_outlive_call): the answer gets a copy.
+      void* data = nullptr;
+      const VramdCode code =
+          in.on_gpu() ? AddOutputOnDevice(sink_ptr, name, datatype, in.shape.data(),
+                                          in.shape.size(), byte_size, VRAMD_DEVICE_GPU, in.gpu,
+                                          &data, error)
+                      : AddOutput(sink_ptr, name, datatype, in.shape.data(), in.shape.size(),
+                                  byte_size, &data, error);
+      if (code != VRAMD_OK) return code;
+      const memory::Device where = in.on_gpu() ? memory::Device::Cuda(in.gpu) : memory::Device::Cpu();
+      Status copied = memory::CopyBytes(where, data, where, in.data.data(), byte_size, nullptr);
+      if (!copied.ok()) {
+        return Failed(error, copied.WithContext(fmt::format("{} '{}'", kEntry, name)));
+      }
+      return VRAMD_OK;
+    }
+    auto tensor = abi::NewOutput(*sink->outputs, sink->first, kEntry, name, datatype,
+                                 in.shape.data(), in.shape.size(), byte_size);
+    if (!tensor.ok()) return Failed(error, tensor.status());
+    tensor->data = in.data;
+    tensor->gpu = in.gpu;
+    sink->outputs->push_back(std::move(tensor).value());
+    return VRAMD_OK;
+  });
+}
+
 class AbiInstance final : public BackendInstance {
  public:
   AbiInstance(std::shared_ptr<ModelHandle> model, std::string name, void* instance)
@@ -202,8 +245,9 @@ class AbiInstance final : public BackendInstance {
       // be moved to host: it is asked for host outputs.
       if (!model_->gpu_inputs) vreq.preferred_output_memory = abi::PreferredOutputMemory(kOnHost);
 
-      OutputSink sink{outputs, first, model_->server->allocator(), &request.output_buffer};
-      VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput, &AddOutputOnDevice};
+      OutputSink sink{outputs, first, model_->server->allocator(), &request};
+      VramdOutputs vouts{sizeof(VramdOutputs), &sink, &AddOutput, &AddOutputOnDevice,
+                         &AddFromInput};
       VramdError error{};
       const VramdCode code = model_->api->execute(instance_, &vreq, &vouts, &error);
       if (code == VRAMD_OK) return Status::Ok();

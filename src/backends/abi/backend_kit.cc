@@ -134,6 +134,29 @@ Result<std::byte*> AddOutputIn(const VramdOutputs& outputs, VramdMemory memory,
   return static_cast<std::byte*>(data);
 }
 
+Status AddFromInput(const VramdOutputs& outputs, const std::string& name,
+                    const VramdRequest& request, const VramdTensor& input) {
+  constexpr size_t kEnd =
+      offsetof(VramdOutputs, add_from_input) + sizeof(VramdOutputs::add_from_input);
+  if (outputs.struct_size >= kEnd && outputs.add_from_input != nullptr) {
+    VramdError error{};
+    const VramdCode code = outputs.add_from_input(
+        outputs.outputs, name.c_str(), static_cast<size_t>(&input - request.inputs), &error);
+    if (code != VRAMD_OK) return FromVramd(code, error, "");
+    return Status::Ok();
+  }
+  if (InputMemory(request, input).kind == VRAMD_DEVICE_GPU) {
+    return Status::Unsupported(fmt::format(
+        "output '{}': this server cannot answer with input '{}', which is in GPU memory", name,
+        input.name));
+  }
+  VRAMD_ASSIGN_OR_RETURN(std::byte * data, AddOutput(outputs, name, ToDataType(input.datatype),
+                                                      ShapeOf(input), input.byte_size));
+  // A client may place the output in shared memory over the input's own bytes.
+  if (input.byte_size > 0) std::memmove(data, input.data, input.byte_size);
+  return Status::Ok();
+}
+
 VramdMemory InputMemory(const VramdRequest& request, const VramdTensor& input) {
   constexpr size_t kEnd =
       offsetof(VramdRequest, input_memory) + sizeof(VramdRequest::input_memory);

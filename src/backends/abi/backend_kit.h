@@ -133,6 +133,12 @@ Result<std::byte*> AddOutputIn(const VramdOutputs& outputs, VramdMemory memory,
                                const std::string& name, DataType datatype, const Shape& shape,
                                size_t byte_size);
 
+// Output `name` is `input` (one of request.inputs) unchanged, with no copy where the server
+// can (VramdOutputs::add_from_input); a server without it gets a copy in host memory, and
+// Unsupported for an input on a GPU.
+Status AddFromInput(const VramdOutputs& outputs, const std::string& name,
+                    const VramdRequest& request, const VramdTensor& input);
+
 // Where `input` (one of request.inputs) is: host memory unless the request says otherwise.
 VramdMemory InputMemory(const VramdRequest& request, const VramdTensor& input);
 

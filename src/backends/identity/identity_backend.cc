@@ -4,7 +4,6 @@
 
 #include <charconv>
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -122,10 +121,8 @@ class IdentityInstance {
             "identity instance '{}': input '{}' is {}, output '{}' is {}", name_, r.input,
             DataTypeWireName(type), r.output, DataTypeWireName(r.datatype)));
       }
-      VRAMD_ASSIGN_OR_RETURN(std::byte * data, abi::AddOutput(outputs, r.output, r.datatype,
-                                                               abi::ShapeOf(*in), in->byte_size));
-      // A client may place the output in shared memory over the input's own bytes.
-      if (in->byte_size > 0) std::memmove(data, in->data, in->byte_size);
+      // The input's own memory, host or GPU, with no copy: a pass-through costs a model nothing.
+      VRAMD_RETURN_IF_ERROR(abi::AddFromInput(outputs, r.output, request, *in));
     }
     return Status::Ok();
   }
@@ -164,7 +161,11 @@ class IdentityModel {
 }  // namespace
 
 const VramdBackendApi* IdentityBackendApi() {
-  return abi::BackendApiFor<IdentityModel>("identity", /*supports_gpu=*/false);
+  // Inputs stay where they are (a client's CUDA shared memory, a GPU tensor from BLS or an
+  // ensemble step) and so do the outputs made of them; vramd moves one to host for a consumer
+  // that takes host memory.
+  return abi::BackendApiFor<IdentityModel>("identity", /*supports_gpu=*/false,
+                                           /*accepts_gpu_inputs=*/true);
 }
 
 }  // namespace vramd::backends

@@ -335,12 +335,9 @@ Status SharedMemoryRegions::Write(const TensorPlacement& placement, const Tensor
   }
   if (bytes == 0) return Status::Ok();
   if (output.data.data() == slice.data && output.gpu == slice.gpu) return Status::Ok();
-  if (slice.gpu == kOnHost && !output.on_gpu()) {
-    // The output may be a view of an input in this same region (a model that answers with
-    // the tensor it was given), placed over that input's bytes: the ranges may overlap.
-    std::memmove(slice.data, output.data.data(), bytes);
-    return Status::Ok();
-  }
+  // The output may be a view of an input in this same region (a model that answers with the
+  // tensor it was given) placed over part of that input's bytes: CopyBytes copies overlapping
+  // ranges as memmove does, on the host and within a GPU.
   const auto device = [](int gpu) {
     return gpu == kOnHost ? memory::Device::Cpu() : memory::Device::Cuda(gpu);
   };

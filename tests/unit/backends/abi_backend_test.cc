@@ -179,6 +179,38 @@ class OutputsModel {
   }
 };
 
+// Answers each input as output "OUT_<name>" through VramdOutputs::add_from_input; a request
+// with id "out_of_range" asks for an input past the request's, "twice" adds one output twice.
+class PassThroughModel {
+ public:
+  class Instance {
+   public:
+    Status Execute(const VramdRequest& request, const VramdOutputs& outputs) {
+      const std::string_view id = request.id;
+      if (id == "out_of_range") {
+        VramdError error{};
+        const VramdCode code = outputs.add_from_input(outputs.outputs, "OUT", request.input_count,
+                                                      &error);
+        return abi::FromVramd(code, error, "");
+      }
+      for (size_t i = 0; i < request.input_count; ++i) {
+        const VramdTensor& in = request.inputs[i];
+        const std::string name = std::string("OUT_") + in.name;
+        VRAMD_RETURN_IF_ERROR(abi::AddFromInput(outputs, name, request, in));
+        if (id == "twice") VRAMD_RETURN_IF_ERROR(abi::AddFromInput(outputs, name, request, in));
+      }
+      return Status::Ok();
+    }
+  };
+
+  static Result<std::unique_ptr<PassThroughModel>> Create(const VramdModelInfo&) {
+    return std::make_unique<PassThroughModel>();
+  }
+  Result<std::unique_ptr<Instance>> CreateInstance(const VramdInstanceInfo&) {
+    return std::make_unique<Instance>();
+  }
+};
+
 class AbiKitTest : public ::testing::Test {
  protected:
   template <typename Model>
@@ -412,6 +444,116 @@ TEST(AbiAllocationTest, RechargeMovesALiveAllocationToAnotherOwner) {
 
   api->free(api->server, VRAMD_DEVICE_CPU, -1, ptr);
   EXPECT_EQ(ledger.Stats(version.id())->live_bytes, 0);
+}
+
+Tensor Int32Input(std::string name, std::vector<int32_t> values, bool lent,
+                  std::vector<int32_t>* lender) {
+  Tensor t{std::move(name), DataType::kInt32, {static_cast<int64_t>(values.size())}, {}};
+  const size_t bytes = values.size() * sizeof(int32_t);
+  if (lent) {
+    *lender = std::move(values);
+    t.data = SharedBuffer::View(nullptr, reinterpret_cast<const std::byte*>(lender->data()), bytes);
+  } else {
+    t.data = SharedBuffer::CopyOf(values.data(), bytes);
+  }
+  return t;
+}
+
+std::vector<int32_t> Int32s(const Tensor& t) {
+  std::vector<int32_t> v(t.data.size() / sizeof(int32_t));
+  std::memcpy(v.data(), t.data.data(), t.data.size());
+  return v;
+}
+
+// An input answered unchanged is the input's own memory, kept by the answer after the request
+// is gone; one whose memory is only lent for the call (a BLS caller's) is copied, into memory
+// the consumer gave where it gave some; a bad index or a name added twice is an error, not a
+// crash; and a server table without add_from_input gets the kit's copy.
+TEST_F(AbiKitTest, AnInputAnsweredUnchangedIsItsOwnMemoryUnlessLent) {
+  auto backend = Make<PassThroughModel>("pass_through");
+  ASSERT_NE(backend, nullptr);
+  config_.set_name("pass_through");
+  auto model = backend->LoadModel(Context());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto instance = (*model)->CreateInstance(InstanceContext{"p_0", 0, DeviceKind::kCpu, -1});
+  ASSERT_TRUE(instance.ok()) << instance.status().ToString();
+
+  std::vector<int32_t> lender;
+  std::vector<Tensor> outputs;
+  const std::byte* owned_bytes = nullptr;
+  {
+    InferRequest request;
+    request.inputs.push_back(Int32Input("A", {1, 2, 3}, /*lent=*/false, nullptr));
+    request.inputs.push_back(Int32Input("B", {4, 5}, /*lent=*/true, &lender));
+    owned_bytes = request.inputs[0].data.data();
+    ASSERT_TRUE((*instance)->Execute(request, &outputs).ok());
+  }
+  lender.assign(lender.size(), -1);  // the caller reuses what it lent
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[0].name, "OUT_A");
+  EXPECT_EQ(outputs[0].datatype, DataType::kInt32);
+  EXPECT_EQ(outputs[0].shape, Shape({3}));
+  EXPECT_EQ(outputs[0].data.data(), owned_bytes) << "no copy of an input the request owns";
+  EXPECT_EQ(Int32s(outputs[0]), std::vector<int32_t>({1, 2, 3}));
+  EXPECT_EQ(outputs[1].name, "OUT_B");
+  EXPECT_NE(outputs[1].data.data(), reinterpret_cast<const std::byte*>(lender.data()));
+  EXPECT_EQ(Int32s(outputs[1]), std::vector<int32_t>({4, 5}));
+  outputs.clear();
+
+  // A lent input whose output the consumer gave memory for is copied there.
+  std::vector<int32_t> given(2, 0);
+  InferRequest placed;
+  placed.inputs.push_back(Int32Input("B", {6, 7}, /*lent=*/true, &lender));
+  placed.output_buffer = [&given](std::string_view name, size_t size) -> std::optional<OutputBuffer> {
+    if (name != "OUT_B" || size != given.size() * sizeof(int32_t)) return std::nullopt;
+    return OutputBuffer{SharedBuffer::View(nullptr, reinterpret_cast<std::byte*>(given.data()), size),
+                        kOnHost};
+  };
+  ASSERT_TRUE((*instance)->Execute(placed, &outputs).ok());
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].data.data(), reinterpret_cast<const std::byte*>(given.data()));
+  EXPECT_EQ(given, std::vector<int32_t>({6, 7}));
+  outputs.clear();
+
+  InferRequest bad;
+  bad.inputs.push_back(Int32Input("A", {1}, false, nullptr));
+  bad.id = "out_of_range";
+  Status out_of_range = (*instance)->Execute(bad, &outputs);
+  EXPECT_EQ(out_of_range.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(out_of_range.message(),
+              HasSubstr("outputs->add_from_input 'OUT': input_index 1 but the request has 1 input(s)"));
+  bad.id = "twice";
+  Status twice = (*instance)->Execute(bad, &outputs);
+  EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(twice.message(), HasSubstr("'OUT_A': added twice"));
+  EXPECT_TRUE(outputs.empty());
+}
+
+TEST_F(AbiKitTest, AServerWithoutAddFromInputGetsACopyOfTheInput) {
+  struct Sink {
+    static VramdCode Add(void* sink, const char*, VramdDataType, const int64_t*, size_t,
+                         size_t byte_size, void** data, VramdError*) {
+      auto* bytes = static_cast<std::vector<std::byte>*>(sink);
+      bytes->resize(byte_size);
+      *data = bytes->data();
+      return VRAMD_OK;
+    }
+  };
+  std::vector<std::byte> written;
+  VramdOutputs older{};
+  older.struct_size = offsetof(VramdOutputs, add_from_input);
+  older.outputs = &written;
+  older.add = &Sink::Add;
+  const int32_t values[2] = {11, 12};
+  const int64_t shape[1] = {2};
+  VramdTensor input{"A", VRAMD_TYPE_INT32, shape, 1, values, sizeof values};
+  VramdRequest request{};
+  request.struct_size = sizeof request;
+  request.inputs = &input;
+  request.input_count = 1;
+  ASSERT_TRUE(abi::AddFromInput(older, "OUT_A", request, input).ok());
+  ASSERT_EQ(written.size(), sizeof values);
+  EXPECT_EQ(std::memcmp(written.data(), values, sizeof values), 0);
 }
 
 }  // namespace
