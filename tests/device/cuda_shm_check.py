@@ -113,7 +113,7 @@ def main():
     # the GPU and an output placed over part of it in one region is a copy between
     # overlapping ranges (memory::CopyBytes splits it or stages it through the host).
     ident = os.path.join(work, "repo", "ident")
-    os.makedirs(ident)
+    os.makedirs(os.path.join(ident, "1"))
     with open(os.path.join(ident, "config.pbtxt"), "w") as f:
         f.write('name: "ident"\nbackend: "identity"\nmax_batch_size: 0\n'
                 'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
