@@ -187,17 +187,18 @@ VramdCode AddOutputOnDevice(void* sink_ptr, const char* name, VramdDataType data
 
 VramdCode AddFromInput(void* sink_ptr, const char* name, size_t input_index, VramdError* error) {
   constexpr const char* kEntry = "outputs->add_from_input";
-  return Guard(kEntry, 0, error, [&] {
-    auto* sink = static_cast<OutputSink*>(sink_ptr);
-    const std::vector<Tensor>& inputs = sink->request->inputs;
-    if (input_index >= inputs.size()) {
+  auto* sink = static_cast<OutputSink*>(sink_ptr);
+  const std::vector<Tensor>& inputs = sink->request->inputs;
+  const Tensor* found = input_index < inputs.size() ? &inputs[input_index] : nullptr;
+  const size_t byte_size = found != nullptr ? found->data.size() : 0;
+  return Guard(kEntry, byte_size, error, [&] {
+    if (found == nullptr) {
       return Failed(error, Status::InvalidArgument(fmt::format(
                                "{} '{}': input_index {} but the request has {} input(s)", kEntry,
                                name != nullptr ? name : "(NULL)", input_index, inputs.size())));
     }
-    const Tensor& in = inputs[input_index];
+    const Tensor& in = *found;
     const auto datatype = static_cast<VramdDataType>(static_cast<int>(in.datatype));
-    const size_t byte_size = in.data.size();
     if (in.data.lent()) {
       // Valid only for the call (a BLS caller's inputs_outlive_call): the answer gets a copy.
       void* data = nullptr;
