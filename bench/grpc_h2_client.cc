@@ -150,12 +150,13 @@ bool H2UnaryClient::SendFrame(uint8_t type, uint8_t flags, uint32_t stream,
   return SendAll(frame.data(), frame.size());
 }
 
-bool H2UnaryClient::SendData(const char prefix[5], std::string_view message, size_t offset,
-                             size_t size, bool last) {
+bool H2UnaryClient::SendData(std::string_view lead, const char prefix[5],
+                             std::string_view message, size_t offset, size_t size, bool last) {
   char h[9];
   FrameHeaderBytes(static_cast<uint32_t>(size), kData, last ? kEndStream : 0, stream_, h);
-  iovec iov[3];
+  iovec iov[4];
   int n = 0;
+  if (!lead.empty()) iov[n++] = {const_cast<char*>(lead.data()), lead.size()};
   iov[n++] = {h, 9};
   size_t end = offset + size;
   if (offset < 5) {
@@ -169,7 +170,7 @@ bool H2UnaryClient::SendData(const char prefix[5], std::string_view message, siz
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = static_cast<size_t>(n);
-  size_t left = 9 + size;
+  size_t left = lead.size() + 9 + size;
   while (left > 0) {
     const ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
     if (k <= 0) return Fail("the connection broke while sending");
@@ -320,7 +321,12 @@ bool H2UnaryClient::Call(std::string_view path, std::string_view message,
   stream_ = next_stream_;
   next_stream_ += 2;
   stream_window_ = peer_initial_window_;
-  if (!SendFrame(kHeaders, kEndHeaders, stream_, header_block_)) return false;
+  char head[9];
+  FrameHeaderBytes(static_cast<uint32_t>(header_block_.size()), kHeaders, kEndHeaders, stream_,
+                   head);
+  std::string headers(head, 9);
+  headers.append(header_block_);
+  std::string_view unsent = headers;  // goes with the first DATA frame
 
   char prefix[5] = {0};  // not compressed, then the message's length
   Put32(static_cast<uint32_t>(message.size()), prefix + 1);
@@ -329,6 +335,10 @@ bool H2UnaryClient::Call(std::string_view path, std::string_view message,
   while (sent < total) {
     const int64_t window = std::min(connection_window_, stream_window_);
     if (window <= 0) {  // wait for the server to open its windows
+      if (!unsent.empty()) {  // it sees the call first
+        if (!SendAll(unsent.data(), unsent.size())) return false;
+        unsent = {};
+      }
       FrameHeader h;
       if (!ReadFrameHeader(&h)) return false;
       if (h.stream == stream_ && (h.type == kHeaders || h.type == kData)) {
@@ -338,7 +348,8 @@ bool H2UnaryClient::Call(std::string_view path, std::string_view message,
       continue;
     }
     const size_t size = std::min<size_t>({total - sent, peer_max_frame_, static_cast<size_t>(window)});
-    if (!SendData(prefix, message, sent, size, sent + size == total)) return false;
+    if (!SendData(unsent, prefix, message, sent, size, sent + size == total)) return false;
+    unsent = {};
     sent += size;
     connection_window_ -= static_cast<int64_t>(size);
     stream_window_ -= static_cast<int64_t>(size);

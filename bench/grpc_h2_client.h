@@ -73,9 +73,11 @@ class H2UnaryClient {
   bool SendAll(const void* data, size_t size);
   bool SendFrame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload);
   // Sends `size` bytes of the call's DATA (the 5-byte gRPC prefix, then the message) from
-  // `offset` as one frame, END_STREAM if `last`.
-  bool SendData(const char prefix[5], std::string_view message, size_t offset, size_t size,
-                bool last);
+  // `offset` as one frame, END_STREAM if `last`, in one write after `lead` (the call's HEADERS
+  // frame before its first DATA, as gRPC's own client writes a call's first bytes: sent
+  // apart, they reach the server as two segments and wake it twice).
+  bool SendData(std::string_view lead, const char prefix[5], std::string_view message,
+                size_t offset, size_t size, bool last);
   // Appends `size` bytes read from the connection to the answer's buffer.
   bool ReadIntoBody(size_t size);
   // Reads exactly `size` bytes, first from what is buffered.

@@ -392,20 +392,24 @@ fi
 #    TCP echo, for transport settings given as VRAMD_GRPC_CHANNEL_ARGS (docs/grpc.md), e.g.
 #    GRPC_DIAG_VARIANTS="default: frame:VRAMD_GRPC_CHANNEL_ARGS=grpc.http2.max_frame_size=16777215"
 #    A setting bin=FILE runs another vramd binary instead (one built from an earlier commit and
-#    put into device-dist/bin by hand), to compare two builds in one run: "base:bin=vramd_base".
+#    put into device-dist/bin by hand), to compare two builds in one run: "base:bin=vramd_base";
+#    client=FILE the same for the gRPC load generator: "oldclient:client=grpc_infer_load_old".
 if has_step grpc_diag; then
   for v in ${GRPC_DIAG_VARIANTS:-default: epoll1:GRPC_POLL_STRATEGY=epoll1 t32:--grpc-infer-thread-count=32}; do
     name=${v%%:*}; setting=${v#*:}; env_set=(); flag=(); server_bin="$BIN"/vramd
+    client_bin="$BIN"/grpc_infer_load
     case "$setting" in
       "") ;;
       --*) flag=(--server-arg="$setting");;
       bin=*) server_bin="$BIN/${setting#bin=}"
              [ -x "$server_bin" ] || { say "FAIL grpc_diag $name: no $server_bin"; status=1; continue; };;
+      client=*) client_bin="$BIN/${setting#client=}"
+             [ -x "$client_bin" ] || { say "FAIL grpc_diag $name: no $client_bin"; status=1; continue; };;
       *) env_set=("$setting");;
     esac
     echo "# grpc_diag $name: ${setting:-as shipped}" | tee -a "$summary"
     env "${env_set[@]}" timeout 200 python3 bench/grpc_vs_http.py --vramd "$server_bin" --infer-load "$BIN"/infer_load \
-      --grpc-load "$BIN"/grpc_infer_load --large-concurrency "${GRPC_DIAG_LARGE:-}" "${flag[@]}" ${GRPC_DIAG_ARGS:---duration 3 --concurrency 1,16} \
+      --grpc-load "$client_bin" --large-concurrency "${GRPC_DIAG_LARGE:-}" "${flag[@]}" ${GRPC_DIAG_ARGS:---duration 3 --concurrency 1,16} \
       2>&1 | grep -E '^(16 elements|4 MiB|FIGURE)' | tee -a "$summary"
   done
 fi
