@@ -201,8 +201,7 @@ cudaError_t QueueCopyWithinGpu(Device gpu, void* dst, const void* src, size_t si
   const auto pieces = OverlapSafePieces(reinterpret_cast<uintptr_t>(dst),
                                         reinterpret_cast<uintptr_t>(src), size, kMaxOverlapPieces);
   if (!pieces) {
-    // A pageable buffer: the copy out is complete when it returns, and the copy in has taken
-    // the bytes before it does, so `staged` may go at the end of this scope.
+    // Each copy is waited for, so `staged` may go at the end of this scope.
     std::vector<std::byte> staged(size);
     cudaError_t err = cudaMemcpyAsync(staged.data(), src, size, cudaMemcpyDefault, stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);

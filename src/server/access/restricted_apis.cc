@@ -80,16 +80,6 @@ bool RestrictedApis::empty() const {
                       [](const auto& r) { return r.has_value(); });
 }
 
-std::vector<std::string> RestrictedApis::Headers() const {
-  std::vector<std::string> headers;
-  for (const auto& r : restrictions_) {
-    if (r.has_value() && std::find(headers.begin(), headers.end(), r->header) == headers.end()) {
-      headers.push_back(r->header);
-    }
-  }
-  return headers;
-}
-
 bool RestrictedApis::ReadsHeader(std::string_view name) const {
   return std::any_of(restrictions_.begin(), restrictions_.end(), [name](const auto& r) {
     return r.has_value() && r->header.size() == name.size() &&

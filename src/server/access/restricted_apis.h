@@ -59,9 +59,8 @@ class RestrictedApis {
   // The restriction on `category`, or nullptr when it is open.
   const Restriction* Find(ApiCategory category) const;
   bool empty() const;
-  // The distinct headers the restrictions read.
-  std::vector<std::string> Headers() const;
-  // Whether `name` is one of them (compared without case, as HTTP header names are).
+  // Whether `name` is a header the restrictions read (compared without case, as HTTP header
+  // names are).
   bool ReadsHeader(std::string_view name) const;
   // For the start-up log: each restricted category and its header, never the value
   // ("inference (header 'infer-key'), model-repository (header 'admin-key')").
