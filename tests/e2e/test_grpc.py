@@ -32,6 +32,19 @@ from server.grpc import grpc_service_pb2 as pb  # noqa: E402
 from server.grpc import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
 
 MODELS = ["identity_fp32", "identity_bytes", "identity_int8", "identity_fp16", "add_sub"]
+# The datatypes with a typed contents field that MODELS lack, each with its field and its type's
+# extremes; the fixture repository has an identity_<datatype> model for each.
+TYPED = [
+    ("BOOL", "bool_contents", [True, False, True], np.bool_),
+    ("INT16", "int_contents", [-32768, 0, 32767], np.int16),
+    ("INT32", "int_contents", [-2**31, 0, 2**31 - 1], np.int32),
+    ("INT64", "int64_contents", [-2**63, 0, 2**63 - 1], np.int64),
+    ("UINT8", "uint_contents", [0, 1, 255], np.uint8),
+    ("UINT16", "uint_contents", [0, 1, 65535], np.uint16),
+    ("UINT32", "uint_contents", [0, 1, 2**32 - 1], np.uint32),
+    ("UINT64", "uint64_contents", [0, 1, 2**64 - 1], np.uint64),
+    ("FP64", "fp64_contents", [-1.5, 0.0, 1e300], np.float64),
+]
 PYTHON_MODELS = pathlib.Path(__file__).resolve().parent / "python_models"
 # The decoupled model for the stream tests, when the python backend is built.
 HAVE_PYTHON = PYTHON_LIBRARY.is_file()
@@ -54,6 +67,7 @@ def server(start_server, tmp_path_factory):
         'parameters { key: "execute_delay_us" value: { string_value: "3000" } }\n')
     repos.append(str(slow))
     models.append("identity_slow")
+    models += ["identity_" + t[0].lower() for t in TYPED]
     if HAVE_PYTHON:
         repo = tmp_path_factory.mktemp("grpc-python-repo")
         copy_model(PYTHON_MODELS / "py_decoupled", repo, "py_decoupled")
@@ -163,6 +177,106 @@ def test_infer_typed_contents(stub):
         got.append(raw[4:4 + n])
         raw = raw[4 + n:]
     assert got == words
+
+
+@pytest.mark.parametrize("datatype,field,values,dtype", TYPED, ids=[t[0] for t in TYPED])
+def test_typed_contents_of_every_datatype(stub, datatype, field, values, dtype):
+    r = pb.ModelInferRequest(model_name="identity_" + datatype.lower())
+    getattr(r.inputs.add(name="INPUT0", datatype=datatype, shape=[3]).contents,
+            field).extend(values)
+    out = stub.ModelInfer(r, timeout=30)
+    assert (out.outputs[0].datatype, list(out.outputs[0].shape)) == (datatype, [3])
+    assert np.frombuffer(out.raw_output_contents[0], dtype=dtype).tolist() == values
+
+
+@pytest.mark.parametrize("datatype,field,values,shape,text", [
+    ("INT16", "int_contents", [1, 40000], [2], "element 1 (40000) is out of range"),
+    ("INT16", "int_contents", [-32769], [1], "element 0 (-32769) is out of range"),
+    ("UINT8", "uint_contents", [256], [1], "element 0 (256) is out of range"),
+    ("UINT16", "uint_contents", [7, 65536], [2], "element 1 (65536) is out of range"),
+    ("INT32", "int_contents", [1, 2], [3], "2 elements in its contents, but shape [3] has 3"),
+    ("BOOL", "int_contents", [1], [1], "other than the one of datatype BOOL"),
+    ("UINT64", "int64_contents", [1], [1], "other than the one of datatype UINT64"),
+], ids=["int16_high", "int16_low", "uint8", "uint16", "count", "bool_field", "uint64_field"])
+def test_typed_contents_errors_name_the_element(stub, datatype, field, values, shape, text):
+    r = pb.ModelInferRequest(model_name="identity_" + datatype.lower())
+    getattr(r.inputs.add(name="INPUT0", datatype=datatype, shape=shape).contents,
+            field).extend(values)
+    e = rpc_error(stub.ModelInfer, r)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+    assert "input 'INPUT0'" in e.details() and text in e.details(), e.details()
+
+
+def test_request_parameters_are_checked_by_kind(stub):
+    """The parameters vramd reads itself take the kinds Triton's do; a wrong one is an error
+    naming the key and the kind sent; a model's own parameters may be any kind but none."""
+    def call(key, kind, value):
+        r = infer_fp32("identity_fp32", [3.0])
+        setattr(r.parameters[key], kind, value)
+        return r
+
+    for key, kind, value in [("priority", "uint64_param", 5), ("priority", "int64_param", 0),
+                             ("timeout", "uint64_param", 10**9), ("mine", "double_param", 0.5),
+                             ("mine", "uint64_param", 2**64 - 1), ("mine", "bool_param", False)]:
+        out = stub.ModelInfer(call(key, kind, value), timeout=30)
+        assert np.frombuffer(out.raw_output_contents[0], np.float32).tolist() == [3.0], key
+    for key, kind, value, text in [
+            ("priority", "int64_param", -1,
+             "request parameter 'priority' must be a non-negative integer, got an int64"),
+            ("priority", "string_param", "high",
+             "request parameter 'priority' must be a non-negative integer, got a string"),
+            ("timeout", "double_param", 1.5,
+             "request parameter 'timeout' must be a non-negative integer (microseconds), got a "
+             "double"),
+            ("sequence_id", "double_param", 1.0,
+             "request parameter 'sequence_id' must be a non-negative integer or a string, got a "
+             "double"),
+            ("sequence_id", "int64_param", -4,
+             "request parameter 'sequence_id' must be a non-negative integer or a string, got an "
+             "int64"),
+            ("sequence_start", "string_param", "yes",
+             "request parameter 'sequence_start' must be true or false, got a string"),
+            ("sequence_end", "uint64_param", 1,
+             "request parameter 'sequence_end' must be true or false, got a uint64")]:
+        e = rpc_error(stub.ModelInfer, call(key, kind, value))
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (key, e)
+        assert text in e.details(), e.details()
+    r = infer_fp32("identity_fp32", [3.0])
+    r.parameters["empty"].SetInParent()  # an entry with no value of any kind
+    e = rpc_error(stub.ModelInfer, r)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+    assert "request parameter 'empty' has no value" in e.details(), e.details()
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_shared_memory_parameters_are_checked(stub, where):
+    def call(**params):
+        r = infer_fp32("identity_fp32", [1.0])
+        tensor = r.inputs[0] if where == "input" else r.outputs.add(name="OUTPUT0")
+        for key, (kind, value) in params.items():
+            setattr(tensor.parameters[key], kind, value)
+        return r
+
+    name = "input 'INPUT0'" if where == "input" else "output 'OUTPUT0'"
+    for params, text in [
+            (dict(shared_memory_region=("int64_param", 3), shared_memory_byte_size=("int64_param", 4)),
+             "parameter 'shared_memory_region' must be a string, got an int64"),
+            (dict(shared_memory_region=("string_param", "r"),
+                  shared_memory_byte_size=("string_param", "4")),
+             "parameter 'shared_memory_byte_size' must be a non-negative integer, got a string"),
+            (dict(shared_memory_region=("string_param", "r"), shared_memory_byte_size=("int64_param", 4),
+                  shared_memory_offset=("int64_param", -8)),
+             "parameter 'shared_memory_offset' must be a non-negative integer, got an int64"),
+            (dict(shared_memory_region=("string_param", "r"), shared_memory_byte_size=("int64_param", 4),
+                  shared_memory_size=("int64_param", 4)),
+             "unknown shared memory parameter 'shared_memory_size'"),
+            (dict(shared_memory_region=("string_param", "r")),
+             "shared memory needs parameters 'shared_memory_region' and 'shared_memory_byte_size'"),
+            (dict(shared_memory_byte_size=("int64_param", 4)),
+             "shared memory needs parameters 'shared_memory_region' and 'shared_memory_byte_size'")]:
+        e = rpc_error(stub.ModelInfer, call(**params))
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (params, e)
+        assert name in e.details() and text in e.details(), e.details()
 
 
 def test_infer_add_sub_selects_outputs(stub):
@@ -457,17 +571,17 @@ def test_repository_index_load_unload_and_config_override(stub):
     index = stub.RepositoryIndex(pb.RepositoryIndexRequest())
     names = {m.name: m for m in index.models}
     assert names["identity_fp32"].state == "READY"
-    assert "identity_int16" in names and names["identity_int16"].state != "READY"
+    assert "identity_batching" in names and names["identity_batching"].state != "READY"
     ready = {m.name for m in stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True)).models}
-    assert "identity_fp32" in ready and "identity_int16" not in ready
+    assert "identity_fp32" in ready and "identity_batching" not in ready
 
     stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="identity_int8"))
     assert not stub.ModelReady(pb.ModelReadyRequest(name="identity_int8")).ready
     stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="identity_int8"))
     assert stub.ModelReady(pb.ModelReadyRequest(name="identity_int8")).ready
 
-    # A config override: identity_int16 loaded with a second instance and a name of its own
-    # for nothing else; ModelConfig shows what was loaded.
+    # A config override: identity_int16 loaded again with three instances; ModelConfig shows
+    # what was loaded.
     cfg = {"name": "identity_int16", "backend": "identity", "max_batch_size": 0,
            "input": [{"name": "INPUT0", "data_type": "TYPE_INT16", "dims": [-1]}],
            "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT16", "dims": [-1]}],
@@ -825,11 +939,10 @@ def test_log_settings_report_the_command_lines_log(start_server, tmp_path):
     # LogSettings reports what --log-* set at start-up, accepts those values again, and refuses
     # to change them, naming the flag.
     log_file = tmp_path / "grpc-log.txt"
-    s = start_server([str(FIXTURE_REPO)], ["--model-control-mode", "explicit",
-                                           "--log-format=ISO8601", "--log-file", str(log_file)],
-                     name="grpc_log", launch_only=True)
+    start_server([str(FIXTURE_REPO)], ["--model-control-mode", "explicit",
+                                       "--log-format=ISO8601", "--log-file", str(log_file)],
+                 name="grpc_log", launch_only=True)
     port = None
-    import time
     deadline = time.monotonic() + 60
     while port is None and time.monotonic() < deadline:
         text = log_file.read_text() if log_file.exists() else ""

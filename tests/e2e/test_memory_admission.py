@@ -12,7 +12,6 @@ admission off (--memory-admission=false) fails in part: the burst does exceed th
 import threading
 
 import numpy as np
-import pytest
 
 from e2e_helpers import TEST_BACKENDS_DIR, needs_echo_c, wait_for
 from v2client import InferResult, Input

@@ -410,6 +410,31 @@ def test_forwarded_headers_reach_the_model_as_parameters(client, py_server):
                        "x-fwd-raw-bin": "\ufffd\x00z"}
 
 
+def test_grpc_request_parameters_of_every_kind_reach_the_model(py_server):
+    # InferParameter's five kinds as request.parameters() gives them (JSON): a uint64 past
+    # int64's range stays exact, a double stays a double.
+    grpc, pb, pb_grpc = grpc_modules()
+    req = pb.ModelInferRequest(model_name="py_params")
+    req.inputs.add(name="IN", datatype="INT32", shape=[1])
+    req.raw_input_contents.append(int32(1).tobytes())
+    req.parameters["b"].bool_param = True
+    req.parameters["i"].int64_param = -(2**63)
+    req.parameters["u"].uint64_param = 2**64 - 1
+    req.parameters["d"].double_param = 0.1
+    req.parameters["s"].string_param = "caf\u00e9 \"quoted\"\n"
+    with grpc.insecure_channel("127.0.0.1:%d" % py_server.grpc_port()) as ch:
+        out = pb_grpc.GRPCInferenceServiceStub(ch).ModelInfer(req, timeout=60)
+    raw = out.raw_output_contents[0]
+    got = json.loads(raw[4:4 + struct.unpack("<I", raw[:4])[0]].decode())
+    assert got == {"b": True, "i": -(2**63), "u": 2**64 - 1, "d": 0.1,
+                   "s": "caf\u00e9 \"quoted\"\n"}
+    assert isinstance(got["d"], float) and isinstance(got["u"], int)
+    # The response's parameters come back as InferParameters of their kinds.
+    assert out.parameters["echo_count"].int64_param == 5
+    assert out.parameters["model_says"].string_param == "hello"
+    assert out.parameters["flag"].bool_param is True
+
+
 # ----------------------------------------------------------------------------------------------
 # 4. errors in every phase
 

@@ -8,9 +8,7 @@ ledger owner released and reported, every request error Triton gives, and an unl
 sequences that leaves no owner and no leak."""
 
 import concurrent.futures
-import json
 import struct
-import threading
 import time
 
 import numpy as np
@@ -274,6 +272,39 @@ def test_requests_a_sequence_model_refuses_name_why(server):
     # Refusals are counted as failures.
     stats = c.get("/v2/models/seq_direct/stats").json()["model_stats"][0]["inference_stats"]
     assert stats["fail"]["count"] >= 5
+
+
+def test_string_sequence_ids_over_grpc(server):
+    # sequence_id as string_param reaches a model whose CORRID is TYPE_STRING; an integer ID
+    # there is refused as over HTTP.
+    grpc, pb, stub = grpc_stub(server)
+
+    def request(seq_id, value, start=False, end=False):
+        r = pb.ModelInferRequest(model_name="seq_oldest")
+        if isinstance(seq_id, str):
+            r.parameters["sequence_id"].string_param = seq_id
+        else:
+            r.parameters["sequence_id"].uint64_param = seq_id
+        r.parameters["sequence_start"].bool_param = start
+        r.parameters["sequence_end"].bool_param = end
+        r.inputs.add(name="INPUT", datatype="FP32", shape=[1, 1])
+        r.raw_input_contents.append(np.array([[value]], np.float32).tobytes())
+        return r
+
+    def answer(response):
+        raw = {o.name: response.raw_output_contents[i] for i, o in enumerate(response.outputs)}
+        seen = raw["CORRID_SEEN"]
+        return (float(np.frombuffer(raw["OUTPUT"], np.float32)[0]),
+                seen[4:4 + struct.unpack("<I", seen[:4])[0]].decode())
+
+    assert answer(stub.ModelInfer(request("grpc-\u00e9", 1.5, start=True), timeout=30)) == \
+        (3.0, "grpc-\u00e9")
+    assert answer(stub.ModelInfer(request("grpc-\u00e9", 4.0, end=True), timeout=30)) == \
+        (8.0, "grpc-\u00e9")
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(request(7, 1.0, start=True), timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "integer correlation ID" in e.value.details() and "TYPE_STRING" in e.value.details()
 
 
 def test_oldest_strategy_with_string_ids_backlogs_past_its_candidates(server):
