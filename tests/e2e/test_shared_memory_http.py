@@ -96,9 +96,19 @@ def test_register_infer_through_shared_memory_and_unregister(server, shm_object)
         for bad, text in (({"key": "/a/b", "byte_size": 16}, "no other '/'"),
                           ({"key": key, "byte_size": 1 << 20}, "beyond the"),
                           ({"key": key}, "'byte_size' must be"),
-                          ({"key": 5, "byte_size": 16}, "'key' must be a string")):
+                          ({"key": 5, "byte_size": 16}, "'key' must be a string"),
+                          ({"key": key, "offset": -1, "byte_size": 16},
+                           "'offset' must be a non-negative integer"),
+                          ({"key": key, "offset": 2**64 - 8, "byte_size": 16},
+                           "offset 18446744073709551608 + byte_size 16 overflows"),
+                          ({"key": key, "byte_size": -16}, "'byte_size' must be")):
             r = post_json(c, "/v2/systemsharedmemory/region/bad/register", bad)
             assert r.status == 400 and text in r.error_message(), (bad, r)
+        for body in (b"", b"{not json", b"[1]"):
+            r = c.post("/v2/systemsharedmemory/region/bad/register", body,
+                       {"Content-Type": "application/json"})
+            assert r.status == 400 and "register" in r.error_message(), (body, r)
+        assert c.get("/v2/systemsharedmemory/region/bad/status").status == 404
     finally:
         assert c.post("/v2/systemsharedmemory/unregister").status == 200
     assert c.get("/v2/systemsharedmemory/status").json() == []
