@@ -365,6 +365,7 @@ BAD_BODIES = [
     (b'{"timeout_ms": true}', "timeout_ms"),
     (b'{"quiet_ms": 1.5}', "quiet_ms"),
     (b'{"quiet_ms": 100, "timeout_ms": null}', "timeout_ms"),
+    (b'{"quiet_ms": 100, "quietms": 5}', "unknown field 'quietms' (quiet_ms, timeout_ms)"),
 ]
 
 

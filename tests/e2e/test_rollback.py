@@ -295,8 +295,20 @@ def test_manual_rollback_over_the_repository_api(server):
                    json.dumps({"parameters": {"reason": "canary looked wrong"}}).encode(),
                    {"Content-Type": "application/json"})
         assert r.status == 200, r.body
+        # What the three actions take, refused by name and changing nothing.
+        for action, parameters, text in (
+                ("rollback", {"reason": 5}, "rollback takes one parameter, 'reason', a string"),
+                ("rollback", {"why": "x"}, "rollback takes one parameter, 'reason', a string"),
+                ("hold", {"reason": "x"}, "repository hold takes no parameters"),
+                ("release", {"until": 3}, "repository release takes no parameters")):
+            r = c.post("/v2/repository/models/m/%s" % action,
+                       json.dumps({"parameters": parameters}).encode(),
+                       {"Content-Type": "application/json"})
+            assert r.status == 400 and text in r.error_message(), (action, r.body)
+        assert c.get("/v2/repository/models/m/rollback").status == 405
     finally:
         c.close()
+    assert lifecycle(s)["held"] is True  # the rollback's hold: the refused release kept it
     assert_rolled_back(s, "manual")
     assert "canary looked wrong" in lifecycle(s)["reason"]
 
