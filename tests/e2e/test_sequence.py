@@ -280,16 +280,7 @@ def test_string_sequence_ids_over_grpc(server):
     grpc, pb, stub = grpc_stub(server)
 
     def request(seq_id, value, start=False, end=False):
-        r = pb.ModelInferRequest(model_name="seq_oldest")
-        if isinstance(seq_id, str):
-            r.parameters["sequence_id"].string_param = seq_id
-        else:
-            r.parameters["sequence_id"].uint64_param = seq_id
-        r.parameters["sequence_start"].bool_param = start
-        r.parameters["sequence_end"].bool_param = end
-        r.inputs.add(name="INPUT", datatype="FP32", shape=[1, 1])
-        r.raw_input_contents.append(np.array([[value]], np.float32).tobytes())
-        return r
+        return grpc_step(pb, "seq_oldest", seq_id, value, start, end)
 
     def answer(response):
         raw = {o.name: response.raw_output_contents[i] for i, o in enumerate(response.outputs)}
@@ -455,23 +446,30 @@ def grpc_stub(server):
     return grpc, pb, pb_grpc.GRPCInferenceServiceStub(channel)
 
 
+def grpc_step(pb, model, seq_id, value, start=False, end=False, outputs=()):
+    """One request of a sequence as tritonclient.grpc sends it: sequence_id (an int64 or a
+    string), sequence_start and sequence_end parameters; its id names the sequence and value."""
+    r = pb.ModelInferRequest(model_name=model, id="%s:%s" % (seq_id, value))
+    if isinstance(seq_id, str):
+        r.parameters["sequence_id"].string_param = seq_id
+    else:
+        r.parameters["sequence_id"].int64_param = seq_id
+    r.parameters["sequence_start"].bool_param = start
+    r.parameters["sequence_end"].bool_param = end
+    r.inputs.add(name="INPUT", datatype="FP32", shape=[1, 1])
+    r.raw_input_contents.append(np.array([[value]], np.float32).tobytes())
+    for name in outputs:
+        r.outputs.add(name=name)
+    return r
+
+
 def test_sequences_over_grpc_infer_and_stream(server):
     # As tritonclient.grpc sends them: sequence_id / sequence_start / sequence_end parameters,
     # through ModelInfer and through one ModelStreamInfer stream (the sequence stream example).
     grpc, pb, stub = grpc_stub(server)
 
     def request(seq_id, value, start=False, end=False):
-        r = pb.ModelInferRequest(model_name="seq_direct", id="%s:%s" % (seq_id, value))
-        if isinstance(seq_id, str):
-            r.parameters["sequence_id"].string_param = seq_id
-        else:
-            r.parameters["sequence_id"].int64_param = seq_id
-        r.parameters["sequence_start"].bool_param = start
-        r.parameters["sequence_end"].bool_param = end
-        r.inputs.add(name="INPUT", datatype="FP32", shape=[1, 1])
-        r.raw_input_contents.append(np.array([[value]], np.float32).tobytes())
-        r.outputs.add(name="OUTPUT")
-        return r
+        return grpc_step(pb, "seq_direct", seq_id, value, start, end, outputs=["OUTPUT"])
 
     def value(response):
         return float(np.frombuffer(response.raw_output_contents[0], np.float32)[0])
