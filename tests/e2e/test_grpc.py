@@ -142,6 +142,16 @@ def test_model_ready_metadata_and_config(stub):
     assert [g.kind for g in cfg.instance_group] == [2], cfg.instance_group
     e = rpc_error(stub.ModelConfig, pb.ModelConfigRequest(name="no_such_model"))
     assert e.code() == grpc.StatusCode.NOT_FOUND
+    # One version's config, as that version was placed; a version not served is NOT_FOUND
+    # naming it, and one that is no number INVALID_ARGUMENT.
+    one = stub.ModelConfig(pb.ModelConfigRequest(name="identity_fp32", version="1")).config
+    assert one == cfg
+    e = rpc_error(stub.ModelConfig, pb.ModelConfigRequest(name="identity_fp32", version="7"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND and "7" in e.details(), e.details()
+    e = rpc_error(stub.ModelConfig, pb.ModelConfigRequest(name="identity_fp32", version="v1"))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "'v1'" in e.details(), e.details()
+    md = stub.ModelMetadata(pb.ModelMetadataRequest(name="identity_fp32", version="1"))
+    assert list(md.versions) == ["1"]
 
 
 def test_infer_raw_round_trip(stub):
