@@ -26,6 +26,9 @@ struct Device {
   static Device Cpu() { return {DeviceType::kCpu, 0}; }
   static Device Cuda(int ordinal) { return {DeviceType::kCuda, ordinal}; }
   static Device CudaHost() { return {DeviceType::kCudaHost, 0}; }
+  // Where a tensor's bytes are from its `gpu` field (core/tensor.h): that CUDA ordinal, or the
+  // CPU for a negative one (kOnHost).
+  static Device OfTensorGpu(int gpu) { return gpu < 0 ? Cpu() : Cuda(gpu); }
 
   // "cpu", "cuda:N" or "cuda_host".
   std::string ToString() const;

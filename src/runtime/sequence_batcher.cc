@@ -352,8 +352,7 @@ void SequenceBatcher::WrapAnswer(Sequence* seq, size_t instance, QueuedRequest* 
         Tensor copy{spec.input_name, spec.datatype, it->shape, {}, it->gpu};
         const size_t size = it->data.size();
         if (size > 0) {
-          const memory::Device device =
-              it->on_gpu() ? memory::Device::Cuda(it->gpu) : memory::Device::Cpu();
+          const memory::Device device = memory::Device::OfTensorGpu(it->gpu);
           auto block = std::make_shared<StateBlock>();
           block->sequence = owner;
           auto buffer = memory_.allocator->Allocate(device, size, 0, owner->owner.id());

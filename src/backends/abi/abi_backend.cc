@@ -209,7 +209,7 @@ VramdCode AddFromInput(void* sink_ptr, const char* name, size_t input_index, Vra
                       : AddOutput(sink_ptr, name, datatype, in.shape.data(), in.shape.size(),
                                   byte_size, &data, error);
       if (code != VRAMD_OK) return code;
-      const memory::Device where = in.on_gpu() ? memory::Device::Cuda(in.gpu) : memory::Device::Cpu();
+      const memory::Device where = memory::Device::OfTensorGpu(in.gpu);
       Status copied = memory::CopyBytes(where, data, where, in.data.data(), byte_size, nullptr);
       if (!copied.ok()) {
         return Failed(error, copied.WithContext(fmt::format("{} '{}'", kEntry, name)));

@@ -338,11 +338,9 @@ Status SharedMemoryRegions::Write(const TensorPlacement& placement, const Tensor
   // The output may be a view of an input in this same region (a model that answers with the
   // tensor it was given) placed over part of that input's bytes: CopyBytes copies overlapping
   // ranges as memmove does, on the host and within a GPU.
-  const auto device = [](int gpu) {
-    return gpu == kOnHost ? memory::Device::Cpu() : memory::Device::Cuda(gpu);
-  };
-  Status copied = memory::CopyBytes(device(slice.gpu), slice.data, device(output.gpu),
-                                    output.data.data(), bytes, /*stream=*/nullptr);
+  Status copied = memory::CopyBytes(memory::Device::OfTensorGpu(slice.gpu), slice.data,
+                                    memory::Device::OfTensorGpu(output.gpu), output.data.data(),
+                                    bytes, /*stream=*/nullptr);
   if (!copied.ok()) return copied.WithContext(what);
   return Status::Ok();
 }
