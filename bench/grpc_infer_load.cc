@@ -5,6 +5,7 @@
 //                   [--elements N] [--concurrency C] [--duration S] [--warmup S]
 //                   [--library-client [--threads T] [--tls-root PEM] | --streams K]
 //   grpc_infer_load --tcp-echo [--echo-copy] --elements N [--concurrency C] [--duration S]
+//   grpc_infer_load --library-server [--parse] --elements N [--concurrency C] [--duration S]
 //
 // gRPC: C threads, each with a connection of its own (as infer_load has), each sending
 // ModelInfer with one FP32 input of N elements in raw_input_contents and waiting for the
@@ -23,6 +24,14 @@
 // process, each sending N * 4 bytes and reading them back, the floor any protocol carrying the
 // same tensor in and out pays on this machine. --echo-copy: the echo server also copies each
 // block once before sending it back, as the identity model copies its input to its output.
+// --library-server: no vramd either: a server built on gRPC's library in this process, set up
+// as vramd's is (its asynchronous API, a completion queue and thread per hardware thread, the
+// `poll` engine), that answers each ModelInfer at once with one prebuilt answer of the right
+// size, read as the default client reads vramd's. It neither parses the request nor runs a
+// model, so it is the most any server on gRPC's library can serve on this machine: with
+// vramd's figures beside it, it says how much of a gap is gRPC's library and how much vramd's.
+// --parse: it also parses each request into a ModelInferRequest (gRPC's reader hands a message
+// over in 64 KiB slices; a server that needs a tensor in one piece pays this copy).
 // The first --warmup seconds are not measured. Prints one JSON line:
 //   {"concurrency":C,"requests":n,"errors":e,"rps":..,"p50_ms":..,..,"duration_s":..}
 // Exit status: 0; 2 for bad arguments; 3 when every request failed.
@@ -31,6 +40,7 @@
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -72,6 +82,8 @@ struct Options {
   int streams = 1;  // calls in flight per connection of the default client
   bool tcp_echo = false;
   bool echo_copy = false;
+  bool library_server = false;
+  bool parse = false;  // --library-server parses each request
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -79,7 +91,8 @@ struct Options {
             << "usage: grpc_infer_load --model M [--host H] [--port P] [--input NAME]\n"
             << "                       [--elements N] [--concurrency C] [--duration S] [--warmup S]\n"
             << "                       [--library-client [--threads T] [--tls-root PEM] | --streams K]\n"
-            << "       grpc_infer_load --tcp-echo [--elements N] [--concurrency C] [--duration S]\n";
+            << "       grpc_infer_load --tcp-echo [--echo-copy] [--elements N] [--concurrency C] [--duration S]\n"
+            << "       grpc_infer_load --library-server [--parse] [--elements N] [--concurrency C]\n";
   std::exit(2);
 }
 
@@ -105,9 +118,18 @@ Options Parse(int argc, char** argv) {
     else if (a == "--tls-root") o.tls_root = value();
     else if (a == "--tcp-echo") o.tcp_echo = true;
     else if (a == "--echo-copy") o.echo_copy = true;
+    else if (a == "--library-server") o.library_server = true;
+    else if (a == "--parse") o.parse = true;
     else if (a == "--help") Usage("help");
     else Usage("unknown argument " + a);
   }
+  if (o.tcp_echo && o.library_server) Usage("--tcp-echo and --library-server are two servers");
+  if (o.parse && !o.library_server) Usage("--parse needs --library-server");
+  if (o.echo_copy && !o.tcp_echo) Usage("--echo-copy needs --tcp-echo");
+  if (o.library_server && (o.library_client || o.streams > 1)) {
+    Usage("--library-server is measured with the default client, one call per connection");
+  }
+  if (o.library_server && o.model.empty()) o.model = "identity";
   if (!o.tcp_echo && o.model.empty()) Usage("--model is required");
   if (!o.tls_root.empty() && !o.library_client) Usage("--tls-root needs --library-client");
   if (o.elements <= 0 || o.concurrency <= 0 || o.duration_s <= 0) Usage("bad numbers");
@@ -428,6 +450,90 @@ class EchoServer {
   std::vector<std::thread> threads_;
 };
 
+// The --library-server: gRPC's library answering ModelInfer with nothing behind it.
+class LibraryServer {
+ public:
+  explicit LibraryServer(const Options& o) : parse_(o.parse) {
+    inference::ModelInferResponse answer;
+    answer.set_model_name(o.model);
+    answer.set_model_version("1");
+    auto* output = answer.add_outputs();
+    output->set_name("OUTPUT0");
+    output->set_datatype("FP32");
+    output->add_shape(o.elements);
+    answer.add_raw_output_contents(std::string(static_cast<size_t>(o.elements) * sizeof(float), '\0'));
+    answer_ = answer.SerializeAsString();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.SetMaxReceiveMessageSize(-1);
+    builder.SetMaxSendMessageSize(-1);
+    builder.RegisterService(&service_);
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i < threads; ++i) queues_.push_back(builder.AddCompletionQueue());
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) Usage("the library server did not start");
+    for (auto& queue : queues_) threads_.emplace_back([this, cq = queue.get()] { Serve(cq); });
+  }
+  ~LibraryServer() {
+    server_->Shutdown();
+    for (auto& queue : queues_) queue->Shutdown();
+    for (auto& t : threads_) t.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  using Service = inference::GRPCInferenceService::WithRawMethod_ModelInfer<
+      inference::GRPCInferenceService::AsyncService>;
+  struct Call {
+    grpc::ServerContext context;
+    grpc::ByteBuffer request;
+    grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> writer{&context};
+    bool answered = false;
+  };
+
+  void Listen(grpc::ServerCompletionQueue* cq) {
+    auto call = std::make_unique<Call>();
+    Call* tag = call.release();  // the queue's until Next hands it back
+    service_.RequestModelInfer(&tag->context, &tag->request, &tag->writer, cq, cq, tag);
+  }
+
+  // A queue's thread: each call answered as it arrives, on the thread that read it.
+  void Serve(grpc::ServerCompletionQueue* cq) {
+    Listen(cq);
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq->Next(&tag, &ok)) {
+      std::unique_ptr<Call> call(static_cast<Call*>(tag));
+      if (call->answered || !ok) continue;  // sent, or never started (shutting down): freed
+      Listen(cq);
+      call->answered = true;
+      if (parse_) {
+        inference::ModelInferRequest message;
+        if (!grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(&call->request,
+                                                                                &message)
+                 .ok()) {
+          Call* sent = call.release();
+          sent->writer.FinishWithError(
+              grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a ModelInferRequest"), sent);
+          continue;
+        }
+      }
+      const grpc::Slice slice(answer_.data(), answer_.size(), grpc::Slice::STATIC_SLICE);
+      const grpc::ByteBuffer response(&slice, 1);
+      Call* sent = call.release();
+      sent->writer.Finish(response, grpc::Status::OK, sent);
+    }
+  }
+
+  const bool parse_;
+  std::string answer_;  // one ModelInferResponse, serialized once
+  Service service_;
+  int port_ = 0;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::thread> threads_;
+};
+
 void TcpClient(const Options& o, int port, Run& run, std::vector<double>* out) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;
@@ -458,7 +564,17 @@ int main(int argc, char** argv) {
   // queue, and no deadlock-detection graph behind gRPC's mutexes.
   setenv("GRPC_POLL_STRATEGY", "poll", 0);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  const Options o = Parse(argc, argv);
+  Options o = Parse(argc, argv);
+  std::unique_ptr<LibraryServer> library_server;
+  if (o.library_server) {
+    // vramd's malloc settings (vramd_main.cc): a parsed request's buffer reused, not mapped and
+    // page-faulted afresh each time.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    library_server = std::make_unique<LibraryServer>(o);
+    o.host = "127.0.0.1";
+    o.port = std::to_string(library_server->port());
+  }
   Run run;
   std::vector<std::vector<double>> latencies(static_cast<size_t>(o.concurrency));
   std::vector<std::thread> clients;
@@ -498,6 +614,7 @@ int main(int argc, char** argv) {
   run.stop.store(true);
   for (auto& t : clients) t.join();
   echo.reset();
+  library_server.reset();
   const auto summary = vramd::bench::Summarize(latencies, elapsed);
   std::printf("{\"concurrency\":%d,\"errors\":%ld,%s,\"duration_s\":%.3f}\n", o.concurrency,
               run.errors.load(), vramd::bench::JsonFields(summary).c_str(), elapsed);

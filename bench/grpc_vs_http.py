@@ -23,6 +23,13 @@ no batching). Then, each series at each concurrency, closed loop, measured after
      in one piece: gRPC's reader hands a message over in 64 KiB slices, so its parse into one
      contiguous input is a copy (the identity model itself copies nothing: it answers with its
      input's memory).
+  3. Beside both series, not judged: what gRPC's library itself allows (grpc_infer_load
+     --library-server): a server on the library, set up as vramd's, that answers every call at
+     once with a prebuilt answer, neither parsing the request nor running a model, measured
+     with the same client. No server on the library serves more; its ratio to HTTP (16
+     elements) and to the TCP echo (4 MiB) is the most a target can ask of one. For 4 MiB it
+     is also measured parsing each request (--parse), the copy a server needing the tensor in
+     one piece makes.
 Prints FIGURE lines, PASS/FAIL verdicts with the ratios, and one JSON document (--out).
 """
 
@@ -130,7 +137,7 @@ def main():
         timeout = a.duration + a.warmup + 120
         small_body, small_hlen = http_body(work, 16)
         small = {"concurrency": [], "http_rps": [], "grpc_rps": [], "ratio": [],
-                 "grpc_library_rps": []}
+                 "grpc_library_rps": [], "library_server_rps": [], "library_server_ratio": []}
         for c in [int(x) for x in a.concurrency.split(",") if x]:
             h = with_cpu(server.pid, lambda: infer_load(
                 a.infer_load, server.port, "identity_grpc", small_body, small_hlen, c, a.duration,
@@ -141,7 +148,16 @@ def main():
             lib = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
                                 "--elements", "16", "--concurrency", str(c), "--library-client"],
                             timeout)
+            bare = grpc_load(a, ["--library-server", "--elements", "16", "--concurrency", str(c)],
+                             timeout)
             ratio = g["rps"] / h["rps"] if h["rps"] else 0.0
+            bare_ratio = bare["rps"] / h["rps"] if h["rps"] else 0.0
+            log(f"16 elements c={c}: gRPC's library answering with no work "
+                f"{bare['rps']:.0f} req/s, {bare_ratio:.3f} of HTTP (errors {bare['errors']}): "
+                f"no server on the library serves more")
+            small["library_server_rps"].append(bare["rps"])
+            small["library_server_ratio"].append(bare_ratio)
+            figure(f"grpc_library_ceiling_vs_http_16_elements_c{c}", bare_ratio, "ratio")
             log(f"16 elements c={c}: HTTP {h['rps']:.0f} req/s, gRPC {g['rps']:.0f} req/s "
                 f"(errors {h.get('errors', 0)} / {g['errors']}); gRPC through the gRPC library's "
                 f"client {lib['rps']:.0f} req/s ({lib['rps'] / h['rps'] if h['rps'] else 0:.3f} of HTTP); "
@@ -174,7 +190,9 @@ def main():
 
         large_body, large_hlen = http_body(work, LARGE)
         large = {"concurrency": [], "http_rps": [], "grpc_rps": [], "tcp_rps": [], "ratio_tcp": [],
-                 "tcp_copy_rps": [], "ratio_tcp_copy": []}
+                 "tcp_copy_rps": [], "ratio_tcp_copy": [], "library_server_rps": [],
+                 "library_server_ratio_tcp": [], "library_server_parse_rps": [],
+                 "library_server_parse_ratio_tcp": []}
         for c in [int(x) for x in a.large_concurrency.split(",") if x]:
             h = infer_load(a.infer_load, server.port, "identity_grpc", large_body, large_hlen, c,
                            a.duration, a.warmup)
@@ -185,8 +203,23 @@ def main():
                           timeout)
             tc = grpc_load(a, ["--tcp-echo", "--echo-copy", "--elements", str(LARGE),
                                "--concurrency", str(c)], timeout)
+            bare = grpc_load(a, ["--library-server", "--elements", str(LARGE), "--concurrency",
+                                 str(c)], timeout)
+            bare_parse = grpc_load(a, ["--library-server", "--parse", "--elements", str(LARGE),
+                                       "--concurrency", str(c)], timeout)
             ratio = g["rps"] / t["rps"] if t["rps"] else 0.0
             ratio_copy = g["rps"] / tc["rps"] if tc["rps"] else 0.0
+            bare_ratio = bare["rps"] / t["rps"] if t["rps"] else 0.0
+            parse_ratio = bare_parse["rps"] / t["rps"] if t["rps"] else 0.0
+            log(f"4 MiB c={c}: gRPC's library answering with no work {bare['rps']:.1f} req/s, "
+                f"{bare_ratio:.3f} of the TCP echo; parsing each request {bare_parse['rps']:.1f}, "
+                f"{parse_ratio:.3f} (errors {bare['errors']} / {bare_parse['errors']})")
+            large["library_server_rps"].append(bare["rps"])
+            large["library_server_ratio_tcp"].append(bare_ratio)
+            large["library_server_parse_rps"].append(bare_parse["rps"])
+            large["library_server_parse_ratio_tcp"].append(parse_ratio)
+            figure(f"grpc_library_ceiling_vs_tcp_4mib_c{c}", bare_ratio, "ratio")
+            figure(f"grpc_library_parsing_vs_tcp_4mib_c{c}", parse_ratio, "ratio")
             log(f"4 MiB c={c}: HTTP {h['rps']:.1f}, gRPC {g['rps']:.1f}, TCP echo {t['rps']:.1f}, "
                 f"TCP echo copying once {tc['rps']:.1f} req/s (gRPC {ratio_copy:.3f} of it); "
                 f"busy: gRPC {cores(g)}")
