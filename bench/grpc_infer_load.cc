@@ -5,7 +5,7 @@
 //                   [--elements N] [--concurrency C] [--duration S] [--warmup S]
 //                   [--library-client [--threads T] [--tls-root PEM] | --streams K]
 //   grpc_infer_load --tcp-echo [--echo-copy] --elements N [--concurrency C] [--duration S]
-//   grpc_infer_load --library-server [--parse] --elements N [--concurrency C] [--duration S]
+//   grpc_infer_load --library-server [--parse] [--elements N] [--port P]
 //
 // gRPC: C threads, each with a connection of its own (as infer_load has), each sending
 // ModelInfer with one FP32 input of N elements in raw_input_contents and waiting for the
@@ -24,14 +24,16 @@
 // process, each sending N * 4 bytes and reading them back, the floor any protocol carrying the
 // same tensor in and out pays on this machine. --echo-copy: the echo server also copies each
 // block once before sending it back, as the identity model copies its input to its output.
-// --library-server: no vramd either: a server built on gRPC's library in this process, set up
-// as vramd's is (its asynchronous API, a completion queue and thread per hardware thread, the
-// `poll` engine), that answers each ModelInfer at once with one prebuilt answer of the right
-// size, read as the default client reads vramd's. It neither parses the request nor runs a
-// model, so it is the most any server on gRPC's library can serve on this machine: with
-// vramd's figures beside it, it says how much of a gap is gRPC's library and how much vramd's.
-// --parse: it also parses each request into a ModelInferRequest (gRPC's reader hands a message
-// over in 64 KiB slices; a server that needs a tensor in one piece pays this copy).
+// --library-server: no load, and no vramd: a server built on gRPC's library, set up as vramd's
+// is (its asynchronous API, a completion queue and thread per hardware thread, the `poll`
+// engine, vramd's malloc settings), that answers each ModelInfer at once with one prebuilt
+// answer of N FP32 elements. It neither parses the request nor runs a model, so no server on
+// gRPC's library serves more; loaded by this program's default client from another process,
+// as vramd is, it says how much of a gap is gRPC's library and how much vramd's. It listens on
+// 127.0.0.1:P (0, the default here: a free port), prints {"port":P} once it does, and serves
+// until its standard input ends. --parse: it also parses each request into a
+// ModelInferRequest (gRPC's reader hands a message over in 64 KiB slices; a server that needs
+// a tensor in one piece pays this copy).
 // The first --warmup seconds are not measured. Prints one JSON line:
 //   {"concurrency":C,"requests":n,"errors":e,"rps":..,"p50_ms":..,..,"duration_s":..}
 // Exit status: 0; 2 for bad arguments; 3 when every request failed.
@@ -54,6 +56,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -92,12 +95,13 @@ struct Options {
             << "                       [--elements N] [--concurrency C] [--duration S] [--warmup S]\n"
             << "                       [--library-client [--threads T] [--tls-root PEM] | --streams K]\n"
             << "       grpc_infer_load --tcp-echo [--echo-copy] [--elements N] [--concurrency C] [--duration S]\n"
-            << "       grpc_infer_load --library-server [--parse] [--elements N] [--concurrency C]\n";
+            << "       grpc_infer_load --library-server [--parse] [--elements N] [--port P]\n";
   std::exit(2);
 }
 
 Options Parse(int argc, char** argv) {
   Options o;
+  bool explicit_port = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -106,7 +110,10 @@ Options Parse(int argc, char** argv) {
     };
     if (a == "--model") o.model = value();
     else if (a == "--host") o.host = value();
-    else if (a == "--port") o.port = value();
+    else if (a == "--port") {
+      o.port = value();
+      explicit_port = true;
+    }
     else if (a == "--input") o.input = value();
     else if (a == "--elements") o.elements = std::atol(value().c_str());
     else if (a == "--concurrency") o.concurrency = std::atoi(value().c_str());
@@ -127,9 +134,10 @@ Options Parse(int argc, char** argv) {
   if (o.parse && !o.library_server) Usage("--parse needs --library-server");
   if (o.echo_copy && !o.tcp_echo) Usage("--echo-copy needs --tcp-echo");
   if (o.library_server && (o.library_client || o.streams > 1)) {
-    Usage("--library-server is measured with the default client, one call per connection");
+    Usage("--library-server serves; load it with a second grpc_infer_load");
   }
   if (o.library_server && o.model.empty()) o.model = "identity";
+  if (o.library_server && !explicit_port) o.port = "0";
   if (!o.tcp_echo && o.model.empty()) Usage("--model is required");
   if (!o.tls_root.empty() && !o.library_client) Usage("--tls-root needs --library-client");
   if (o.elements <= 0 || o.concurrency <= 0 || o.duration_s <= 0) Usage("bad numbers");
@@ -464,7 +472,7 @@ class LibraryServer {
     answer.add_raw_output_contents(std::string(static_cast<size_t>(o.elements) * sizeof(float), '\0'));
     answer_ = answer.SerializeAsString();
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort("127.0.0.1:" + o.port, grpc::InsecureServerCredentials(), &port_);
     builder.SetMaxReceiveMessageSize(-1);
     builder.SetMaxSendMessageSize(-1);
     builder.RegisterService(&service_);
@@ -564,16 +572,17 @@ int main(int argc, char** argv) {
   // queue, and no deadlock-detection graph behind gRPC's mutexes.
   setenv("GRPC_POLL_STRATEGY", "poll", 0);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  Options o = Parse(argc, argv);
-  std::unique_ptr<LibraryServer> library_server;
+  const Options o = Parse(argc, argv);
   if (o.library_server) {
     // vramd's malloc settings (vramd_main.cc): a parsed request's buffer reused, not mapped and
     // page-faulted afresh each time.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    library_server = std::make_unique<LibraryServer>(o);
-    o.host = "127.0.0.1";
-    o.port = std::to_string(library_server->port());
+    LibraryServer server(o);
+    std::printf("{\"port\":%d}\n", server.port());
+    std::fflush(stdout);
+    std::cin.ignore(std::numeric_limits<std::streamsize>::max());  // until standard input ends
+    return 0;
   }
   Run run;
   std::vector<std::vector<double>> latencies(static_cast<size_t>(o.concurrency));
@@ -614,7 +623,6 @@ int main(int argc, char** argv) {
   run.stop.store(true);
   for (auto& t : clients) t.join();
   echo.reset();
-  library_server.reset();
   const auto summary = vramd::bench::Summarize(latencies, elapsed);
   std::printf("{\"concurrency\":%d,\"errors\":%ld,%s,\"duration_s\":%.3f}\n", o.concurrency,
               run.errors.load(), vramd::bench::JsonFields(summary).c_str(), elapsed);

@@ -24,9 +24,9 @@ no batching). Then, each series at each concurrency, closed loop, measured after
      contiguous input is a copy (the identity model itself copies nothing: it answers with its
      input's memory).
   3. Beside both series, not judged: what gRPC's library itself allows (grpc_infer_load
-     --library-server): a server on the library, set up as vramd's, that answers every call at
-     once with a prebuilt answer, neither parsing the request nor running a model, measured
-     with the same client. No server on the library serves more; its ratio to HTTP (16
+     --library-server, a process of its own as vramd is): a server on the library, set up as
+     vramd's, that answers every call at once with a prebuilt answer, neither parsing the
+     request nor running a model, measured with the same client. No server on the library serves more; its ratio to HTTP (16
      elements) and to the TCP echo (4 MiB) is the most a target can ask of one. For 4 MiB it
      is also measured parsing each request (--parse), the copy a server needing the tensor in
      one piece makes.
@@ -80,6 +80,40 @@ def grpc_load(a, args, timeout):
     return res
 
 
+class LibraryServer:
+    """grpc_infer_load --library-server in a process of its own, as vramd runs in one; it
+    serves until its standard input is closed."""
+
+    def __init__(self, a, elements, parse=False):
+        cmd = [a.grpc_load, "--library-server", "--elements", str(elements)]
+        self.proc = subprocess.Popen(cmd + (["--parse"] if parse else []), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("{"):
+            self.proc.kill()
+            raise RuntimeError("grpc_infer_load --library-server did not start: %r" % line)
+        self.port = json.loads(line)["port"]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def library_load(a, elements, concurrency, timeout, parse=False):
+    """The default client's req/s against a LibraryServer, with the cores both kept busy."""
+    with LibraryServer(a, elements, parse) as server:
+        return with_cpu(server.proc.pid, lambda: grpc_load(
+            a, ["--model", "identity", "--port", str(server.port), "--elements", str(elements),
+                "--concurrency", str(concurrency)], timeout))
+
+
 def cpu_seconds(pid):
     """User + system CPU seconds of a process so far (/proc/PID/stat)."""
     with open("/proc/%d/stat" % pid) as f:
@@ -99,6 +133,11 @@ def with_cpu(server_pid, run):
     res["client_cores"] = ((c1.children_user - c0.children_user) +
                            (c1.children_system - c0.children_system)) / wall
     return res
+
+
+def share(r, base):
+    """r's req/s as a share of base's (0 when base served none)."""
+    return r["rps"] / base["rps"] if base["rps"] else 0.0
 
 
 def cores(r):
@@ -148,19 +187,18 @@ def main():
             lib = grpc_load(a, ["--model", "identity_grpc", "--port", str(grpc_port),
                                 "--elements", "16", "--concurrency", str(c), "--library-client"],
                             timeout)
-            bare = grpc_load(a, ["--library-server", "--elements", "16", "--concurrency", str(c)],
-                             timeout)
-            ratio = g["rps"] / h["rps"] if h["rps"] else 0.0
-            bare_ratio = bare["rps"] / h["rps"] if h["rps"] else 0.0
+            bare = library_load(a, 16, c, timeout)
+            ratio = share(g, h)
+            bare_ratio = share(bare, h)
             log(f"16 elements c={c}: gRPC's library answering with no work "
-                f"{bare['rps']:.0f} req/s, {bare_ratio:.3f} of HTTP (errors {bare['errors']}): "
-                f"no server on the library serves more")
+                f"{bare['rps']:.0f} req/s, {bare_ratio:.3f} of HTTP (errors {bare['errors']}; "
+                f"busy: {cores(bare)}): no server on the library serves more")
             small["library_server_rps"].append(bare["rps"])
             small["library_server_ratio"].append(bare_ratio)
             figure(f"grpc_library_ceiling_vs_http_16_elements_c{c}", bare_ratio, "ratio")
             log(f"16 elements c={c}: HTTP {h['rps']:.0f} req/s, gRPC {g['rps']:.0f} req/s "
                 f"(errors {h.get('errors', 0)} / {g['errors']}); gRPC through the gRPC library's "
-                f"client {lib['rps']:.0f} req/s ({lib['rps'] / h['rps'] if h['rps'] else 0:.3f} of HTTP); "
+                f"client {lib['rps']:.0f} req/s ({share(lib, h):.3f} of HTTP); "
                 f"busy: HTTP {cores(h)}, gRPC {cores(g)}")
             small.setdefault("http_server_cores", []).append(h["server_cores"])
             small.setdefault("grpc_server_cores", []).append(g["server_cores"])
@@ -171,7 +209,7 @@ def main():
                 m = with_cpu(server.pid, lambda: grpc_load(
                     a, ["--model", "identity_grpc", "--port", str(grpc_port), "--elements", "16",
                         "--concurrency", str(c), "--streams", str(k)], timeout))
-                mux = m["rps"] / h["rps"] if h["rps"] else 0.0
+                mux = share(m, h)
                 log(f"16 elements c={c}: gRPC with {k} calls per connection "
                     f"({c // k} connections) {m['rps']:.0f} req/s, {mux:.3f} of HTTP "
                     f"(errors {m['errors']}); busy: {cores(m)}")
@@ -203,14 +241,12 @@ def main():
                           timeout)
             tc = grpc_load(a, ["--tcp-echo", "--echo-copy", "--elements", str(LARGE),
                                "--concurrency", str(c)], timeout)
-            bare = grpc_load(a, ["--library-server", "--elements", str(LARGE), "--concurrency",
-                                 str(c)], timeout)
-            bare_parse = grpc_load(a, ["--library-server", "--parse", "--elements", str(LARGE),
-                                       "--concurrency", str(c)], timeout)
-            ratio = g["rps"] / t["rps"] if t["rps"] else 0.0
-            ratio_copy = g["rps"] / tc["rps"] if tc["rps"] else 0.0
-            bare_ratio = bare["rps"] / t["rps"] if t["rps"] else 0.0
-            parse_ratio = bare_parse["rps"] / t["rps"] if t["rps"] else 0.0
+            bare = library_load(a, LARGE, c, timeout)
+            bare_parse = library_load(a, LARGE, c, timeout, parse=True)
+            ratio = share(g, t)
+            ratio_copy = share(g, tc)
+            bare_ratio = share(bare, t)
+            parse_ratio = share(bare_parse, t)
             log(f"4 MiB c={c}: gRPC's library answering with no work {bare['rps']:.1f} req/s, "
                 f"{bare_ratio:.3f} of the TCP echo; parsing each request {bare_parse['rps']:.1f}, "
                 f"{parse_ratio:.3f} (errors {bare['errors']} / {bare_parse['errors']})")
